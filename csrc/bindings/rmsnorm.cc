@@ -1,0 +1,17 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "common.h"
+
+namespace {
+
+void rmsnorm(tvm::ffi::TensorView x, tvm::ffi::TensorView weight, tvm::ffi::TensorView y,
+             double eps) {
+  using namespace gks::ffi;
+  translate_errors([&] {
+    const gks::RmsNormArgs args{to_ref(x), to_ref(weight), to_ref(y), static_cast<float>(eps)};
+    gks::rmsnorm(args, stream_for(args.x));
+  });
+}
+
+}  // namespace
+
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(rmsnorm, rmsnorm);

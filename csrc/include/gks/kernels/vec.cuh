@@ -1,0 +1,68 @@
+// SPDX-License-Identifier: Apache-2.0
+// 16-byte vector loads and stores, and fp32 conversions for the element types gks supports.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace gks::kernels {
+
+// kN elements of T, loaded and stored as one access of sizeof(T) * kN bytes.
+template <typename T, int kN>
+struct alignas(sizeof(T) * kN) Vec {
+  T v[kN];
+};
+
+template <typename T>
+inline constexpr int kVec16 = 16 / sizeof(T);  // elements in a 16-byte access
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// Loads elements [col, col + kN) of a row into fp32, reading only those below `cols` and
+// filling the rest with `fill`. The full-width case is one vector access; `row` must then
+// be aligned to sizeof(T) * kN bytes at `col`, which the host guarantees before it picks kN.
+template <int kN, typename T>
+__device__ __forceinline__ void load_row_vec(const T* row, int64_t col, int64_t cols,
+                                             float (&out)[kN], float fill = 0.f) {
+  if (col + kN <= cols) {
+    Vec<T, kN> v = *reinterpret_cast<const Vec<T, kN>*>(row + col);
+#pragma unroll
+    for (int j = 0; j < kN; ++j) out[j] = to_float(v.v[j]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < kN; ++j) out[j] = col + j < cols ? to_float(row[col + j]) : fill;
+  }
+}
+
+// Stores elements [col, col + kN) of a row from fp32, writing only those below `cols`.
+template <int kN, typename T>
+__device__ __forceinline__ void store_row_vec(T* row, int64_t col, int64_t cols,
+                                              const float (&in)[kN]) {
+  if (col + kN <= cols) {
+    Vec<T, kN> v;
+#pragma unroll
+    for (int j = 0; j < kN; ++j) v.v[j] = from_float<T>(in[j]);
+    *reinterpret_cast<Vec<T, kN>*>(row + col) = v;
+  } else {
+#pragma unroll
+    for (int j = 0; j < kN; ++j)
+      if (col + j < cols) row[col + j] = from_float<T>(in[j]);
+  }
+}
+
+}  // namespace gks::kernels

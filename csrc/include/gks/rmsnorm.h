@@ -1,0 +1,35 @@
+// SPDX-License-Identifier: Apache-2.0
+// RMSNorm over the last dim: y = x / sqrt(mean(x^2) + eps) * weight, fp32 math.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "gks/tensor.h"
+
+namespace gks {
+
+struct RmsNormArgs {
+  TensorRef x;       // [..., N], fp32/fp16/bf16, last dim contiguous, any row strides
+  TensorRef weight;  // [N], x's dtype, contiguous
+  TensorRef y;       // x's shape and dtype, last dim contiguous, any row strides
+  float eps = 1e-6f;
+};
+
+// Validates the arguments (throws gks::Error) and launches on `stream`.
+void rmsnorm(const RmsNormArgs& args, cudaStream_t stream);
+
+namespace detail {
+// How a launch covers the rows. Chosen by plan_rmsnorm from the row length alone, so it is
+// a pure function that host tests can check without a GPU.
+struct RmsNormPlan {
+  enum class Kind { kRegisters, kLooped };
+  Kind kind = Kind::kRegisters;
+  int vec = 1;              // elements per memory access (16 bytes' worth, or 1 when unaligned)
+  int threads_per_row = 32;
+  int vecs_per_thread = 1;  // kRegisters: accesses each thread keeps in registers
+  int rows_per_block = 1;
+};
+RmsNormPlan plan_rmsnorm(int64_t cols, DType dtype, bool aligned16);
+}  // namespace detail
+
+}  // namespace gks

@@ -1,0 +1,87 @@
+// SPDX-License-Identifier: Apache-2.0
+// The small tensor view the C++ API takes: pointer, dtype, shape, strides (in elements),
+// device. It owns nothing; the caller keeps the memory alive for the call.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+#include "gks/error.h"
+
+#if defined(__CUDACC__)
+#define GKS_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define GKS_HOST_DEVICE inline
+#endif
+
+namespace gks {
+
+constexpr int kMaxDims = 8;
+
+enum class DType : uint8_t { kFloat32, kFloat16, kBFloat16, kInt8, kInt32, kUnsupported };
+enum class DeviceType : uint8_t { kCPU, kCUDA, kOther };
+
+struct Device {
+  DeviceType type = DeviceType::kCPU;
+  int index = 0;
+};
+
+const char* dtype_name(DType dtype);
+int64_t dtype_size(DType dtype);  // bytes per element; 0 for kUnsupported
+std::string device_name(Device device);
+
+struct TensorRef {
+  void* data = nullptr;
+  DType dtype = DType::kUnsupported;
+  int ndim = 0;
+  int64_t shape[kMaxDims] = {};
+  int64_t strides[kMaxDims] = {};  // in elements, not bytes
+  Device device;
+
+  // A tensor with the given shape; strides default to the contiguous row-major ones.
+  static TensorRef make(void* data, DType dtype, std::initializer_list<int64_t> shape,
+                        Device device, std::initializer_list<int64_t> strides = {});
+
+  int64_t numel() const;
+  int64_t size(int dim) const { return shape[dim < 0 ? dim + ndim : dim]; }
+  int64_t stride(int dim) const { return strides[dim < 0 ? dim + ndim : dim]; }
+  std::string shape_string() const;  // "[2, 3, 4]"
+};
+
+// Where each row of a tensor [..., N] starts, for rows whose last dim is contiguous and whose
+// leading dims have arbitrary strides. Leading dims that are contiguous with each other are
+// merged, so the usual case is a single dim: offset(row) = row * row_stride.
+struct RowLayout {
+  int64_t rows = 0;  // product of the leading dims (1 for a 1-D tensor)
+  int64_t cols = 0;  // N, the size of the last dim
+  int ndims = 0;     // leading dims left after merging; sizes/strides are innermost-last
+  int64_t sizes[kMaxDims - 1] = {};
+  int64_t strides[kMaxDims - 1] = {};
+
+  GKS_HOST_DEVICE int64_t row_offset(int64_t row) const {
+    if (ndims <= 1) return ndims == 0 ? 0 : row * strides[0];
+    int64_t offset = 0;
+    for (int d = ndims - 1; d >= 0; --d) {
+      offset += (row % sizes[d]) * strides[d];
+      row /= sizes[d];
+    }
+    return offset;
+  }
+  // True when every row starts at a multiple of `elems` elements from the base pointer.
+  bool rows_aligned_to(int64_t elems) const;
+};
+
+// ---- validation helpers; each throws gks::Error naming `op` and `arg` ----
+void check_cuda(const TensorRef& t, const char* op, const char* arg);
+void check_dtype_float(const TensorRef& t, const char* op, const char* arg);
+void check_same_dtype(const TensorRef& a, const char* a_name, const TensorRef& b,
+                      const char* b_name, const char* op);
+void check_same_device(const TensorRef& a, const char* a_name, const TensorRef& b,
+                       const char* b_name, const char* op);
+void check_same_shape(const TensorRef& a, const char* a_name, const TensorRef& b,
+                      const char* b_name, const char* op);
+// x must have ndim >= 1 and a contiguous last dim (stride 1, or any stride when N <= 1).
+RowLayout row_layout(const TensorRef& x, const char* op, const char* arg);
+
+}  // namespace gks

@@ -1,0 +1,65 @@
+// SPDX-License-Identifier: Apache-2.0
+// Host-side helpers shared by the .cu files: dtype dispatch and launch checks.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "gks/error.h"
+#include "gks/tensor.h"
+
+namespace gks::detail {
+
+// Throws gks::Error(kCudaError) if the last launch (or an earlier asynchronous error) failed.
+inline void check_launch(const char* op) {
+  const cudaError_t err = cudaGetLastError();
+  GKS_CHECK(err == cudaSuccess, kCudaError)
+      << op << ": kernel launch failed: " << cudaGetErrorString(err);
+}
+
+// Makes `device` current for the scope of a launch, restoring the caller's device after.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) : device_(device) {
+    GKS_CHECK(cudaGetDevice(&previous_) == cudaSuccess, kCudaError)
+        << "gks: cudaGetDevice failed (is a CUDA driver and GPU present?)";
+    if (previous_ != device_) cudaSetDevice(device_);
+  }
+  ~DeviceGuard() {
+    if (previous_ != device_) cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int device_;
+  int previous_ = 0;
+};
+
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace gks::detail
+
+// Calls the enclosed code with `scalar_t` bound to the C++ type of a float dtype.
+#define GKS_DISPATCH_FLOAT(dtype, ...)                                     \
+  switch (dtype) {                                                         \
+    case ::gks::DType::kFloat32: {                                         \
+      using scalar_t = float;                                              \
+      __VA_ARGS__;                                                         \
+    } break;                                                               \
+    case ::gks::DType::kFloat16: {                                         \
+      using scalar_t = __half;                                             \
+      __VA_ARGS__;                                                         \
+    } break;                                                               \
+    case ::gks::DType::kBFloat16: {                                        \
+      using scalar_t = __nv_bfloat16;                                      \
+      __VA_ARGS__;                                                         \
+    } break;                                                               \
+    default:                                                               \
+      GKS_CHECK(false, kUnsupportedDtype) << "unsupported dtype " << ::gks::dtype_name(dtype); \
+  }

@@ -1,0 +1,116 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "gks/rmsnorm.h"
+
+#include <algorithm>
+
+#include "gks/kernels/rmsnorm.cuh"
+#include "launch.h"
+
+namespace gks {
+namespace detail {
+
+// Register-resident rows need at most this many 16-byte accesses per thread.
+constexpr int kMaxVecsPerThread = 8;
+
+RmsNormPlan plan_rmsnorm(int64_t cols, DType dtype, bool aligned16) {
+  RmsNormPlan plan;
+  plan.vec = aligned16 ? int(16 / dtype_size(dtype)) : 1;
+  const int64_t accesses = ceil_div(std::max<int64_t>(cols, 1), plan.vec);
+  if (accesses <= 32 * kMaxVecsPerThread) {
+    // Short rows: a warp per row, four rows per block, no block barrier.
+    plan.threads_per_row = 32;
+    plan.rows_per_block = 4;
+    plan.vecs_per_thread = accesses <= 32 ? 1 : accesses <= 64 ? 2 : accesses <= 128 ? 4 : 8;
+  } else if (accesses <= 1024 * kMaxVecsPerThread) {
+    // A block per row, as few threads as keep each thread at <= 8 accesses (more accesses
+    // in flight per thread, more blocks per SM).
+    int threads = 64;
+    while (int64_t(threads) * kMaxVecsPerThread < accesses) threads *= 2;
+    plan.threads_per_row = threads;
+    plan.vecs_per_thread = kMaxVecsPerThread;
+  } else {
+    plan.kind = RmsNormPlan::Kind::kLooped;
+    plan.threads_per_row = 1024;
+  }
+  return plan;
+}
+
+namespace {
+
+using kernels::RmsNormParams;
+
+template <typename T, int kVec, int kThreads, int kVecs, int kRows>
+void launch_registers(const RmsNormParams& p, cudaStream_t stream) {
+  const dim3 block(kThreads, kRows);
+  const auto grid = static_cast<unsigned>(ceil_div(p.rows, kRows));
+  kernels::rmsnorm_registers_kernel<T, kVec, kThreads, kVecs, kRows><<<grid, block, 0, stream>>>(p);
+}
+
+template <typename T, int kVec>
+void launch_plan(const RmsNormPlan& plan, const RmsNormParams& p, cudaStream_t stream) {
+  if (plan.kind == RmsNormPlan::Kind::kLooped) {
+    kernels::rmsnorm_looped_kernel<T, kVec, 1024>
+        <<<static_cast<unsigned>(p.rows), 1024, 0, stream>>>(p);
+    return;
+  }
+  if (plan.threads_per_row == 32) {
+    switch (plan.vecs_per_thread) {
+      case 1: return launch_registers<T, kVec, 32, 1, 4>(p, stream);
+      case 2: return launch_registers<T, kVec, 32, 2, 4>(p, stream);
+      case 4: return launch_registers<T, kVec, 32, 4, 4>(p, stream);
+      default: return launch_registers<T, kVec, 32, 8, 4>(p, stream);
+    }
+  }
+  switch (plan.threads_per_row) {
+    case 64: return launch_registers<T, kVec, 64, 8, 1>(p, stream);
+    case 128: return launch_registers<T, kVec, 128, 8, 1>(p, stream);
+    case 256: return launch_registers<T, kVec, 256, 8, 1>(p, stream);
+    case 512: return launch_registers<T, kVec, 512, 8, 1>(p, stream);
+    default: return launch_registers<T, kVec, 1024, 8, 1>(p, stream);
+  }
+}
+
+}  // namespace
+}  // namespace detail
+
+void rmsnorm(const RmsNormArgs& args, cudaStream_t stream) {
+  constexpr const char* kOp = "gks.rmsnorm";
+  const TensorRef &x = args.x, &w = args.weight, &y = args.y;
+  check_cuda(x, kOp, "x");
+  check_dtype_float(x, kOp, "x");
+  check_same_device(x, "x", w, "weight", kOp);
+  check_same_device(x, "x", y, "y", kOp);
+  check_same_dtype(x, "x", w, "weight", kOp);
+  check_same_dtype(x, "x", y, "y", kOp);
+  const RowLayout x_rows = row_layout(x, kOp, "x");
+  check_same_shape(x, "x", y, "y", kOp);
+  const RowLayout y_rows = row_layout(y, kOp, "y");
+  GKS_CHECK(w.ndim == 1 && w.shape[0] == x_rows.cols, kInvalidArgument)
+      << kOp << ": argument 'weight' must have shape [" << x_rows.cols
+      << "] (the last dim of x), got " << w.shape_string();
+  GKS_CHECK(w.strides[0] == 1 || w.shape[0] <= 1, kInvalidArgument)
+      << kOp << ": argument 'weight' must be contiguous, got stride " << w.strides[0];
+  GKS_CHECK(args.eps >= 0.f, kInvalidArgument)
+      << kOp << ": argument 'eps' must be >= 0, got " << args.eps;
+  GKS_CHECK(x_rows.rows <= int64_t(INT32_MAX), kInvalidArgument)
+      << kOp << ": at most 2^31 - 1 rows are supported, got " << x_rows.rows;
+  if (x_rows.rows == 0 || x_rows.cols == 0) return;
+
+  const int64_t vec = 16 / dtype_size(x.dtype);
+  const bool aligned = detail::aligned16(x.data) && detail::aligned16(y.data) &&
+                       detail::aligned16(w.data) && x_rows.rows_aligned_to(vec) &&
+                       y_rows.rows_aligned_to(vec);
+  const detail::RmsNormPlan plan = detail::plan_rmsnorm(x_rows.cols, x.dtype, aligned);
+  const kernels::RmsNormParams params{x.data, w.data,         y.data, x_rows,
+                                      y_rows, x_rows.rows, x_rows.cols, args.eps};
+  const detail::DeviceGuard guard(x.device.index);
+  GKS_DISPATCH_FLOAT(x.dtype, {
+    if (plan.vec == 1)
+      detail::launch_plan<scalar_t, 1>(plan, params, stream);
+    else
+      detail::launch_plan<scalar_t, kernels::kVec16<scalar_t>>(plan, params, stream);
+  });
+  detail::check_launch(kOp);
+}
+
+}  // namespace gks

@@ -1,0 +1,25 @@
+# SPDX-License-Identifier: Apache-2.0
+"""gks::rmsnorm — see gks._torch_ops for what every custom op guarantees."""
+
+from __future__ import annotations
+
+import torch
+
+from gks import cuda
+
+
+@torch.library.custom_op("gks::rmsnorm", mutates_args=())
+def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """RMSNorm over the last dim of x [..., N]; fp32 math, output in x's dtype.
+
+    x: fp32/fp16/bf16 CUDA tensor, last dim contiguous, any leading strides.
+    weight: [N], x's dtype. Runs on the current CUDA stream.
+    """
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    cuda.rmsnorm_out(x, weight, y, eps)
+    return y
+
+
+@rmsnorm.register_fake
+def _(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)

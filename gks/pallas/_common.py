@@ -1,0 +1,22 @@
+# SPDX-License-Identifier: Apache-2.0
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+FLOAT_DTYPES = (jnp.float32, jnp.float16, jnp.bfloat16)
+
+
+def default_interpret(x: jax.Array) -> bool:
+    """Interpret mode unless the array lives on a GPU."""
+    devices = getattr(x, "devices", lambda: set())()
+    return not any(d.platform == "gpu" for d in devices)
+
+
+def check_float(x, op: str, arg: str) -> None:
+    if x.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{op}: argument '{arg}' must be float32, float16 or bfloat16, got {x.dtype}")
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())

@@ -1,0 +1,52 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Test set-up shared by every test file.
+
+Without a CUDA GPU, Triton runs in its interpreter (TRITON_INTERPRET=1 must be set before
+triton is imported, hence here) and Pallas in interpret mode; GPU-only tests skip with the
+reason stated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import pytest
+import torch
+
+HAS_GPU = torch.cuda.is_available()
+if not HAS_GPU:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+from gks import _native  # noqa: E402
+
+HAS_NATIVE = _native.available()
+DEVICE = "cuda" if HAS_GPU else "cpu"
+
+requires_gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU; this machine has none")
+requires_native = pytest.mark.skipif(
+    not HAS_NATIVE, reason="the gks CUDA library is not built (GKS_SKIP_CUDA_BUILD=1?)"
+)
+
+
+def seed_for(*parts) -> int:
+    """A fresh, reproducible seed per test case (stable across runs and machines)."""
+    digest = hashlib.sha256(repr(parts).encode()).digest()
+    return int.from_bytes(digest[:4], "little")
+
+
+def poison_allocator(nbytes: int, device: str) -> None:
+    """Fill the next allocation of about `nbytes` with NaN bytes (0xFF) by allocating,
+    filling and freeing a block of that size: torch's caching allocator hands the same
+    block to the op's next output allocation, so an element the kernel never writes
+    shows up as NaN instead of a plausible stale value."""
+    if device == "cuda" and nbytes > 0:
+        block = torch.empty(nbytes, dtype=torch.uint8, device=device)
+        block.fill_(0xFF)
+        del block
+
+
+@pytest.fixture
+def device() -> str:
+    return DEVICE

@@ -1,0 +1,158 @@
+// SPDX-License-Identifier: Apache-2.0
+// Host-side logic of the C++ API: validation, row layouts and launch plans. None of these
+// touch a GPU, so they run in CI on a machine without one.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "gks/gks.h"
+
+namespace {
+
+const gks::Device kGpu{gks::DeviceType::kCUDA, 0};
+const gks::Device kCpu{gks::DeviceType::kCPU, 0};
+
+// Runs `call`, expects a gks::Error of `kind` whose message contains `needle`.
+template <typename F>
+void expect_error(F&& call, gks::ErrorKind kind, const std::string& needle) {
+  try {
+    call();
+    FAIL() << "expected gks::Error containing '" << needle << "'";
+  } catch (const gks::Error& e) {
+    EXPECT_EQ(int(e.kind()), int(kind)) << e.what();
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+gks::RmsNormArgs valid_args(void* p) {
+  gks::RmsNormArgs a;
+  a.x = gks::TensorRef::make(p, gks::DType::kFloat16, {4, 8}, kGpu);
+  a.weight = gks::TensorRef::make(p, gks::DType::kFloat16, {8}, kGpu);
+  a.y = gks::TensorRef::make(p, gks::DType::kFloat16, {4, 8}, kGpu);
+  return a;
+}
+
+TEST(TensorRef, ContiguousStridesByDefault) {
+  const auto t = gks::TensorRef::make(nullptr, gks::DType::kFloat32, {2, 3, 4}, kGpu);
+  EXPECT_EQ(t.strides[0], 12);
+  EXPECT_EQ(t.strides[1], 4);
+  EXPECT_EQ(t.strides[2], 1);
+  EXPECT_EQ(t.numel(), 24);
+  EXPECT_EQ(t.shape_string(), "[2, 3, 4]");
+}
+
+TEST(RowLayout, MergesContiguousLeadingDims) {
+  const auto t = gks::TensorRef::make(nullptr, gks::DType::kFloat32, {2, 3, 5}, kGpu);
+  const auto rows = gks::row_layout(t, "op", "x");
+  EXPECT_EQ(rows.rows, 6);
+  EXPECT_EQ(rows.cols, 5);
+  ASSERT_EQ(rows.ndims, 1);
+  EXPECT_EQ(rows.row_offset(4), 20);
+}
+
+TEST(RowLayout, KeepsStridedLeadingDims) {
+  // A [2, 3, 5] view of a [2, 4, 8] buffer: rows are 8 apart, the outer dim 32 apart.
+  const auto t =
+      gks::TensorRef::make(nullptr, gks::DType::kFloat32, {2, 3, 5}, kGpu, {32, 8, 1});
+  const auto rows = gks::row_layout(t, "op", "x");
+  ASSERT_EQ(rows.ndims, 2);
+  EXPECT_EQ(rows.rows, 6);
+  EXPECT_EQ(rows.row_offset(0), 0);
+  EXPECT_EQ(rows.row_offset(2), 16);
+  EXPECT_EQ(rows.row_offset(3), 32);
+  EXPECT_EQ(rows.row_offset(5), 48);
+  EXPECT_TRUE(rows.rows_aligned_to(8));
+  EXPECT_FALSE(rows.rows_aligned_to(16));
+}
+
+TEST(RowLayout, RejectsNonContiguousLastDim) {
+  const auto t = gks::TensorRef::make(nullptr, gks::DType::kFloat32, {4, 6}, kGpu, {1, 4});
+  expect_error([&] { gks::row_layout(t, "gks.op", "x"); }, gks::ErrorKind::kInvalidArgument,
+               "argument 'x' must be contiguous in its last dim");
+}
+
+TEST(RmsNorm, RejectsCpuTensor) {
+  char buf[64];
+  auto a = valid_args(buf);
+  a.x.device = kCpu;
+  expect_error([&] { gks::rmsnorm(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "argument 'x' must be a CUDA tensor");
+}
+
+TEST(RmsNorm, RejectsMismatchedDtype) {
+  char buf[64];
+  auto a = valid_args(buf);
+  a.weight.dtype = gks::DType::kFloat32;
+  expect_error([&] { gks::rmsnorm(a, nullptr); }, gks::ErrorKind::kUnsupportedDtype,
+               "argument 'weight' must have the dtype of 'x' (float16), got float32");
+}
+
+TEST(RmsNorm, RejectsIntegerInput) {
+  char buf[64];
+  auto a = valid_args(buf);
+  a.x.dtype = a.weight.dtype = a.y.dtype = gks::DType::kInt8;
+  expect_error([&] { gks::rmsnorm(a, nullptr); }, gks::ErrorKind::kUnsupportedDtype,
+               "argument 'x' must be float32, float16 or bfloat16, got int8");
+}
+
+TEST(RmsNorm, RejectsWeightOfWrongLength) {
+  char buf[64];
+  auto a = valid_args(buf);
+  a.weight.shape[0] = 7;
+  expect_error([&] { gks::rmsnorm(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "argument 'weight' must have shape [8]");
+}
+
+TEST(RmsNorm, RejectsOutputOfWrongShape) {
+  char buf[64];
+  auto a = valid_args(buf);
+  a.y.shape[0] = 3;
+  expect_error([&] { gks::rmsnorm(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "argument 'y' must have the shape of 'x'");
+}
+
+TEST(RmsNorm, RejectsOtherDevice) {
+  char buf[64];
+  auto a = valid_args(buf);
+  a.weight.device.index = 1;
+  expect_error([&] { gks::rmsnorm(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "argument 'weight' must be on the device of 'x' (cuda:0), got cuda:1");
+}
+
+TEST(RmsNorm, RejectsNegativeEps) {
+  char buf[64];
+  auto a = valid_args(buf);
+  a.eps = -1.f;
+  expect_error([&] { gks::rmsnorm(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "argument 'eps' must be >= 0");
+}
+
+TEST(RmsNormPlan, WarpPerRowForShortRows) {
+  const auto p = gks::detail::plan_rmsnorm(1024, gks::DType::kBFloat16, true);
+  EXPECT_EQ(p.kind, gks::detail::RmsNormPlan::Kind::kRegisters);
+  EXPECT_EQ(p.vec, 8);
+  EXPECT_EQ(p.threads_per_row, 32);
+  EXPECT_EQ(p.vecs_per_thread, 4);  // 1024 / 8 = 128 accesses = 32 lanes x 4
+  EXPECT_EQ(p.rows_per_block, 4);
+}
+
+TEST(RmsNormPlan, BlockPerRowCoversTheRowInRegisters) {
+  for (int64_t cols : {1025, 4096, 8191, 32768}) {
+    for (auto dtype : {gks::DType::kFloat32, gks::DType::kBFloat16}) {
+      const auto p = gks::detail::plan_rmsnorm(cols, dtype, true);
+      ASSERT_EQ(p.kind, gks::detail::RmsNormPlan::Kind::kRegisters) << cols;
+      EXPECT_GE(int64_t(p.threads_per_row) * p.vecs_per_thread * p.vec, cols) << cols;
+      EXPECT_EQ(p.rows_per_block, p.threads_per_row > 32 ? 1 : 4);
+    }
+  }
+}
+
+TEST(RmsNormPlan, LongOrUnalignedRows) {
+  const auto p = gks::detail::plan_rmsnorm(262144, gks::DType::kFloat32, true);
+  EXPECT_EQ(p.kind, gks::detail::RmsNormPlan::Kind::kLooped);
+  const auto q = gks::detail::plan_rmsnorm(4097, gks::DType::kFloat16, false);
+  EXPECT_EQ(q.vec, 1);
+  EXPECT_GE(int64_t(q.threads_per_row) * q.vecs_per_thread, 4097);
+}
+
+}  // namespace
