@@ -13,7 +13,7 @@ import math
 import pytest
 
 from conftest import DEVICE, HAS_GPU, HAS_NATIVE, poison_allocator, seed_for
-from checks import assert_matches
+from checks import check_output
 from gks import registry
 
 # Interpreters run on numpy, one program at a time: keep their inputs small.
@@ -54,11 +54,7 @@ def test_matches_reference(spec, backend, dtype, shape):
     ref = spec.reference(**inputs, precise=True)
     poison_allocator(sum(r.numel() * r.element_size() for r in _tensors(ref)), DEVICE)
     out = backend.load()(**inputs)
-    what = f"{spec.name}/{backend.name}/{dtype}/{shape}"
-    if spec.check is not None:
-        spec.check(out, ref, dtype, inputs)
-    else:
-        assert_matches(out, ref, dtype, spec.tolerance, what)
+    check_output(spec, out, inputs, dtype, f"{spec.name}/{backend.name}/{dtype}/{shape}", ref)
 
 
 def _tensors(value):

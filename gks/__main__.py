@@ -1,0 +1,107 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The gks command line: `python -m gks {list,bench,test,autotune} ...` (also `gks ...`).
+
+  list      ops x backends x supported architectures (``--format json``: see FORMAT_JSON)
+  bench     time backends and peers on the H200 (see gks.profile.bench)
+  test      run the test suite (pytest) of a source checkout, optionally for one op
+  autotune  measure every tile config and store the winners (see gks.profile.autotune)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from gks import registry
+
+FORMAT_JSON = """\
+`gks list --format json` prints {"gks_version": str, "ops": [op, ...]}; each op is:
+  name          the op's name (gks.<name>, gks.triton.<name>, gks.pallas.<name>, gks.reference.<name>)
+  summary       one line on what it computes
+  signature     arguments and result, with shapes
+  shape_names   what each entry of a bench/test shape means, e.g. ["M", "N"]
+  dtypes        input dtypes the op accepts (torch names)
+  backends      [{name, archs (GPU architectures it is built or tuned for), interpreted
+                (whether it also runs on a CPU through an interpreter)}]
+  tolerance     {dtype: [atol, rtol]} against the float64 reference
+  bench_shapes  the shapes `gks bench` times by default
+  peers         the reference implementations `gks bench --with-references` times beside it
+  configs       tile configs of the CUDA kernel the autotuner chooses among ([] if none)"""
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    ops = registry.ops()
+    if args.format == "json":
+        import gks
+
+        print(json.dumps({"gks_version": gks.__version__, "ops": [registry.describe(s) for s in ops]}, indent=1))
+        return 0
+    names = sorted({b.name for s in ops for b in s.backends})
+    rows = [["op"] + names + ["dtypes"]]
+    for s in ops:
+        have = {b.name: ", ".join(b.archs) + (" +interp" if b.interpreted else "") for b in s.backends}
+        rows.append([s.name] + [have.get(n, "-") for n in names] + [", ".join(s.dtypes)])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for i, r in enumerate(rows):
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+        if i == 0:
+            print("  ".join("-" * w for w in widths))
+    return 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from gks.profile import bench
+
+    return bench.run(args)
+
+
+def _cmd_test(args: argparse.Namespace) -> int:
+    tests = Path(__file__).resolve().parent.parent / "tests"
+    if not tests.is_dir():
+        print("gks test: the tests live in the source checkout (tests/), which this install lacks",
+              file=sys.stderr)
+        return 2
+    import pytest
+
+    extra = ["-k", args.kernel] if args.kernel else []
+    return int(pytest.main([str(tests), "-q", *extra, *args.pytest_args]))
+
+
+def _cmd_autotune(args: argparse.Namespace) -> int:
+    from gks.profile import autotune
+
+    return autotune.main(args.rest)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gks", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    lp = sub.add_parser("list", help="ops x backends x archs", epilog=FORMAT_JSON,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    lp.add_argument("--format", choices=("table", "json"), default="table")
+    lp.set_defaults(func=_cmd_list)
+    from gks.profile import bench
+
+    bp = sub.add_parser("bench", help="time backends and peers")
+    bench.add_arguments(bp)
+    bp.set_defaults(func=_cmd_bench)
+    tp = sub.add_parser("test", help="run the test suite of a source checkout")
+    tp.add_argument("--kernel", help="only tests whose id mentions this op")
+    tp.add_argument("pytest_args", nargs=argparse.REMAINDER, help="passed to pytest")
+    tp.set_defaults(func=_cmd_test)
+    ap = sub.add_parser("autotune", help="tune tile configs (see gks.profile.autotune)", add_help=False)
+    ap.add_argument("rest", nargs=argparse.REMAINDER)
+    ap.set_defaults(func=_cmd_autotune)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

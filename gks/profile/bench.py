@@ -1,0 +1,308 @@
+# SPDX-License-Identifier: Apache-2.0
+"""`python -m gks bench`: time every backend of an op (and its peers) over the spec's bench
+shapes and dtypes; report median and spread, GB/s and TFLOP/s from the spec's formulas, the
+fraction of the device copy bandwidth measured in the same run, and ratios against each
+peer. Without a GPU it says so and runs the interpreter correctness sweep instead.
+
+JSON schema (``--json PATH``), one object:
+  device:   {name, capability, sms, l2_bytes, driver, clocks_start, clocks_end}
+  versions: {gks, torch, triton, jax, cuda}
+  copy_gbps: measured device copy bandwidth (bytes read + written per second, 1e9)
+  rows: list of {op, variant, kind ("gks" | "peer"), shape, dtype, median_us, p20_us, p80_us,
+        gbps, tflops, frac_copy_bw, checked ("ok" | "FAILED: ..." | "n/a"),
+        vs_peers: {peer name: peer median / this median (> 1: this is faster)}}
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+from gks import registry
+
+# ops -> timed only on these backends when --backends is not given
+DEFAULT_BACKENDS = ("cuda", "triton", "pallas")
+
+
+def _versions() -> dict[str, str]:
+    out = {"gks": importlib.import_module("gks").__version__, "python": platform.python_version()}
+    for name in ("torch", "triton", "jax"):
+        try:
+            out[name] = importlib.import_module(name).__version__
+        except Exception as e:  # noqa: BLE001 - report any import failure as a version string
+            out[name] = f"unavailable ({type(e).__name__})"
+    try:
+        import torch
+
+        out["cuda"] = str(torch.version.cuda)
+    except ImportError:
+        pass
+    return out
+
+
+def _device_info() -> dict[str, Any]:
+    import torch
+
+    from gks.profile.timing import gpu_clocks
+
+    p = torch.cuda.get_device_properties(0)
+    info = {
+        "name": p.name,
+        "capability": f"{p.major}.{p.minor}",
+        "sms": p.multi_processor_count,
+        "l2_bytes": getattr(p, "L2_cache_size", 50 << 20),
+        "clocks_start": gpu_clocks(),
+    }
+    try:
+        import subprocess
+
+        info["driver"] = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=10,
+        ).stdout.strip()
+    except OSError:
+        info["driver"] = "unknown"
+    return info
+
+
+def _tensor_bytes(inputs: dict) -> int:
+    import torch
+
+    return sum(v.numel() * v.element_size() for v in inputs.values() if isinstance(v, torch.Tensor))
+
+
+def _pallas_call(spec):
+    """The Pallas op on JAX arrays (timed without the torch<->JAX bridge in the loop)."""
+    import jax
+    import torch
+
+    fn = getattr(importlib.import_module("gks.pallas"), spec.name)
+
+    def convert(inputs):
+        return {k: jax.dlpack.from_dlpack(v.contiguous()) if isinstance(v, torch.Tensor) else v
+                for k, v in inputs.items()}
+
+    def to_torch(out):
+        if isinstance(out, tuple):
+            return tuple(torch.from_dlpack(o) for o in out)
+        return torch.from_dlpack(out)
+
+    return fn, convert, to_torch, jax.block_until_ready
+
+
+def bench_op(spec, *, backends, dtypes, shapes, with_references, reps, progress) -> list[dict]:
+    import torch
+
+    from gks.profile.timing import Variant, sets_for_cold_l2, time_interleaved
+    from gks.testing import check_output
+
+    l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20)
+    rows = []
+    for shape in shapes:
+        for dtype in dtypes:
+            progress(f"{spec.name} {'x'.join(map(str, shape))} {dtype}")
+            probe = spec.make_inputs(shape, dtype, "cuda", 0)
+            n_sets = sets_for_cold_l2(_tensor_bytes(probe), l2)
+            sets = [probe] + [spec.make_inputs(shape, dtype, "cuda", s) for s in range(1, n_sets)]
+            variants, kinds, checks = [], {}, {}
+            for b in spec.backends:
+                if b.name not in backends:
+                    continue
+                if b.name == "pallas":
+                    fn, convert, to_torch, sync = _pallas_call(spec)
+                    v = Variant(f"gks.{b.name}", fn, [convert(s) for s in sets], host_sync=sync)
+                    checks[v.name] = to_torch
+                else:
+                    v = Variant(f"gks.{b.name}", b.load(), sets)
+                    checks[v.name] = lambda o: o
+                variants.append(v)
+                kinds[v.name] = "gks"
+            if with_references:
+                for peer in spec.peers:
+                    variants.append(Variant(peer.name, peer.make(), sets))
+                    kinds[peer.name] = "peer"
+            failed = {}
+            for v in list(variants):
+                try:  # compile / first call outside the timing; a failure is reported, not fatal
+                    v.fn(**v.input_sets[0])
+                    torch.cuda.synchronize()
+                except Exception as e:  # noqa: BLE001
+                    failed[v.name] = f"FAILED to run: {type(e).__name__}: {str(e)[:200]}"
+                    variants.remove(v)
+            time_interleaved(variants, reps=reps)
+            peers = {v.name: v.median_ms for v in variants if kinds[v.name] == "peer"}
+            flops, nbytes = spec.flops(shape), spec.bytes_moved(shape, dtype)
+            for v in variants:
+                checked = "n/a"
+                if kinds[v.name] == "gks":
+                    # Re-check the output of the last timed call against its input set.
+                    try:
+                        check_output(spec, checks[v.name](v.last_output), sets[v.last_set], dtype, v.name)
+                        checked = "ok"
+                    except AssertionError as e:
+                        checked = f"FAILED: {str(e).splitlines()[0][:200]}"
+                t = v.median_ms * 1e-3
+                rows.append({
+                    "op": spec.name, "variant": v.name, "kind": kinds[v.name],
+                    "shape": list(shape), "dtype": dtype,
+                    "median_us": v.median_ms * 1e3, "p20_us": v.quantile_ms(0.2) * 1e3,
+                    "p80_us": v.quantile_ms(0.8) * 1e3,
+                    "gbps": nbytes / t / 1e9, "tflops": flops / t / 1e12,
+                    "checked": checked,
+                    "vs_peers": {p: pt / v.median_ms for p, pt in peers.items() if p != v.name},
+                })
+            for name, why in failed.items():
+                rows.append({"op": spec.name, "variant": name, "kind": kinds[name], "shape": list(shape),
+                             "dtype": dtype, "checked": why})
+            del sets, variants
+            torch.cuda.empty_cache()
+    return rows
+
+
+def interpreter_sweep(specs, dtypes_filter, max_elements: int = 4096) -> int:
+    """Correctness of the interpreted backends on small shapes (no GPU needed)."""
+    import os
+
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+    import math
+
+    from gks.testing import check_output
+
+    failures = 0
+    print(f"{'op':<22}{'backend':<10}{'dtype':<10}{'shape':<16}result")
+    for spec in specs:
+        for b in spec.backends:
+            if not b.interpreted:
+                continue
+            fn = b.load()
+            for dtype in spec.dtypes:
+                if dtypes_filter and dtype not in dtypes_filter:
+                    continue
+                for shape in spec.test_shapes:
+                    if math.prod(shape) > max_elements:
+                        continue
+                    inputs = spec.make_inputs(shape, dtype, "cpu", 1234)
+                    try:
+                        check_output(spec, fn(**inputs), inputs, dtype, f"{spec.name}/{b.name}")
+                        result = "ok"
+                    except AssertionError as e:
+                        failures += 1
+                        result = f"FAILED: {str(e).splitlines()[0][:100]}"
+                    print(f"{spec.name:<22}{b.name:<10}{dtype:<10}{'x'.join(map(str, shape)):<16}{result}")
+    return failures
+
+
+def print_table(rows: list[dict], copy_gbps: float | None) -> None:
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        Console = None  # noqa: N806
+    header = ["op", "variant", "shape", "dtype", "median µs", "p20-p80 µs", "GB/s", "TFLOP/s",
+              "% copy BW", "fastest peer ×", "check"]
+    lines = []
+    for r in rows:
+        if "median_us" not in r:
+            lines.append([r["op"], r["variant"], "x".join(map(str, r["shape"])), r["dtype"],
+                          "-", "-", "-", "-", "-", "-", r["checked"]])
+            continue
+        best_peer = max(r["vs_peers"].values()) if r["kind"] == "gks" and r["vs_peers"] else None
+        lines.append([
+            r["op"], r["variant"], "x".join(map(str, r["shape"])), r["dtype"],
+            f"{r['median_us']:.1f}", f"{r['p20_us']:.1f}-{r['p80_us']:.1f}", f"{r['gbps']:.0f}",
+            f"{r['tflops']:.2f}", f"{100 * r['frac_copy_bw']:.0f}%" if r.get("frac_copy_bw") else "-",
+            # ratio to the FASTEST peer: fastest peer time / ours = min over peers of ratio
+            f"{min(r['vs_peers'].values()):.2f}" if best_peer is not None else "-",
+            r["checked"],
+        ])
+    if Console is None:
+        print(" | ".join(header))
+        for line in lines:
+            print(" | ".join(line))
+        return
+    table = Table(title=f"gks bench (device copy bandwidth {copy_gbps:.0f} GB/s)" if copy_gbps else "gks bench")
+    for h in header:
+        table.add_column(h, justify="right" if h not in ("op", "variant", "check") else "left")
+    for line in lines:
+        table.add_row(*line)
+    Console(width=200).print(table)
+
+
+def _parse_shapes(text: str | None) -> list[tuple[int, ...]] | None:
+    if not text:
+        return None
+    return [tuple(int(d) for d in s.split("x")) for s in text.split(",")]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--kernel", action="append", help="op to bench (repeatable); see `gks list`")
+    p.add_argument("--all", action="store_true", help="every op in the registry")
+    p.add_argument("--backends", help=f"comma list (default: {','.join(DEFAULT_BACKENDS)})")
+    p.add_argument("--dtypes", help="comma list (default: the spec's dtypes)")
+    p.add_argument("--shapes", help="comma list like 4096x4096,1024x8192 (default: the spec's bench shapes)")
+    p.add_argument("--with-references", action="store_true", help="also time the spec's peers")
+    p.add_argument("--json", type=Path, help="write the results here (schema in gks.profile.bench)")
+    p.add_argument("--reps", type=int, default=15, help="timed repetitions per variant (default 15)")
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.all and not args.kernel:
+        print("gks bench: give --kernel NAME (repeatable) or --all", file=sys.stderr)
+        return 2
+    try:
+        specs = registry.ops() if args.all else [registry.get(k) for k in args.kernel]
+    except KeyError as e:
+        print(f"gks bench: {e.args[0]}", file=sys.stderr)
+        return 2
+    dtypes = args.dtypes.split(",") if args.dtypes else None
+    import torch
+
+    if not torch.cuda.is_available():
+        print("gks bench: no CUDA GPU on this machine, so nothing can be timed. Running the "
+              "interpreter correctness sweep (Triton interpreter, Pallas interpret mode) on small "
+              "shapes instead.")
+        failures = interpreter_sweep(specs, dtypes)
+        print(f"interpreter sweep: {'all ok' if not failures else f'{failures} FAILED'}")
+        return 1 if failures else 0
+
+    backends = tuple(args.backends.split(",")) if args.backends else DEFAULT_BACKENDS
+    from gks.profile.timing import copy_bandwidth_gbps, gpu_clocks
+
+    device = _device_info()
+    copy_gbps = copy_bandwidth_gbps()
+    rows = []
+    jobs = [(s, sh, dt) for s in specs for sh in (_parse_shapes(args.shapes) or s.bench_shapes)
+            for dt in (dtypes or s.dtypes)]
+    try:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(jobs), desc="bench", file=sys.stderr)
+    except ImportError:
+        bar = None
+    for spec, shape, dtype in jobs:
+        def progress(msg):
+            if bar is not None:
+                bar.set_postfix_str(msg)
+        rows += bench_op(spec, backends=backends, dtypes=[dtype], shapes=[shape],
+                         with_references=args.with_references, reps=args.reps, progress=progress)
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    device["clocks_end"] = gpu_clocks()
+    for r in rows:
+        if "gbps" in r:
+            r["frac_copy_bw"] = r["gbps"] / copy_gbps
+    print_table(rows, copy_gbps)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(
+            {"device": device, "versions": _versions(), "copy_gbps": copy_gbps, "rows": rows}, indent=1))
+        print(f"wrote {args.json}")
+    bad = [r for r in rows if r["kind"] == "gks" and r["checked"] != "ok"]
+    return 1 if bad else 0

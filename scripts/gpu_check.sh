@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The GPU-machine check: build gks, run the C++ and Python test suites, run the CUDA ops
+# under compute-sanitizer (memcheck), run the benchmark with its peers, and print a short
+# summary table last. Logs and JSON go to OUTDIR.
+#
+#   scripts/gpu_check.sh OUTDIR [bench args...]     (default bench args: --all --with-references)
+#
+# Environment: GKS_CUDA_ARCHS (default 90a here, for build time; CI builds 80;90a),
+# GKS_CHECK_STEPS (default "build ctest example pytest sanitize bench").
+# Wheels in .whl/ (e.g. apache-tvm-ffi, absent from the GPU image) are installed first.
+set -uo pipefail
+OUT=${1:?usage: scripts/gpu_check.sh OUTDIR [bench args...]}
+shift
+BENCH_ARGS=("$@")
+[ ${#BENCH_ARGS[@]} -eq 0 ] && BENCH_ARGS=(--all --with-references)
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+mkdir -p "$OUT"
+STEPS=${GKS_CHECK_STEPS:-"build ctest example pytest sanitize bench"}
+ARCHS=${GKS_CUDA_ARCHS:-90a}
+PY=${PYTHON:-python3}
+BUILD=$ROOT/build-gpu
+export PYTHONUNBUFFERED=1 GKS_LIBRARY=$BUILD/libgks_tvm_ffi.so
+
+if compgen -G ".whl/*.whl" > /dev/null; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/gks-site .whl/*.whl \
+    && export PYTHONPATH=/tmp/gks-site:$ROOT${PYTHONPATH:+:$PYTHONPATH}
+fi
+export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
+
+declare -a SUMMARY
+run_step() {  # name, command...: runs it, logs to $OUT/name.log, records status and time
+  local name=$1; shift
+  case " $STEPS " in *" $name "*) ;; *) return 0 ;; esac
+  local t0=$SECONDS
+  echo "== $name: $*" | tee -a "$OUT/steps.log"
+  "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  local tail_line
+  tail_line=$(grep -E "passed|failed|FAILED|error|Error|tests passed|ERROR SUMMARY" "$OUT/$name.log" | tail -1 | cut -c1-90)
+  SUMMARY+=("$(printf '%-10s %-6s %5ss  %s' "$name" "$([ $rc -eq 0 ] && echo ok || echo FAIL:$rc)" "$((SECONDS - t0))" "$tail_line")")
+  [ $rc -eq 0 ] || tail -30 "$OUT/$name.log"
+  return $rc
+}
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$OUT/gpu.txt" 2>&1
+GTEST_ARG=()
+[ -d .gtest ] && GTEST_ARG=(-DGKS_GTEST_SOURCE_DIR="$ROOT/.gtest")
+run_step build bash -c "cmake -S . -B '$BUILD' -G Ninja -DGKS_CUDA_ARCHS='$ARCHS' -DPython_EXECUTABLE=\$(command -v $PY) ${GTEST_ARG[*]} && cmake --build '$BUILD' -j 16" || { printf '%s\n' "${SUMMARY[@]}"; exit 1; }
+run_step ctest ctest --test-dir "$BUILD" --output-on-failure
+run_step example "$BUILD/examples/cpp/rmsnorm_example"
+run_step pytest $PY -m pytest tests -q -p no:cacheprovider --junitxml="$OUT/pytest.xml"
+run_step sanitize bash -c "compute-sanitizer --tool memcheck --error-exitcode 1 '$BUILD/examples/cpp/rmsnorm_example' && compute-sanitizer --tool memcheck --error-exitcode 1 $PY scripts/sanitize_cases.py"
+run_step bench $PY -m gks bench "${BENCH_ARGS[@]}" --json "$OUT/bench.json"
+
+echo
+echo "== bench table (full log: bench.log)"
+sed -n '/gks bench/,$p' "$OUT/bench.log" 2>/dev/null | head -200
+echo
+echo "== gks GPU check summary ($(head -2 "$OUT/gpu.txt" | tail -1))"
+printf '%s\n' "${SUMMARY[@]}"

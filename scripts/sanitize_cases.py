@@ -1,0 +1,74 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Runs every CUDA-backend op of the registry on its small test shapes, plus a misaligned
+and a strided copy of each float input, and checks the results: the workload the GPU check
+runs under compute-sanitizer (memcheck), where a stray read or write is reported.
+
+usage: compute-sanitizer --tool memcheck python scripts/sanitize_cases.py [--max-elements N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+import torch
+
+from gks import registry
+from gks.testing import check_output
+
+
+def _shifted(t: torch.Tensor, shift: int) -> torch.Tensor:
+    """The same values, starting `shift` elements into a fresh buffer (misaligned)."""
+    buf = torch.empty(t.numel() + shift, dtype=t.dtype, device=t.device)
+    out = buf[shift:].view(t.shape)
+    out.copy_(t)
+    return out
+
+
+def _row_strided(t: torch.Tensor) -> torch.Tensor:
+    """The same values in rows padded by 8 elements (a strided row view)."""
+    if t.dim() < 2:
+        return t
+    buf = torch.empty(*t.shape[:-1], t.shape[-1] + 8, dtype=t.dtype, device=t.device)
+    out = buf[..., : t.shape[-1]]
+    out.copy_(t)
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--max-elements", type=int, default=1 << 16)
+    p.add_argument("--kernel", action="append")
+    args = p.parse_args()
+    failures = runs = 0
+    specs = [registry.get(k) for k in args.kernel] if args.kernel else registry.ops()
+    for spec in specs:
+        try:
+            fn = spec.backend("cuda").load()
+        except KeyError:
+            continue
+        for dtype in spec.dtypes:
+            for shape in spec.test_shapes:
+                if math.prod(shape) > args.max_elements:
+                    continue
+                base = spec.make_inputs(shape, dtype, "cuda", 7)
+                for layout, transform in (("dense", lambda t: t), ("misaligned", lambda t: _shifted(t, 1)),
+                                          ("strided", _row_strided)):
+                    inputs = {k: transform(v) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+                              for k, v in base.items()}
+                    what = f"{spec.name} {dtype} {shape} {layout}"
+                    runs += 1
+                    try:
+                        out = fn(**inputs)
+                        torch.cuda.synchronize()
+                        check_output(spec, out, inputs, dtype, what)
+                    except Exception as e:  # noqa: BLE001 - report every failure, keep going
+                        failures += 1
+                        print(f"FAILED {what}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+    print(f"sanitize cases: {runs - failures} passed, {failures} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

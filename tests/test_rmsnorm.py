@@ -1,0 +1,238 @@
+# SPDX-License-Identifier: Apache-2.0
+"""RMSNorm beyond the generic sweep: layouts, alignment, poisoned outputs, bad input,
+torch.compile / opcheck / CUDA graphs, streams, and the DLPack path from other frameworks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from checks import assert_matches
+from conftest import DEVICE, HAS_GPU, requires_gpu, requires_native, seed_for
+import gks
+from gks import registry
+
+SPEC = registry.get("rmsnorm")
+TOL = SPEC.tolerance
+
+
+def _rand(shape, dtype, seed, device=DEVICE):
+    gen = torch.Generator(device=device).manual_seed(seed)
+    return torch.randn(shape, generator=gen, device=device).to(dtype)
+
+
+def _backends():
+    """(name, fn) of the backends that can run here, over torch tensors."""
+    out = []
+    if HAS_GPU:
+        out.append(("cuda", gks.rmsnorm))
+    out.append(("triton", SPEC.backend("triton").load()))
+    return out
+
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+@pytest.mark.parametrize("name,fn", _backends())
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_strided_row_view(name, fn, dtype):
+    # Rows of 1000 inside rows of 1024 (row stride 1024), and a 3-D view whose leading
+    # dims cannot be merged (a slice in the middle dim).
+    base = _rand((6, 5, 1024), dtype, seed_for("strided", name, str(dtype)))
+    w = _rand((1000,), dtype, seed_for("w", name, str(dtype)))
+    for x in (base[:, 0, :1000], base[:, 1:4, :1000]):
+        assert not x.is_contiguous()
+        y = fn(x, w, 1e-6)
+        ref = SPEC.reference(x, w, 1e-6, precise=True)
+        assert_matches(y, ref, str(dtype).split(".")[1], TOL, f"{name} strided {tuple(x.shape)}")
+
+
+@pytest.mark.parametrize("name,fn", _backends())
+def test_leading_dims_and_1d(name, fn):
+    x = _rand((2, 3, 4, 33), torch.float32, 1)
+    w = _rand((33,), torch.float32, 2)
+    assert_matches(fn(x, w, 1e-5), SPEC.reference(x, w, 1e-5, precise=True), "float32", TOL, "4-D")
+    v = _rand((129,), torch.float32, 3)
+    wv = _rand((129,), torch.float32, 4)
+    assert_matches(fn(v, wv, 1e-6), SPEC.reference(v, wv, 1e-6, precise=True), "float32", TOL, "1-D")
+
+
+@pytest.mark.parametrize("name,fn", _backends())
+@pytest.mark.parametrize("offset", [1, 3])
+def test_unaligned_pointer(name, fn, offset):
+    # A view starting `offset` elements into its buffer is not 16-byte aligned: the CUDA
+    # backend must take its scalar path and still be right.
+    buf = _rand((8 * 4096 + offset,), torch.float16, seed_for("unaligned", name, offset))
+    x = buf[offset:].view(8, 4096)
+    w = _rand((4096,), torch.float16, 5)
+    assert_matches(fn(x, w, 1e-6), SPEC.reference(x, w, 1e-6, precise=True), "float16", TOL, "unaligned")
+
+
+def test_large_eps_and_zero_rows():
+    # A zero row gives zeros (0 * rsqrt(eps)); a large eps damps the scale. Checked on the
+    # reference here and against it on every backend below.
+    x = torch.zeros(3, 16)
+    w = torch.ones(16)
+    assert torch.equal(gks.reference.rmsnorm(x, w, 1e-6), x)
+
+
+@pytest.mark.parametrize("name,fn", _backends())
+def test_zero_rows_and_large_eps(name, fn):
+    x = _rand((4, 300), torch.float32, 7)
+    x[1].zero_()
+    w = _rand((300,), torch.float32, 8)
+    for eps in (1e-6, 10.0):
+        y = fn(x, w, eps)
+        assert torch.all(y[1] == 0)
+        assert_matches(y, SPEC.reference(x, w, eps, precise=True), "float32", TOL, f"eps={eps}")
+
+
+# ---------------------------------------------------------------- bad input
+
+
+# (argument named in the message, builder of the call's arguments on a device, exception)
+BAD_INPUTS = [
+    ("weight", lambda d: (torch.randn(4, 8, device=d), torch.ones(8, device=d).half()), (TypeError, ValueError)),
+    ("weight", lambda d: (torch.randn(4, 8, device=d), torch.ones(7, device=d)), ValueError),
+    ("weight", lambda d: (torch.randn(4, 8, device=d), torch.ones(2, 8, device=d)), ValueError),
+    ("x", lambda d: (torch.randn(8, 4, device=d).t(), torch.ones(4, device=d)), ValueError),
+    ("x", lambda d: (torch.randn(4, 8, device=d).int(), torch.ones(8, device=d)), TypeError),
+    ("eps", lambda d: (torch.randn(4, 8, device=d), torch.ones(8, device=d), -1.0), ValueError),
+]
+BAD_IDS = ["weight-dtype", "weight-length", "weight-2d", "x-last-dim-strided", "x-int", "eps-negative"]
+
+
+@pytest.mark.parametrize("arg,make,exc", BAD_INPUTS, ids=BAD_IDS)
+def test_triton_rejects_bad_input(arg, make, exc):
+    args = make(DEVICE)
+    with pytest.raises(exc, match=f"argument '{arg}'"):
+        gks.triton.rmsnorm(*args)
+
+
+@pytest.mark.parametrize("arg,make,exc", BAD_INPUTS, ids=BAD_IDS)
+def test_pallas_rejects_bad_input(arg, make, exc):
+    args = make("cpu")
+    import jax.numpy as jnp
+
+    if arg == "x" and args[0].dim() == 2 and args[0].stride(-1) != 1:
+        pytest.skip("JAX arrays have no strides: a non-contiguous last dim cannot be passed")
+    jargs = [jnp.asarray(a.cpu().numpy()) if isinstance(a, torch.Tensor) else a for a in args]
+    with pytest.raises(exc, match=f"argument '{arg}'"):
+        gks.pallas.rmsnorm(*jargs)
+
+
+@requires_native
+def test_cuda_rejects_cpu_tensor():
+    # Runs without a GPU too: the C++ API checks the device before touching CUDA.
+    with pytest.raises(ValueError, match="argument 'x' must be a CUDA tensor, got a tensor on cpu"):
+        gks.rmsnorm(torch.randn(4, 8), torch.ones(8))
+
+
+@requires_gpu
+@requires_native
+@pytest.mark.parametrize("arg,make,exc", BAD_INPUTS, ids=BAD_IDS)
+def test_cuda_rejects_bad_input(arg, make, exc):
+    args = make("cuda")
+    with pytest.raises(exc, match=f"argument '{arg}'"):
+        gks.rmsnorm(*args)
+        torch.cuda.synchronize()
+
+
+@requires_gpu
+@requires_native
+def test_cuda_rejects_weight_on_cpu():
+    with pytest.raises(ValueError, match="argument 'weight' must be on the device of 'x'"):
+        gks.rmsnorm(torch.randn(4, 8, device="cuda"), torch.ones(8))
+
+
+# ---------------------------------------------------------------- CUDA-only behaviour
+
+
+@requires_gpu
+@requires_native
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(3, 7), (5, 4096), (2, 40000), (1, 262144)])
+def test_out_variant_writes_every_element_and_nothing_else(dtype, shape):
+    # The output lives inside a NaN-filled buffer with a guard row on each side: every
+    # element of y must be written, and no byte around it.
+    m, n = shape
+    x = _rand(shape, dtype, seed_for("poison", str(dtype), shape))
+    w = _rand((n,), dtype, seed_for("poison-w", str(dtype), shape))
+    buf = torch.full((m + 2, n + 16), float("nan"), dtype=dtype, device="cuda")
+    y = buf[1 : m + 1, 8 : n + 8]
+    gks.cuda.rmsnorm_out(x, w, y, 1e-6)
+    torch.cuda.synchronize()
+    assert_matches(y, SPEC.reference(x, w, 1e-6, precise=True), str(dtype).split(".")[1], TOL, "out")
+    guard = buf.clone()
+    guard[1 : m + 1, 8 : n + 8] = float("nan")
+    assert torch.isnan(guard).all(), "the kernel wrote outside y"
+
+
+@requires_gpu
+@requires_native
+def test_opcheck():
+    x = _rand((16, 256), torch.bfloat16, 11)
+    w = _rand((256,), torch.bfloat16, 12)
+    torch.library.opcheck(torch.ops.gks.rmsnorm.default, (x, w, 1e-6))
+
+
+@requires_gpu
+@requires_native
+def test_torch_compile_fullgraph():
+    x = _rand((64, 1024), torch.float16, 13)
+    w = _rand((1024,), torch.float16, 14)
+
+    @torch.compile(fullgraph=True)
+    def block(x, w):
+        return gks.rmsnorm(x * 2.0, w, 1e-6) + 1.0
+
+    ref = SPEC.reference(x * 2.0, w, 1e-6, precise=True) + 1.0
+    assert_matches(block(x, w), ref.to(torch.float64), "float16", {"float16": (4e-3, 4e-3)}, "compiled")
+
+
+@requires_gpu
+@requires_native
+def test_cuda_graph_capture_and_side_stream():
+    x = _rand((128, 2048), torch.float32, 15)
+    w = _rand((2048,), torch.float32, 16)
+    ref = SPEC.reference(x, w, 1e-6, precise=True)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        y = gks.rmsnorm(x, w, 1e-6)  # warm-up on a side stream
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            y_graph = gks.rmsnorm(x, w, 1e-6)
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    assert_matches(y, ref, "float32", TOL, "side stream")
+    x.copy_(_rand((128, 2048), torch.float32, 17))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_matches(y_graph, SPEC.reference(x, w, 1e-6, precise=True), "float32", TOL, "graph replay")
+
+
+@requires_gpu
+@requires_native
+def test_cupy_and_jax_through_dlpack():
+    cupy = pytest.importorskip("cupy")
+    import tvm_ffi
+
+    x = cupy.random.standard_normal((32, 777), dtype=cupy.float32)
+    w = cupy.random.standard_normal(777, dtype=cupy.float32)
+    y = cupy.full_like(x, cupy.nan)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream, tvm_ffi.use_raw_stream(tvm_ffi.device("cuda", 0), stream.ptr):
+        gks.cuda.rmsnorm_out(x, w, y, 1e-6)
+    stream.synchronize()
+    xt, wt = torch.from_dlpack(x), torch.from_dlpack(w)
+    assert_matches(torch.from_dlpack(y), SPEC.reference(xt, wt, 1e-6, precise=True), "float32", TOL, "cupy")
+
+    jax = pytest.importorskip("jax")
+    jx = jax.dlpack.from_dlpack(xt.clone())
+    jw = jax.dlpack.from_dlpack(wt.clone())
+    out = torch.empty_like(xt)
+    torch.cuda.synchronize()
+    gks.cuda.rmsnorm_out(jx, jw, out, 1e-6)
+    torch.cuda.synchronize()
+    assert_matches(out, SPEC.reference(xt, wt, 1e-6, precise=True), "float32", TOL, "jax input")
