@@ -4,10 +4,11 @@
 namespace {
 
 void rmsnorm(tvm::ffi::TensorView x, tvm::ffi::TensorView weight, tvm::ffi::TensorView y,
-             double eps) {
+             double eps, int64_t config) {
   using namespace gks::ffi;
   translate_errors([&] {
-    const gks::RmsNormArgs args{to_ref(x), to_ref(weight), to_ref(y), static_cast<float>(eps)};
+    const gks::RmsNormArgs args{to_ref(x), to_ref(weight), to_ref(y), static_cast<float>(eps),
+                                static_cast<int>(config)};
     gks::rmsnorm(args, stream_for(args.x));
   });
 }

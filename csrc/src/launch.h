@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "gks/error.h"
+#include "gks/device_limits.h"
 #include "gks/tensor.h"
 
 namespace gks::detail {

@@ -12,26 +12,36 @@ namespace detail {
 // Register-resident rows need at most this many 16-byte accesses per thread.
 constexpr int kMaxVecsPerThread = 8;
 
-RmsNormPlan plan_rmsnorm(int64_t cols, DType dtype, bool aligned16) {
+RmsNormPlan plan_rmsnorm(int64_t cols, DType dtype, bool aligned16, int config,
+                         const DeviceLimits& limits) {
   RmsNormPlan plan;
   plan.vec = aligned16 ? int(16 / dtype_size(dtype)) : 1;
   const int64_t accesses = ceil_div(std::max<int64_t>(cols, 1), plan.vec);
-  if (accesses <= 32 * kMaxVecsPerThread) {
-    // Short rows: a warp per row, four rows per block, no block barrier.
+  const bool fits_registers = accesses <= 1024 * kMaxVecsPerThread;
+  // Short rows: a warp per row, four rows per block, read once, no block barrier.
+  if (accesses <= 32 * kMaxVecsPerThread && config != 1) {
     plan.threads_per_row = 32;
     plan.rows_per_block = 4;
     plan.vecs_per_thread = accesses <= 32 ? 1 : accesses <= 64 ? 2 : accesses <= 128 ? 4 : 8;
-  } else if (accesses <= 1024 * kMaxVecsPerThread) {
-    // A block per row, as few threads as keep each thread at <= 8 accesses (more accesses
-    // in flight per thread, more blocks per SM).
+    return plan;
+  }
+  if (config == 0 && fits_registers) {
+    // A block per row, as few threads as keep each thread at <= 8 accesses.
     int threads = 64;
     while (int64_t(threads) * kMaxVecsPerThread < accesses) threads *= 2;
     plan.threads_per_row = threads;
     plan.vecs_per_thread = kMaxVecsPerThread;
-  } else {
-    plan.kind = RmsNormPlan::Kind::kLooped;
-    plan.threads_per_row = 1024;
+    return plan;
   }
+  // Looped: the fewest threads per row (so the most rows per SM) for which every row in
+  // flight still fits in half the L2, so the second pass reads from L2.
+  plan.kind = RmsNormPlan::Kind::kLooped;
+  const int64_t row_bytes = cols * dtype_size(dtype);
+  int threads = 128;
+  while (threads < 1024 &&
+         int64_t(limits.sms) * (limits.max_threads_per_sm / threads) * row_bytes > limits.l2_bytes / 2)
+    threads *= 2;
+  plan.threads_per_row = threads;
   return plan;
 }
 
@@ -49,9 +59,13 @@ void launch_registers(const RmsNormParams& p, cudaStream_t stream) {
 template <typename T, int kVec>
 void launch_plan(const RmsNormPlan& plan, const RmsNormParams& p, cudaStream_t stream) {
   if (plan.kind == RmsNormPlan::Kind::kLooped) {
-    kernels::rmsnorm_looped_kernel<T, kVec, 1024>
-        <<<static_cast<unsigned>(p.rows), 1024, 0, stream>>>(p);
-    return;
+    const auto grid = static_cast<unsigned>(p.rows);
+    switch (plan.threads_per_row) {
+      case 128: return kernels::rmsnorm_looped_kernel<T, kVec, 128><<<grid, 128, 0, stream>>>(p);
+      case 256: return kernels::rmsnorm_looped_kernel<T, kVec, 256><<<grid, 256, 0, stream>>>(p);
+      case 512: return kernels::rmsnorm_looped_kernel<T, kVec, 512><<<grid, 512, 0, stream>>>(p);
+      default: return kernels::rmsnorm_looped_kernel<T, kVec, 1024><<<grid, 1024, 0, stream>>>(p);
+    }
   }
   if (plan.threads_per_row == 32) {
     switch (plan.vecs_per_thread) {
@@ -92,6 +106,9 @@ void rmsnorm(const RmsNormArgs& args, cudaStream_t stream) {
       << kOp << ": argument 'weight' must be contiguous, got stride " << w.strides[0];
   GKS_CHECK(args.eps >= 0.f, kInvalidArgument)
       << kOp << ": argument 'eps' must be >= 0, got " << args.eps;
+  GKS_CHECK(args.config >= -1 && args.config <= 1, kInvalidArgument)
+      << kOp << ": argument 'config' must be -1 (heuristic), 0 (registers) or 1 (looped), got "
+      << args.config;
   GKS_CHECK(x_rows.rows <= int64_t(INT32_MAX), kInvalidArgument)
       << kOp << ": at most 2^31 - 1 rows are supported, got " << x_rows.rows;
   if (x_rows.rows == 0 || x_rows.cols == 0) return;
@@ -100,7 +117,8 @@ void rmsnorm(const RmsNormArgs& args, cudaStream_t stream) {
   const bool aligned = detail::aligned16(x.data) && detail::aligned16(y.data) &&
                        detail::aligned16(w.data) && x_rows.rows_aligned_to(vec) &&
                        y_rows.rows_aligned_to(vec);
-  const detail::RmsNormPlan plan = detail::plan_rmsnorm(x_rows.cols, x.dtype, aligned);
+  const detail::RmsNormPlan plan =
+      detail::plan_rmsnorm(x_rows.cols, x.dtype, aligned, args.config, detail::device_limits(x.device.index));
   const kernels::RmsNormParams params{x.data, w.data,         y.data, x_rows,
                                       y_rows, x_rows.rows, x_rows.cols, args.eps};
   const detail::DeviceGuard guard(x.device.index);

@@ -9,17 +9,18 @@ from gks import cuda
 
 
 @torch.library.custom_op("gks::rmsnorm", mutates_args=())
-def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, config: int = -1) -> torch.Tensor:
     """RMSNorm over the last dim of x [..., N]; fp32 math, output in x's dtype.
 
     x: fp32/fp16/bf16 CUDA tensor, last dim contiguous, any leading strides.
     weight: [N], x's dtype. Runs on the current CUDA stream.
+    config: the kernel shape (-1: heuristic; see gks.cuda.rmsnorm_out).
     """
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    cuda.rmsnorm_out(x, weight, y, eps)
+    cuda.rmsnorm_out(x, weight, y, eps, config)
     return y
 
 
 @rmsnorm.register_fake
-def _(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+def _(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, config: int = -1) -> torch.Tensor:
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)

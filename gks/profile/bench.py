@@ -16,6 +16,7 @@ JSON schema (``--json PATH``), one object:
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import json
 import platform
@@ -95,7 +96,7 @@ def _pallas_call(spec):
     return fn, convert, to_torch, jax.block_until_ready
 
 
-def bench_op(spec, *, backends, dtypes, shapes, with_references, reps, progress) -> list[dict]:
+def bench_op(spec, *, backends, dtypes, shapes, with_references, reps, progress, configs=False) -> list[dict]:
     import torch
 
     from gks.profile.timing import Variant, sets_for_cold_l2, time_interleaved
@@ -122,6 +123,14 @@ def bench_op(spec, *, backends, dtypes, shapes, with_references, reps, progress)
                     checks[v.name] = lambda o: o
                 variants.append(v)
                 kinds[v.name] = "gks"
+                if configs and b.name == "cuda":
+                    # Each compiled config on its own, beside the heuristic's pick.
+                    for i, cfg in enumerate(spec.configs):
+                        fn = functools.partial(b.load(), config=i)
+                        cv = Variant(f"gks.cuda[{cfg.get('name', i)}]", fn, sets)
+                        checks[cv.name] = lambda o: o
+                        variants.append(cv)
+                        kinds[cv.name] = "gks"
             if with_references:
                 for peer in spec.peers:
                     variants.append(Variant(peer.name, peer.make(), sets))
@@ -247,6 +256,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shapes", help="comma list like 4096x4096,1024x8192 (default: the spec's bench shapes)")
     p.add_argument("--with-references", action="store_true", help="also time the spec's peers")
     p.add_argument("--json", type=Path, help="write the results here (schema in gks.profile.bench)")
+    p.add_argument("--configs", action="store_true",
+                   help="also time every compiled config of the CUDA backend on its own")
     p.add_argument("--reps", type=int, default=15, help="timed repetitions per variant (default 15)")
 
 
@@ -289,7 +300,8 @@ def run(args: argparse.Namespace) -> int:
             if bar is not None:
                 bar.set_postfix_str(msg)
         rows += bench_op(spec, backends=backends, dtypes=[dtype], shapes=[shape],
-                         with_references=args.with_references, reps=args.reps, progress=progress)
+                         with_references=args.with_references, reps=args.reps, progress=progress,
+                         configs=args.configs)
         if bar is not None:
             bar.update(1)
     if bar is not None:

@@ -65,5 +65,7 @@ SPEC = register(
         ),
         bench_shapes=((32768, 4096), (8192, 32768), (65536, 1024)),
         peers=(Peer("F.rms_norm", _torch_rms_norm), Peer("torch.compile", _torch_compile)),
+        # RmsNormArgs::config: 0 keeps each row in registers, 1 walks it twice (2nd from L2).
+        configs=({"name": "registers"}, {"name": "looped"}),
     )
 )

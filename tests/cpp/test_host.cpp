@@ -136,10 +136,10 @@ TEST(RmsNormPlan, WarpPerRowForShortRows) {
   EXPECT_EQ(p.rows_per_block, 4);
 }
 
-TEST(RmsNormPlan, BlockPerRowCoversTheRowInRegisters) {
+TEST(RmsNormPlan, RegistersConfigCoversTheRow) {
   for (int64_t cols : {1025, 4096, 8191, 32768}) {
     for (auto dtype : {gks::DType::kFloat32, gks::DType::kBFloat16}) {
-      const auto p = gks::detail::plan_rmsnorm(cols, dtype, true);
+      const auto p = gks::detail::plan_rmsnorm(cols, dtype, true, /*config=*/0);
       ASSERT_EQ(p.kind, gks::detail::RmsNormPlan::Kind::kRegisters) << cols;
       EXPECT_GE(int64_t(p.threads_per_row) * p.vecs_per_thread * p.vec, cols) << cols;
       EXPECT_EQ(p.rows_per_block, p.threads_per_row > 32 ? 1 : 4);
@@ -147,12 +147,28 @@ TEST(RmsNormPlan, BlockPerRowCoversTheRowInRegisters) {
   }
 }
 
-TEST(RmsNormPlan, LongOrUnalignedRows) {
+TEST(RmsNormPlan, LongOrUnalignedRowsLoop) {
   const auto p = gks::detail::plan_rmsnorm(262144, gks::DType::kFloat32, true);
   EXPECT_EQ(p.kind, gks::detail::RmsNormPlan::Kind::kLooped);
+  EXPECT_EQ(p.threads_per_row, 1024);
   const auto q = gks::detail::plan_rmsnorm(4097, gks::DType::kFloat16, false);
   EXPECT_EQ(q.vec, 1);
-  EXPECT_GE(int64_t(q.threads_per_row) * q.vecs_per_thread, 4097);
+  EXPECT_EQ(q.kind, gks::detail::RmsNormPlan::Kind::kLooped);
+  // Rows too long for registers loop even when registers are asked for.
+  EXPECT_EQ(gks::detail::plan_rmsnorm(65536, gks::DType::kFloat32, true, 0).kind,
+            gks::detail::RmsNormPlan::Kind::kLooped);
+}
+
+TEST(RmsNormPlan, LoopedRowsInFlightFitHalfTheL2) {
+  gks::detail::DeviceLimits h200{132, 60 << 20, 2048};
+  for (int64_t cols : {2048, 4096, 16384}) {
+    const auto p = gks::detail::plan_rmsnorm(cols, gks::DType::kFloat32, true, -1, h200);
+    ASSERT_EQ(p.kind, gks::detail::RmsNormPlan::Kind::kLooped);
+    const int64_t in_flight = int64_t(h200.sms) * (h200.max_threads_per_sm / p.threads_per_row);
+    EXPECT_LE(in_flight * cols * 4, h200.l2_bytes / 2) << cols;
+    // ... and with the fewest threads that do: half as many would not fit.
+    if (p.threads_per_row > 128) EXPECT_GT(2 * in_flight * cols * 4, h200.l2_bytes / 2) << cols;
+  }
 }
 
 }  // namespace

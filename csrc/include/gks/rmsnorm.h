@@ -4,6 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "gks/device_limits.h"
 #include "gks/tensor.h"
 
 namespace gks {
@@ -13,7 +14,13 @@ struct RmsNormArgs {
   TensorRef weight;  // [N], x's dtype, contiguous
   TensorRef y;       // x's shape and dtype, last dim contiguous, any row strides
   float eps = 1e-6f;
+  // Kernel shape: -1 picks by heuristic; 0 holds each row in registers (read once);
+  // 1 walks each row twice, the second time from L2 (see kernels/rmsnorm.cuh).
+  int config = -1;
 };
+
+// Names of the configs `RmsNormArgs::config` selects, in index order.
+inline constexpr const char* kRmsNormConfigs[] = {"registers", "looped"};
 
 // Validates the arguments (throws gks::Error) and launches on `stream`.
 void rmsnorm(const RmsNormArgs& args, cudaStream_t stream);
@@ -29,7 +36,8 @@ struct RmsNormPlan {
   int vecs_per_thread = 1;  // kRegisters: accesses each thread keeps in registers
   int rows_per_block = 1;
 };
-RmsNormPlan plan_rmsnorm(int64_t cols, DType dtype, bool aligned16);
+RmsNormPlan plan_rmsnorm(int64_t cols, DType dtype, bool aligned16, int config = -1,
+                         const DeviceLimits& limits = DeviceLimits{});
 }  // namespace detail
 
 }  // namespace gks

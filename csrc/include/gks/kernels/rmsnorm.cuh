@@ -67,20 +67,25 @@ __global__ void __launch_bounds__(kThreadsPerRow* kRowsPerBlock)
 }
 
 // One row per kThreads-thread block; the row is walked twice, kUnroll accesses in flight.
+// The host sizes the grid's rows-in-flight to fit in half the L2, so the second pass reads
+// the row from L2, not DRAM. That pass walks the row backwards (the latest-read chunks are
+// the likeliest still cached), marks x as last-use and streams y out, so neither evicts
+// rows that other blocks have yet to re-read.
 template <typename T, int kVec, int kThreads>
 __global__ void __launch_bounds__(kThreads) rmsnorm_looped_kernel(const RmsNormParams p) {
   constexpr int kUnroll = 4;
-  constexpr int64_t kStep = int64_t(kThreads) * kVec;
+  constexpr int64_t kStep = int64_t(kThreads) * kVec;       // elements one sweep covers
+  constexpr int64_t kChunk = kStep * kUnroll;                // elements one iteration covers
   __shared__ float scratch[kThreads / 32];
   const int64_t row = blockIdx.x;
   const T* x = static_cast<const T*>(p.x) + p.x_rows.row_offset(row);
   const int64_t first = int64_t(threadIdx.x) * kVec;
 
   float sumsq = 0.f;
-  for (int64_t base = first; base < p.cols; base += kStep * kUnroll) {
+  for (int64_t base = 0; base < p.cols; base += kChunk) {
     float v[kUnroll][kVec];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) load_row_vec<kVec>(x, base + u * kStep, p.cols, v[u]);
+    for (int u = 0; u < kUnroll; ++u) load_row_vec<kVec>(x, base + u * kStep + first, p.cols, v[u]);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
@@ -91,18 +96,19 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_looped_kernel(const RmsNormP
 
   const T* w = static_cast<const T*>(p.weight);
   T* y = static_cast<T*>(p.y) + p.y_rows.row_offset(row);
-  for (int64_t base = first; base < p.cols; base += kStep * kUnroll) {
+  const int64_t last_chunk = (p.cols - 1) / kChunk * kChunk;
+  for (int64_t base = last_chunk; base >= 0; base -= kChunk) {
     float v[kUnroll][kVec], wv[kUnroll][kVec];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      load_row_vec<kVec>(x, base + u * kStep, p.cols, v[u]);
-      load_row_vec<kVec>(w, base + u * kStep, p.cols, wv[u]);
+      load_row_vec<kVec, CacheHint::kLastUse>(x, base + u * kStep + first, p.cols, v[u]);
+      load_row_vec<kVec>(w, base + u * kStep + first, p.cols, wv[u]);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
 #pragma unroll
       for (int j = 0; j < kVec; ++j) v[u][j] = v[u][j] * inv_rms * wv[u][j];
-      if (base + u * kStep < p.cols) store_row_vec<kVec>(y, base + u * kStep, p.cols, v[u]);
+      store_row_vec<kVec, CacheHint::kStreaming>(y, base + u * kStep + first, p.cols, v[u]);
     }
   }
 }

@@ -33,14 +33,37 @@ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
 }
 
+// Cache behaviour of a vector access. kLastUse loads evict-first (the data is not read
+// again); kStreaming stores evict-first (the output is not read back by this kernel).
+enum class CacheHint { kDefault, kLastUse, kStreaming };
+
+template <CacheHint kHint, typename V>
+__device__ __forceinline__ V load_vec(const V* p) {
+  if constexpr (kHint == CacheHint::kLastUse && sizeof(V) == 16) {
+    const uint4 r = __ldcs(reinterpret_cast<const uint4*>(p));
+    return *reinterpret_cast<const V*>(&r);
+  } else {
+    return *p;
+  }
+}
+
+template <CacheHint kHint, typename V>
+__device__ __forceinline__ void store_vec(V* p, const V& v) {
+  if constexpr (kHint == CacheHint::kStreaming && sizeof(V) == 16) {
+    __stcs(reinterpret_cast<uint4*>(p), *reinterpret_cast<const uint4*>(&v));
+  } else {
+    *p = v;
+  }
+}
+
 // Loads elements [col, col + kN) of a row into fp32, reading only those below `cols` and
 // filling the rest with `fill`. The full-width case is one vector access; `row` must then
 // be aligned to sizeof(T) * kN bytes at `col`, which the host guarantees before it picks kN.
-template <int kN, typename T>
+template <int kN, CacheHint kHint = CacheHint::kDefault, typename T>
 __device__ __forceinline__ void load_row_vec(const T* row, int64_t col, int64_t cols,
                                              float (&out)[kN], float fill = 0.f) {
   if (col + kN <= cols) {
-    Vec<T, kN> v = *reinterpret_cast<const Vec<T, kN>*>(row + col);
+    const Vec<T, kN> v = load_vec<kHint>(reinterpret_cast<const Vec<T, kN>*>(row + col));
 #pragma unroll
     for (int j = 0; j < kN; ++j) out[j] = to_float(v.v[j]);
   } else {
@@ -50,14 +73,14 @@ __device__ __forceinline__ void load_row_vec(const T* row, int64_t col, int64_t 
 }
 
 // Stores elements [col, col + kN) of a row from fp32, writing only those below `cols`.
-template <int kN, typename T>
+template <int kN, CacheHint kHint = CacheHint::kDefault, typename T>
 __device__ __forceinline__ void store_row_vec(T* row, int64_t col, int64_t cols,
                                               const float (&in)[kN]) {
   if (col + kN <= cols) {
     Vec<T, kN> v;
 #pragma unroll
     for (int j = 0; j < kN; ++j) v.v[j] = from_float<T>(in[j]);
-    *reinterpret_cast<Vec<T, kN>*>(row + col) = v;
+    store_vec<kHint>(reinterpret_cast<Vec<T, kN>*>(row + col), v);
   } else {
 #pragma unroll
     for (int j = 0; j < kN; ++j)

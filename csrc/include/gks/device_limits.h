@@ -1,0 +1,19 @@
+// SPDX-License-Identifier: Apache-2.0
+// What launch plans need to know of a GPU. Plans take it as an argument (so host tests can
+// check them for any device); the library reads it once per device (device_limits()).
+#pragma once
+
+#include <cstdint>
+
+namespace gks::detail {
+
+struct DeviceLimits {
+  int sms = 132;
+  int64_t l2_bytes = 50 << 20;
+  int max_threads_per_sm = 2048;
+};
+
+// The limits of CUDA device `device`, read on first use and cached. Throws gks::Error.
+DeviceLimits device_limits(int device);
+
+}  // namespace gks::detail
