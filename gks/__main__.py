@@ -38,6 +38,9 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
         print(json.dumps({"gks_version": gks.__version__, "ops": [registry.describe(s) for s in ops]}, indent=1))
         return 0
+    if args.format == "markdown":
+        print(registry.markdown_table())
+        return 0
     names = sorted({b.name for s in ops for b in s.backends})
     rows = [["op"] + names + ["dtypes"]]
     for s in ops:
@@ -81,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     lp = sub.add_parser("list", help="ops x backends x archs", epilog=FORMAT_JSON,
                         formatter_class=argparse.RawDescriptionHelpFormatter)
-    lp.add_argument("--format", choices=("table", "json"), default="table")
+    lp.add_argument("--format", choices=("table", "json", "markdown"), default="table")
     lp.set_defaults(func=_cmd_list)
     from gks.profile import bench
 

@@ -133,3 +133,16 @@ def describe(spec: OpSpec) -> dict[str, Any]:
         "peers": [p.name for p in spec.peers],
         "configs": [dict(c) for c in spec.configs],
     }
+
+
+def markdown_table() -> str:
+    """The README's kernel x backend table (a test keeps README.md equal to this)."""
+    specs = ops()
+    names = ["cuda", "triton", "pallas"]
+    lines = ["| op | " + " | ".join(names) + " | dtypes | what it computes |",
+             "|---|" + "---|" * len(names) + "---|---|"]
+    for s in specs:
+        have = {b.name: ", ".join(b.archs) for b in s.backends}
+        cells = [have.get(n, "—") for n in names]
+        lines.append(f"| `{s.name}` | " + " | ".join(cells) + f" | {', '.join(s.dtypes)} | {s.summary} |")
+    return "\n".join(lines)

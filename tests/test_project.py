@@ -1,0 +1,125 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Project hygiene: licence tags, README in step with the registry, CLI, registry schema."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gks import registry
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE_SUFFIXES = {".py", ".cu", ".cuh", ".h", ".hpp", ".cc", ".cpp"}
+SKIP_DIRS = {".git", ".venv", "build", ".gtest", ".whl", "__pycache__"}
+
+
+def _tracked_sources():
+    try:
+        files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                               check=True).stdout.split()
+        paths = [ROOT / f for f in files]
+    except (OSError, subprocess.CalledProcessError):
+        paths = [p for p in ROOT.rglob("*") if not SKIP_DIRS & set(p.relative_to(ROOT).parts)]
+    return [p for p in paths if p.suffix in SOURCE_SUFFIXES and p.is_file()]
+
+
+def test_every_source_file_has_an_spdx_tag():
+    missing = [str(p.relative_to(ROOT)) for p in _tracked_sources()
+               if "SPDX-License-Identifier:" not in "".join(p.read_text(errors="replace").splitlines(True)[:5])]
+    assert not missing, f"files without an SPDX tag in their first 5 lines: {missing}"
+
+
+def test_licence_is_apache2():
+    assert "Apache License" in (ROOT / "LICENSE").read_text()
+
+
+def test_readme_kernel_table_matches_registry():
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("<!-- kernels:start")
+    start = readme.index("\n", start) + 1
+    end = readme.index("<!-- kernels:end -->")
+    assert readme[start:end].strip() == registry.markdown_table(), (
+        "README's kernel table is stale: regenerate it with `python -m gks list --format markdown`")
+
+
+def test_torch_ops_exported_from_gks():
+    import gks
+    import gks._torch_ops as ops
+
+    assert tuple(sorted(gks._TORCH_OPS)) == tuple(sorted(ops.__all__))
+
+
+def _gks(*args):
+    return subprocess.run([sys.executable, "-m", "gks", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_cli_list_table_names_every_op_and_backend():
+    out = _gks("list")
+    assert out.returncode == 0, out.stderr
+    for spec in registry.ops():
+        line = next(l for l in out.stdout.splitlines() if l.startswith(spec.name + " "))
+        for b in spec.backends:
+            assert ", ".join(b.archs) in line
+
+
+def test_cli_list_json_schema():
+    out = _gks("list", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert set(doc) == {"gks_version", "ops"}
+    names = [op["name"] for op in doc["ops"]]
+    assert names == [s.name for s in registry.ops()]
+    for op in doc["ops"]:
+        assert set(op) == {"name", "summary", "signature", "shape_names", "dtypes", "backends",
+                           "tolerance", "bench_shapes", "peers", "configs"}
+        for b in op["backends"]:
+            assert set(b) == {"name", "archs", "interpreted"}
+            assert all(a in registry.ARCH_NAMES for a in b["archs"])
+        for dtype, tol in op["tolerance"].items():
+            assert dtype in op["dtypes"] and len(tol) == 2
+
+
+def test_cli_rejects_unknown_kernel():
+    out = _gks("bench", "--kernel", "no_such_op")
+    assert out.returncode == 2
+    assert "unknown op 'no_such_op'" in out.stderr
+
+
+def test_cli_bench_needs_a_kernel():
+    out = _gks("bench")
+    assert out.returncode == 2 and "--kernel" in out.stderr
+
+
+def test_registry_get_unknown_names_known_ops():
+    with pytest.raises(KeyError, match="known ops: .*rmsnorm"):
+        registry.get("nope")
+
+
+def test_every_spec_is_complete():
+    for s in registry.ops():
+        assert s.backends and s.test_shapes and s.bench_shapes and s.dtypes
+        assert set(s.tolerance) >= set(s.dtypes), s.name
+        assert len(s.shape_names) == len(s.bench_shapes[0]), s.name
+        for shape in s.bench_shapes:
+            for dt in s.dtypes:
+                assert s.flops(shape) >= 0 and s.bytes_moved(shape, dt) > 0, (s.name, shape, dt)
+
+
+def test_rmsnorm_formulas():
+    spec = registry.get("rmsnorm")
+    assert spec.bytes_moved((32768, 4096), "bfloat16") == 2 * (2 * 32768 * 4096 + 4096)
+    assert spec.flops((2, 3)) == 24
+    assert spec.arithmetic_intensity((32768, 4096), "float32") == pytest.approx(0.5, rel=1e-3)
+
+
+def test_timing_cold_l2_rotation():
+    from gks.profile.timing import sets_for_cold_l2
+
+    assert sets_for_cold_l2(1 << 30, 60 << 20) == 1
+    assert sets_for_cold_l2(20 << 20, 60 << 20) == 9
+    assert sets_for_cold_l2(1, 60 << 20) == 32  # capped
