@@ -5,6 +5,8 @@
   bench     time backends and peers on the H200 (see gks.profile.bench)
   test      run the test suite (pytest) of a source checkout, optionally for one op
   autotune  measure every tile config and store the winners (see gks.profile.autotune)
+  roofline  measured ceilings, and a bench JSON placed on the roofline
+  profile   one op under Nsight Compute (see gks.profile.ncu)
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ FORMAT_JSON = """\
   tolerance     {dtype: [atol, rtol]} against the float64 reference
   bench_shapes  the shapes `gks bench` times by default
   peers         the reference implementations `gks bench --with-references` times beside it
-  configs       tile configs of the CUDA kernel the autotuner chooses among ([] if none)"""
+  configs       tile configs of the CUDA kernel the autotuner chooses among ([] if none)
+  compute       the unit its FLOPs run on, for the roofline: fp32, tensor or int8"""
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -95,6 +98,16 @@ def build_parser() -> argparse.ArgumentParser:
     tp.add_argument("--kernel", help="only tests whose id mentions this op")
     tp.add_argument("pytest_args", nargs=argparse.REMAINDER, help="passed to pytest")
     tp.set_defaults(func=_cmd_test)
+    from gks.profile import roofline
+
+    rp = sub.add_parser("roofline", help="device ceilings and roofline analysis")
+    roofline.add_arguments(rp)
+    rp.set_defaults(func=lambda a: roofline.run(a))
+    from gks.profile import ncu
+
+    pp = sub.add_parser("profile", help="one op under Nsight Compute")
+    ncu.add_arguments(pp)
+    pp.set_defaults(func=lambda a: ncu.run(a))
     ap = sub.add_parser("autotune", help="tune tile configs (see gks.profile.autotune)", add_help=False)
     ap.add_argument("rest", nargs=argparse.REMAINDER)
     ap.set_defaults(func=_cmd_autotune)

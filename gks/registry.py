@@ -67,6 +67,9 @@ class OpSpec:
     bench_shapes: tuple[tuple[int, ...], ...]
     peers: tuple[Peer, ...] = ()
     configs: tuple[Mapping[str, Any], ...] = ()  # tile configs the autotuner may try
+    # The unit the FLOPs run on, for the roofline: "fp32" (CUDA cores), "tensor" (FP16/BF16
+    # Tensor Cores), "int8" (INT8 Tensor Cores).
+    compute: str = "fp32"
     # Compares an output with the reference; default is allclose with `tolerance`.
     check: Callable[..., None] | None = None
 
@@ -132,6 +135,7 @@ def describe(spec: OpSpec) -> dict[str, Any]:
         "bench_shapes": [list(s) for s in spec.bench_shapes],
         "peers": [p.name for p in spec.peers],
         "configs": [dict(c) for c in spec.configs],
+        "compute": spec.compute,
     }
 
 

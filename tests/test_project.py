@@ -76,7 +76,7 @@ def test_cli_list_json_schema():
     assert names == [s.name for s in registry.ops()]
     for op in doc["ops"]:
         assert set(op) == {"name", "summary", "signature", "shape_names", "dtypes", "backends",
-                           "tolerance", "bench_shapes", "peers", "configs"}
+                           "tolerance", "bench_shapes", "peers", "configs", "compute"}
         for b in op["backends"]:
             assert set(b) == {"name", "archs", "interpreted"}
             assert all(a in registry.ARCH_NAMES for a in b["archs"])

@@ -8,6 +8,7 @@ JSON schema (``--json PATH``), one object:
   device:   {name, capability, sms, l2_bytes, driver, clocks_start, clocks_end}
   versions: {gks, torch, triton, jax, cuda}
   copy_gbps: measured device copy bandwidth (bytes read + written per second, 1e9)
+  ceilings: the roofline ceilings cached by `gks roofline --measure` on this device, or null
   rows: list of {op, variant, kind ("gks" | "peer"), shape, dtype, median_us, p20_us, p80_us,
         gbps, tflops, frac_copy_bw, checked ("ok" | "FAILED: ..." | "n/a"),
         vs_peers: {peer name: peer median / this median (> 1: this is faster)}}
@@ -307,6 +308,10 @@ def run(args: argparse.Namespace) -> int:
     if bar is not None:
         bar.close()
     device["clocks_end"] = gpu_clocks()
+    from gks.profile import roofline
+
+    cached = roofline.cache_path()
+    ceil = json.loads(cached.read_text()).get(roofline.device_key()) if cached.is_file() else None
     for r in rows:
         if "gbps" in r:
             r["frac_copy_bw"] = r["gbps"] / copy_gbps
@@ -314,7 +319,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(
-            {"device": device, "versions": _versions(), "copy_gbps": copy_gbps, "rows": rows}, indent=1))
+            {"device": device, "versions": _versions(), "copy_gbps": copy_gbps, "ceilings": ceil,
+             "rows": rows}, indent=1))
         print(f"wrote {args.json}")
     bad = [r for r in rows if r["kind"] == "gks" and r["checked"] != "ok"]
     return 1 if bad else 0

@@ -1,0 +1,134 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Writes the Triton kernels of an op as TTIR, TTGIR, LLIR, PTX, CUBIN (and SASS where a
+cuobjdump is found), for a chosen target, with no GPU needed.
+
+    python tools/dump_triton_ir.py --kernel rmsnorm [--dtype bfloat16] [--shape 4096x4096]
+                                   [--arch 90] [--out ir/]
+
+How: the op's Triton wrapper runs once on small CPU tensors under the interpreter with the
+launch intercepted, which records each kernel's arguments and meta-parameters; a second
+process (no interpreter) compiles those kernels for the target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
+
+_TORCH_TO_TRITON = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "int8": "i8", "int32": "i32",
+                    "int64": "i64", "uint8": "u8", "bool": "i1"}
+
+
+def capture(kernel: str, dtype: str, shape: tuple[int, ...]) -> list[dict]:
+    """Runs the op's Triton backend under the interpreter, recording each launch."""
+    os.environ["TRITON_INTERPRET"] = "1"
+    import torch
+    import triton.runtime.interpreter as interp
+
+    from gks import registry
+
+    launches = []
+
+    def record(self, *args, grid, warmup=False, **kwargs):
+        fn = self.fn
+        names = list(fn.__code__.co_varnames[: fn.__code__.co_argcount])
+        sig, consts = {}, {}
+        for name, a in zip(names, args):
+            if isinstance(a, torch.Tensor):
+                sig[name] = "*" + _TORCH_TO_TRITON[str(a.dtype).removeprefix("torch.")]
+            elif isinstance(a, bool):
+                sig[name] = "i1"
+            elif isinstance(a, int):
+                sig[name] = "i64" if abs(a) >= 2**31 else "i32"
+            elif isinstance(a, float):
+                sig[name] = "fp32"
+            elif a is None:
+                sig[name], consts[name] = "constexpr", None
+        for name, v in kwargs.items():
+            if name in names:
+                sig[name], consts[name] = "constexpr", v
+        options = {k: v for k, v in kwargs.items() if k not in names}
+        launches.append({"module": fn.__module__, "name": fn.__name__, "signature": sig,
+                         "constexprs": consts, "options": options})
+
+    interp.InterpretedFunction.run = record
+    spec = registry.get(kernel)
+    inputs = spec.make_inputs(shape, dtype, "cpu", 0)
+    try:
+        spec.backend("triton").load()(**inputs)
+    except Exception:  # noqa: BLE001 - the wrapper may touch the (absent) outputs afterwards
+        if not launches:
+            raise
+    return launches
+
+
+def compile_and_write(launches: list[dict], arch: int, out: Path) -> None:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    out.mkdir(parents=True, exist_ok=True)
+    cuobjdump = shutil.which("cuobjdump") or next(
+        (str(p) for p in Path(triton.__file__).parent.glob("backends/nvidia/bin/cuobjdump")), None)
+    for i, launch in enumerate(launches):
+        obj = getattr(importlib.import_module(launch["module"]), launch["name"])
+        while not isinstance(obj, triton.runtime.jit.JITFunction):
+            obj = obj.fn  # unwrap autotuners / heuristics
+        src = ASTSource(obj, launch["signature"], launch["constexprs"])
+        compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=launch["options"])
+        stem = out / f"{launch['name']}_{i}_sm{arch}"
+        for ext, text in compiled.asm.items():
+            path = stem.with_suffix(f".{ext}")
+            path.write_bytes(text) if isinstance(text, bytes) else path.write_text(text)
+        line = (f"{launch['name']}: num_warps={compiled.metadata.num_warps} "
+                f"shared={compiled.metadata.shared} B, files {stem}.*")
+        if cuobjdump and "cubin" in compiled.asm:
+            sass = subprocess.run([cuobjdump, "--dump-sass", str(stem.with_suffix(".cubin"))],
+                                  capture_output=True, text=True)
+            if sass.returncode == 0:
+                stem.with_suffix(".sass").write_text(sass.stdout)
+                line += " (+ .sass)"
+        print(line)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--kernel", required=True)
+    p.add_argument("--dtype", default="float16")
+    p.add_argument("--shape", help="e.g. 1024x4096 (default: the spec's first test shape that is not empty)")
+    p.add_argument("--arch", type=int, default=90, help="compute capability x10 (80, 90, ...)")
+    p.add_argument("--out", type=Path, default=Path("ir"))
+    p.add_argument("--capture-only", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.capture_only:
+        from gks import registry
+
+        spec = registry.get(args.kernel)
+        shape = tuple(int(d) for d in args.shape.split("x")) if args.shape else next(
+            s for s in reversed(spec.test_shapes) if all(s) and max(s) <= 4096)
+        print(json.dumps(capture(args.kernel, args.dtype, shape)))
+        return 0
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    cmd = [sys.executable, __file__, "--capture-only", "--kernel", args.kernel, "--dtype", args.dtype]
+    if args.shape:
+        cmd += ["--shape", args.shape]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        print(done.stderr, file=sys.stderr)
+        return done.returncode
+    launches = json.loads(done.stdout.strip().splitlines()[-1])
+    os.environ.pop("TRITON_INTERPRET", None)
+    compile_and_write(launches, args.arch, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
