@@ -69,10 +69,8 @@ def run(args: argparse.Namespace) -> int:
     report = args.report or Path(f"gks-profile-{args.kernel}")
     child = [sys.executable, "-m", "gks", "profile", "--workload", "--kernel", args.kernel,
              "--shape", args.shape, "--dtype", args.dtype, "--backend", args.backend]
-    # Skip the warm-up calls' kernels: profile the launches of the last call only. Torch may
-    # launch helper kernels (allocation fills, etc.), so profile every kernel of the process
-    # after the warm-up by range of launches is not knowable up front; we profile all and
-    # keep the last ones that match the op's kernel names.
+    # Every kernel of the child is profiled (how many torch helper kernels precede the op's
+    # is not known up front); the last call's share of the rows is what gets printed.
     cmd = [ncu, "--clock-control", "none", "--target-processes", "all", "--metrics", ",".join(METRICS),
            "--csv", "--page", "raw", "-f", "-o", str(report)] + child
     done = subprocess.run(cmd, capture_output=True, text=True)
