@@ -7,7 +7,9 @@
 #   scripts/gpu_check.sh OUTDIR [bench args...]     (default bench args: --all --with-references)
 #
 # Environment: GKS_CUDA_ARCHS (default 90a here, for build time; CI builds 80;90a),
-# GKS_CHECK_STEPS (default "build ctest example pytest sanitize bench").
+# GKS_CHECK_STEPS (default "build ctest example pytest sanitize bench"), GKS_OPS (build only
+# these kernel families, e.g. "rmsnorm"), GKS_PYTEST_ARGS (default "tests"),
+# GKS_SANITIZE_ARGS (arguments of scripts/sanitize_cases.py).
 # Wheels in .whl/ (e.g. apache-tvm-ffi, absent from the GPU image) are installed first.
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_check.sh OUTDIR [bench args...]}
@@ -47,11 +49,11 @@ run_step() {  # name, command...: runs it, logs to $OUT/name.log, records status
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$OUT/gpu.txt" 2>&1
 GTEST_ARG=()
 [ -d .gtest ] && GTEST_ARG=(-DGKS_GTEST_SOURCE_DIR="$ROOT/.gtest")
-run_step build bash -c "cmake -S . -B '$BUILD' -G Ninja -DGKS_CUDA_ARCHS='$ARCHS' -DPython_EXECUTABLE=\$(command -v $PY) ${GTEST_ARG[*]} && cmake --build '$BUILD' -j 16" || { printf '%s\n' "${SUMMARY[@]}"; exit 1; }
+run_step build bash -c "cmake -S . -B '$BUILD' -G Ninja -DGKS_CUDA_ARCHS='$ARCHS' -DGKS_OPS='${GKS_OPS:-}' -DPython_EXECUTABLE=\$(command -v $PY) ${GTEST_ARG[*]} && cmake --build '$BUILD' -j 16" || { printf '%s\n' "${SUMMARY[@]}"; exit 1; }
 run_step ctest ctest --test-dir "$BUILD" --output-on-failure
 run_step example "$BUILD/examples/cpp/rmsnorm_example"
-run_step pytest $PY -m pytest tests -q -p no:cacheprovider --junitxml="$OUT/pytest.xml"
-run_step sanitize bash -c "compute-sanitizer --tool memcheck --error-exitcode 1 '$BUILD/examples/cpp/rmsnorm_example' && compute-sanitizer --tool memcheck --error-exitcode 1 $PY scripts/sanitize_cases.py"
+run_step pytest $PY -m pytest ${GKS_PYTEST_ARGS:-tests} -q -p no:cacheprovider --junitxml="$OUT/pytest.xml"
+run_step sanitize bash -c "compute-sanitizer --tool memcheck --error-exitcode 1 '$BUILD/examples/cpp/rmsnorm_example' && compute-sanitizer --tool memcheck --error-exitcode 1 $PY scripts/sanitize_cases.py ${GKS_SANITIZE_ARGS:-}"
 run_step bench $PY -m gks bench "${BENCH_ARGS[@]}" --json "$OUT/bench.json"
 
 echo

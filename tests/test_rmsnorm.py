@@ -236,3 +236,18 @@ def test_cupy_and_jax_through_dlpack():
     gks.cuda.rmsnorm_out(jx, jw, out, 1e-6)
     torch.cuda.synchronize()
     assert_matches(out, SPEC.reference(xt, wt, 1e-6, precise=True), "float32", TOL, "jax input")
+
+
+@requires_gpu
+@requires_native
+@pytest.mark.parametrize("config", [0, 1], ids=["registers", "looped"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(5, 1), (7, 1000), (3, 4097), (4, 32768), (2, 70000)])
+def test_each_config(config, dtype, shape):
+    # Every kernel shape on its own, not only the one the heuristic picks.
+    x = _rand(shape, dtype, seed_for("config", config, str(dtype), shape))
+    w = _rand((shape[1],), dtype, seed_for("config-w", config, str(dtype), shape))
+    y = torch.full_like(x, float("nan"))
+    gks.cuda.rmsnorm_out(x, w, y, 1e-6, config)
+    torch.cuda.synchronize()
+    assert_matches(y, SPEC.reference(x, w, 1e-6, precise=True), str(dtype).split(".")[1], TOL, f"config {config}")

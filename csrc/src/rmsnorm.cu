@@ -25,7 +25,11 @@ RmsNormPlan plan_rmsnorm(int64_t cols, DType dtype, bool aligned16, int config,
     plan.vecs_per_thread = accesses <= 32 ? 1 : accesses <= 64 ? 2 : accesses <= 128 ? 4 : 8;
     return plan;
   }
-  if (config == 0 && fits_registers) {
+  // Longer rows. Measured on the H200 (2026-11-29, bench --configs): fp32 rows run best
+  // looped (32768x4096: 96% of copy bandwidth vs 90% in registers; 8192x32768: 90% vs 72%),
+  // 16-bit rows best in registers (32768x4096: 92% vs 83%; 8192x32768: 75% vs 58%).
+  const bool prefer_registers = config == 0 || (config == -1 && dtype_size(dtype) == 2);
+  if (prefer_registers && fits_registers) {
     // A block per row, as few threads as keep each thread at <= 8 accesses.
     int threads = 64;
     while (int64_t(threads) * kMaxVecsPerThread < accesses) threads *= 2;

@@ -151,11 +151,24 @@ TEST(RmsNormPlan, LongOrUnalignedRowsLoop) {
   const auto p = gks::detail::plan_rmsnorm(262144, gks::DType::kFloat32, true);
   EXPECT_EQ(p.kind, gks::detail::RmsNormPlan::Kind::kLooped);
   EXPECT_EQ(p.threads_per_row, 1024);
-  const auto q = gks::detail::plan_rmsnorm(4097, gks::DType::kFloat16, false);
+  const auto q = gks::detail::plan_rmsnorm(4097, gks::DType::kFloat32, false);
   EXPECT_EQ(q.vec, 1);
   EXPECT_EQ(q.kind, gks::detail::RmsNormPlan::Kind::kLooped);
+  const auto h = gks::detail::plan_rmsnorm(4097, gks::DType::kFloat16, false);
+  EXPECT_EQ(h.vec, 1);
+  EXPECT_GE(int64_t(h.threads_per_row) * h.vecs_per_thread, 4097);
   // Rows too long for registers loop even when registers are asked for.
   EXPECT_EQ(gks::detail::plan_rmsnorm(65536, gks::DType::kFloat32, true, 0).kind,
+            gks::detail::RmsNormPlan::Kind::kLooped);
+}
+
+TEST(RmsNormPlan, HeuristicLoopsFp32AndHoldsHalfInRegisters) {
+  // The measured choice (see plan_rmsnorm): long fp32 rows loop, 16-bit rows stay in registers.
+  EXPECT_EQ(gks::detail::plan_rmsnorm(4096, gks::DType::kFloat32, true).kind,
+            gks::detail::RmsNormPlan::Kind::kLooped);
+  EXPECT_EQ(gks::detail::plan_rmsnorm(32768, gks::DType::kBFloat16, true).kind,
+            gks::detail::RmsNormPlan::Kind::kRegisters);
+  EXPECT_EQ(gks::detail::plan_rmsnorm(32768, gks::DType::kFloat16, true, /*config=*/1).kind,
             gks::detail::RmsNormPlan::Kind::kLooped);
 }
 
