@@ -7,7 +7,14 @@
 //    exponentials to the row's max and writes them. One read, one write, one exp a value.
 //  - looped: a block walks a long row twice: an online max and rescaled sum, then
 //    normalize and write (the second read mostly hits L2). The fused kernel first walks it
-//    once more for the sum of squares. Also the path for rows not 16-byte aligned (vec = 1).
+//    once more for the sum of squares. Also the path for long rows not 16-byte aligned.
+//    (RMSNorm's reversed second pass with evict-first hints was tried here: fp32 gained,
+//    3942 vs 2844 GB/s at 8192x32768 on an H200, but 16-bit rows, the ones this kernel
+//    serves by default, lost: 2626 vs 3750. Not adopted.)
+// Both come in two variants, picked per launch: rows whose length is a multiple of the
+// access width (every access is wholly inside the row or wholly past it: one predicated
+// vector access, the lean code the 16-bit kernels need to keep up with memory), and ragged
+// rows (the access that straddles the end goes element by element).
 //
 // Non-finite values. The pair (m, s) kept for a set of values is m = their max (NaN is
 // ignored, -inf for an empty or all -inf set) and s = sum of exp(v - offset(m)) where
@@ -37,10 +44,17 @@ struct SoftmaxParams {
   float eps;  // kFused only
 };
 
-// exp(v) = exp2(v * log2(e)); exp2f is one MUFU.EX2 plus a subnormal-range fix-up.
+// exp(v) = 2^(v * log2(e)), one MUFU.EX2 (ex2.approx: relative error ~2^-22). ftz flushes
+// results below 2^-126 to 0: softmax multiplies them by factors <= 1, so what is lost is
+// below 1.2e-38 in absolute terms. (exp2f would add a subnormal fix-up: 3 more
+// instructions a value, which the 16-bit kernels feel.)
 constexpr float kLog2e = 1.4426950408889634f;
 
-__device__ __forceinline__ float exp_via_exp2(float v) { return exp2f(v * kLog2e); }
+__device__ __forceinline__ float exp_via_exp2(float v) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v * kLog2e));
+  return r;
+}
 
 // The offset the sum of a set with max m is kept relative to (see the top of the file).
 __device__ __forceinline__ float softmax_offset(float m) { return m == -INFINITY ? 0.f : m; }
@@ -113,39 +127,68 @@ __device__ __forceinline__ void row_reduce_softmax(float& m, float& s, float* sc
   }
 }
 
+// Elements [col, col + kVec) of a row of `cols` elements, in fp32, `fill` past the end.
+// kRagged: cols may not be a multiple of kVec (load_row_vec goes element by element at
+// the end). Otherwise an access is wholly in or wholly out: one predicated vector load.
+template <bool kRagged, int kVec, typename T>
+__device__ __forceinline__ void load_values(const T* row, int64_t col, int64_t cols,
+                                            float (&out)[kVec], float fill) {
+  if constexpr (kRagged) {
+    load_row_vec<kVec>(row, col, cols, out, fill);
+  } else if (col < cols) {
+    const Vec<T, kVec> v = *reinterpret_cast<const Vec<T, kVec>*>(row + col);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) out[j] = to_float(v.v[j]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) out[j] = fill;
+  }
+}
+
+template <bool kRagged, int kVec, typename T>
+__device__ __forceinline__ void store_values(T* row, int64_t col, int64_t cols,
+                                             const float (&in)[kVec]) {
+  if constexpr (kRagged) {
+    if (col < cols) store_row_vec<kVec>(row, col, cols, in);
+  } else if (col < cols) {
+    Vec<T, kVec> v;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) v.v[j] = from_float<T>(in[j]);
+    *reinterpret_cast<Vec<T, kVec>*>(row + col) = v;
+  }
+}
+
 // kFused: v[j] <- v[j] * inv_rms * weight[col + j] for the columns of the row, and -inf
 // for the columns past its end (so they drop out of the max and the sum).
-template <int kVec, typename T>
+template <bool kRagged, int kVec, typename T>
 __device__ __forceinline__ void apply_rmsnorm(const T* weight, int64_t col, int64_t cols,
                                               float inv_rms, float (&v)[kVec]) {
   float w[kVec];
-  load_row_vec<kVec>(weight, col, cols, w);
+  load_values<kRagged, kVec>(weight, col, cols, w, 0.f);
+  if (col + kVec <= cols) {
 #pragma unroll
-  for (int j = 0; j < kVec; ++j) v[j] = col + j < cols ? v[j] * inv_rms * w[j] : -INFINITY;
+    for (int j = 0; j < kVec; ++j) v[j] = v[j] * inv_rms * w[j];
+  } else {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) v[j] = col + j < cols ? v[j] * inv_rms * w[j] : -INFINITY;
+  }
 }
 
-// Block: kThreadsPerRow x kRowsPerBlock threads; threadIdx.y picks the row in the block.
-template <typename T, int kVec, int kThreadsPerRow, int kVecsPerThread, int kRowsPerBlock,
-          bool kFused>
-__global__ void __launch_bounds__(kThreadsPerRow* kRowsPerBlock)
-    softmax_registers_kernel(const SoftmaxParams p) {
-  static_assert(kRowsPerBlock == 1 || kThreadsPerRow <= 32, "several rows only per warp");
-  constexpr int kWarps = kThreadsPerRow / 32 > 0 ? kThreadsPerRow / 32 : 1;
-  __shared__ float scratch_m[kWarps], scratch_s[kWarps];
-  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.y;
-  if (row >= p.rows) return;  // only for warp-per-row blocks, which have no block barrier
+// One row of the registers kernel (see softmax_registers_kernel).
+template <bool kRagged, typename T, int kVec, int kThreadsPerRow, int kVecsPerThread, bool kFused>
+__device__ __forceinline__ void softmax_row_in_registers(const SoftmaxParams& p, int64_t row,
+                                                         float* scratch_m, float* scratch_s) {
+  constexpr int kStride = kThreadsPerRow * kVec;  // columns between a thread's accesses
   const T* x = static_cast<const T*>(p.x) + p.x_rows.row_offset(row);
-  const int tid = threadIdx.x;
+  const int first = threadIdx.x * kVec;
 
   // Columns past the row's end load as -inf (neutral for max and sum); the fused kernel
   // loads them as 0 (neutral for the sum of squares) and sets them to -inf afterwards.
   constexpr float kFill = kFused ? 0.f : -INFINITY;
   float v[kVecsPerThread][kVec];
 #pragma unroll
-  for (int i = 0; i < kVecsPerThread; ++i) {
-    const int64_t col = (int64_t(i) * kThreadsPerRow + tid) * kVec;
-    load_row_vec<kVec>(x, col, p.cols, v[i], kFill);
-  }
+  for (int i = 0; i < kVecsPerThread; ++i)
+    load_values<kRagged, kVec>(x, first + i * kStride, p.cols, v[i], kFill);
 
   if constexpr (kFused) {
     float sumsq = 0.f;
@@ -157,10 +200,8 @@ __global__ void __launch_bounds__(kThreadsPerRow* kRowsPerBlock)
     const float inv_rms = rsqrtf(sumsq / float(p.cols) + p.eps);
     const T* w = static_cast<const T*>(p.weight);
 #pragma unroll
-    for (int i = 0; i < kVecsPerThread; ++i) {
-      const int64_t col = (int64_t(i) * kThreadsPerRow + tid) * kVec;
-      apply_rmsnorm<kVec>(w, col, p.cols, inv_rms, v[i]);
-    }
+    for (int i = 0; i < kVecsPerThread; ++i)
+      apply_rmsnorm<kRagged, kVec>(w, first + i * kStride, p.cols, inv_rms, v[i]);
   }
 
   // This thread's max, then its exponentials in place, relative to that max.
@@ -188,24 +229,42 @@ __global__ void __launch_bounds__(kThreadsPerRow* kRowsPerBlock)
   T* y = static_cast<T*>(p.y) + p.y_rows.row_offset(row);
 #pragma unroll
   for (int i = 0; i < kVecsPerThread; ++i) {
-    const int64_t col = (int64_t(i) * kThreadsPerRow + tid) * kVec;
-    if (col >= p.cols) break;
 #pragma unroll
     for (int j = 0; j < kVec; ++j) v[i][j] *= scale;
-    store_row_vec<kVec>(y, col, p.cols, v[i]);
+    store_values<kRagged, kVec>(y, first + i * kStride, p.cols, v[i]);
   }
 }
 
-// One row per kThreads-thread block; the row is walked in steps of kUnroll accesses a
-// thread, all in flight before the first is used.
-template <typename T, int kVec, int kThreads, bool kFused>
-__global__ void __launch_bounds__(kThreads) softmax_looped_kernel(const SoftmaxParams p) {
+// Block: kThreadsPerRow x kRowsPerBlock threads; threadIdx.y picks the row in the block.
+// The host launches it only for rows of at most kThreadsPerRow * kVecsPerThread * kVec
+// elements (so column indices fit in int).
+template <typename T, int kVec, int kThreadsPerRow, int kVecsPerThread, int kRowsPerBlock,
+          bool kFused>
+__global__ void __launch_bounds__(kThreadsPerRow* kRowsPerBlock)
+    softmax_registers_kernel(const SoftmaxParams p) {
+  static_assert(kRowsPerBlock == 1 || kThreadsPerRow <= 32, "several rows only per warp");
+  constexpr int kWarps = kThreadsPerRow / 32 > 0 ? kThreadsPerRow / 32 : 1;
+  __shared__ float scratch_m[kWarps], scratch_s[kWarps];
+  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.y;
+  if (row >= p.rows) return;  // only for warp-per-row blocks, which have no block barrier
+  if (kVec > 1 && p.cols % kVec != 0) {
+    softmax_row_in_registers<true, T, kVec, kThreadsPerRow, kVecsPerThread, kFused>(
+        p, row, scratch_m, scratch_s);
+  } else {
+    softmax_row_in_registers<false, T, kVec, kThreadsPerRow, kVecsPerThread, kFused>(
+        p, row, scratch_m, scratch_s);
+  }
+}
+
+// One row of the looped kernel (see softmax_looped_kernel).
+template <bool kRagged, typename T, int kVec, int kThreads, bool kFused>
+__device__ __forceinline__ void softmax_row_looped(const SoftmaxParams& p, float* scratch_m,
+                                                   float* scratch_s) {
   // Four accesses in flight a thread; two for the fused 16-bit kernel, whose weight loads
   // double the registers a step holds.
   constexpr int kUnroll = kFused && kVec > 4 ? 2 : 4;
-  constexpr int64_t kStep = int64_t(kThreads) * kVec;
+  constexpr int64_t kStep = int64_t(kThreads) * kVec;  // columns one access of the block covers
   constexpr float kFill = kFused ? 0.f : -INFINITY;
-  __shared__ float scratch_m[kThreads / 32], scratch_s[kThreads / 32];
   const int64_t row = blockIdx.x;
   const T* x = static_cast<const T*>(p.x) + p.x_rows.row_offset(row);
   const T* w = static_cast<const T*>(p.weight);
@@ -217,7 +276,7 @@ __global__ void __launch_bounds__(kThreads) softmax_looped_kernel(const SoftmaxP
     for (int64_t base = first; base < p.cols; base += kStep * kUnroll) {
       float v[kUnroll][kVec];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) load_row_vec<kVec>(x, base + u * kStep, p.cols, v[u]);
+      for (int u = 0; u < kUnroll; ++u) load_values<kRagged, kVec>(x, base + u * kStep, p.cols, v[u], 0.f);
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
@@ -232,10 +291,11 @@ __global__ void __launch_bounds__(kThreads) softmax_looped_kernel(const SoftmaxP
   for (int64_t base = first; base < p.cols; base += kStep * kUnroll) {
     float v[kUnroll][kVec];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) load_row_vec<kVec>(x, base + u * kStep, p.cols, v[u], kFill);
+    for (int u = 0; u < kUnroll; ++u) load_values<kRagged, kVec>(x, base + u * kStep, p.cols, v[u], kFill);
     if constexpr (kFused) {
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) apply_rmsnorm<kVec>(w, base + u * kStep, p.cols, inv_rms, v[u]);
+      for (int u = 0; u < kUnroll; ++u)
+        apply_rmsnorm<kRagged, kVec>(w, base + u * kStep, p.cols, inv_rms, v[u]);
     }
     float step_max = -INFINITY;
 #pragma unroll
@@ -259,17 +319,30 @@ __global__ void __launch_bounds__(kThreads) softmax_looped_kernel(const SoftmaxP
   for (int64_t base = first; base < p.cols; base += kStep * kUnroll) {
     float v[kUnroll][kVec];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) load_row_vec<kVec>(x, base + u * kStep, p.cols, v[u], kFill);
+    for (int u = 0; u < kUnroll; ++u) load_values<kRagged, kVec>(x, base + u * kStep, p.cols, v[u], kFill);
     if constexpr (kFused) {
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) apply_rmsnorm<kVec>(w, base + u * kStep, p.cols, inv_rms, v[u]);
+      for (int u = 0; u < kUnroll; ++u)
+        apply_rmsnorm<kRagged, kVec>(w, base + u * kStep, p.cols, inv_rms, v[u]);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
 #pragma unroll
       for (int j = 0; j < kVec; ++j) v[u][j] = exp_via_exp2(v[u][j] - m) * inv_sum;
-      if (base + u * kStep < p.cols) store_row_vec<kVec>(y, base + u * kStep, p.cols, v[u]);
+      store_values<kRagged, kVec>(y, base + u * kStep, p.cols, v[u]);
     }
+  }
+}
+
+// One row per kThreads-thread block; the row is walked in steps of kUnroll accesses a
+// thread, all in flight before the first is used.
+template <typename T, int kVec, int kThreads, bool kFused>
+__global__ void __launch_bounds__(kThreads) softmax_looped_kernel(const SoftmaxParams p) {
+  __shared__ float scratch_m[kThreads / 32], scratch_s[kThreads / 32];
+  if (kVec > 1 && p.cols % kVec != 0) {
+    softmax_row_looped<true, T, kVec, kThreads, kFused>(p, scratch_m, scratch_s);
+  } else {
+    softmax_row_looped<false, T, kVec, kThreads, kFused>(p, scratch_m, scratch_s);
   }
 }
 

@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: Apache-2.0
+// Softmax over the last dim, and softmax(rmsnorm(x) * weight) fused into one kernel.
+// fp32 math; the output has x's dtype.
+//
+// Non-finite input gives what torch.softmax gives: a row holding a NaN or a +inf, and a
+// row that is all -inf, comes out all NaN; a -inf entry of any other row comes out 0.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "gks/tensor.h"
+
+namespace gks {
+
+// Kernel shape, for benchmarks and the autotuner: -1 picks by heuristic; 0 holds each row
+// in registers (read once) where it fits; 1 walks each row in a loop (see SoftmaxPlan).
+inline constexpr const char* kSoftmaxConfigs[] = {"registers", "looped"};
+
+struct SoftmaxArgs {
+  TensorRef x;  // [..., N], fp32/fp16/bf16, last dim contiguous, any row strides
+  TensorRef y;  // x's shape and dtype, last dim contiguous, any row strides
+  int config = -1;
+};
+
+// y = softmax(x) over the last dim. Validates the arguments (throws gks::Error) and
+// launches on `stream`.
+void softmax(const SoftmaxArgs& args, cudaStream_t stream);
+
+struct SoftmaxRmsNormArgs {
+  TensorRef x;       // [..., N], fp32/fp16/bf16, last dim contiguous, any row strides
+  TensorRef weight;  // [N], x's dtype, contiguous
+  TensorRef y;       // x's shape and dtype, last dim contiguous, any row strides
+  float eps = 1e-6f;
+  int config = -1;  // as SoftmaxArgs::config
+};
+
+// y = softmax(x / sqrt(mean(x^2) + eps) * weight) over the last dim, in one kernel. The
+// normalized row stays in fp32 (it is never rounded to x's dtype); only y is rounded.
+void softmax_rmsnorm(const SoftmaxRmsNormArgs& args, cudaStream_t stream);
+
+namespace detail {
+// How a launch covers the rows. A pure function of the row length, dtype and alignment,
+// so host tests can check it without a GPU.
+struct SoftmaxPlan {
+  // kRegisters: the row is read once and held in registers (one read, one write).
+  // kLooped: a block walks the row twice (online max/sum, then normalize and write), the
+  //   second pass mostly from L2; the fused op adds a first pass for the sum of squares.
+  enum class Kind { kRegisters, kLooped };
+  Kind kind = Kind::kRegisters;
+  int vec = 1;              // elements per memory access (16 bytes' worth, or 1 when unaligned)
+  int threads_per_row = 32;
+  int vecs_per_thread = 1;  // kRegisters: accesses each thread keeps in registers
+  int rows_per_block = 1;
+};
+SoftmaxPlan plan_softmax(int64_t cols, DType dtype, bool aligned16, int config = -1);
+}  // namespace detail
+
+}  // namespace gks

@@ -1,0 +1,44 @@
+# SPDX-License-Identifier: Apache-2.0
+"""gks::softmax and gks::softmax_rmsnorm — see gks._torch_ops for what every custom op
+guarantees."""
+
+from __future__ import annotations
+
+import torch
+
+from gks import cuda
+
+
+@torch.library.custom_op("gks::softmax", mutates_args=())
+def softmax(x: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last dim of x [..., N]; fp32 math, output in x's dtype.
+
+    x: fp32/fp16/bf16 CUDA tensor, last dim contiguous, any leading strides. Non-finite
+    input gives torch.softmax's result (a row with NaN or +inf, or all -inf, is all NaN).
+    Runs on the current CUDA stream.
+    """
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    cuda.softmax_out(x, y)
+    return y
+
+
+@softmax.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+@torch.library.custom_op("gks::softmax_rmsnorm", mutates_args=())
+def softmax_rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """softmax(rmsnorm(x, weight, eps)) over the last dim of x [..., N], in one kernel.
+
+    fp32 math throughout; the normalized row is never rounded to x's dtype, only the output
+    is. weight: [N], x's dtype. Runs on the current CUDA stream.
+    """
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    cuda.softmax_rmsnorm_out(x, weight, y, eps)
+    return y
+
+
+@softmax_rmsnorm.register_fake
+def _(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)

@@ -1,0 +1,77 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Softmax over the last dim: y = exp(x - max(x)) / sum(exp(x - max(x)))."""
+
+from __future__ import annotations
+
+from gks.registry import Backend, OpSpec, Peer, register
+
+_ELEM_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def make_inputs(shape, dtype, device, seed):
+    import torch
+
+    m, n = shape
+    gen = torch.Generator(device=device).manual_seed(seed)
+    # A spread of 3 gives exponentials over many orders of magnitude: the max matters.
+    x = 3.0 * torch.randn((m, n), generator=gen, device=device, dtype=torch.float32)
+    return {"x": x.to(getattr(torch, dtype))}
+
+
+def _reference(x, *, precise=False):
+    from gks.reference import softmax
+
+    return softmax(x, precise=precise)
+
+
+def _torch_softmax():
+    import torch
+
+    return lambda x: torch.softmax(x, -1)
+
+
+def _torch_compile():
+    import torch
+
+    from gks.reference import softmax
+
+    return torch.compile(softmax, dynamic=False)
+
+
+# Against the fp64 result. Mostly relative: outputs are as small as 1/N (and much smaller),
+# so an absolute bound would hide errors. atol covers only the output dtype's smallest
+# steps (fp16 subnormals are 6e-8 apart); rtol is a few ulps of the output dtype, plus
+# for fp32 the exp of (x - max) rounded: |x - max| * 2^-24 relative.
+TOLERANCE = {"float32": (1e-12, 2e-5), "float16": (6e-8, 1e-3), "bfloat16": (1e-12, 8e-3)}
+
+# Shapes every backend is tested on: N in {1, 31, 1000, 4096, 32768, 262144} (warp-per-row,
+# block-per-row in registers, and the looped kernel), 1x1, odd row counts, empty tensors.
+TEST_SHAPES = (
+    (1, 1), (7, 1), (1, 31), (33, 31), (3, 1000), (5, 4096), (3, 4097), (2, 32768),
+    (1, 32769), (1, 262144), (0, 64), (3, 0),
+)
+
+SPEC = register(
+    OpSpec(
+        name="softmax",
+        summary="Softmax over the last dim, one-pass online max/sum",
+        signature="softmax(x[..., N]) -> y[..., N] (x's dtype)",
+        shape_names=("M", "N"),
+        dtypes=("float32", "float16", "bfloat16"),
+        make_inputs=make_inputs,
+        reference=_reference,
+        tolerance=TOLERANCE,
+        # max, subtract the max, exp, add to the sum, scale by 1/sum: 5 flops per element.
+        flops=lambda s: 5.0 * s[0] * s[1],
+        # read x and write y once.
+        bytes_moved=lambda s, dt: _ELEM_BYTES[dt] * 2.0 * s[0] * s[1],
+        backends=(
+            Backend("cuda", "gks._torch_ops:softmax", archs=("sm_80", "sm_90a")),
+            Backend("triton", "gks.triton:softmax", archs=("sm_80", "sm_90"), interpreted=True),
+            Backend("pallas", "gks.pallas._bridge:softmax", archs=("sm_80", "sm_90"), interpreted=True),
+        ),
+        test_shapes=TEST_SHAPES,
+        bench_shapes=((32768, 4096), (8192, 32768), (65536, 1024)),
+        peers=(Peer("torch.softmax", _torch_softmax), Peer("torch.compile", _torch_compile)),
+    )
+)

@@ -1,0 +1,153 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Softmax, and softmax(rmsnorm(x) * weight) fused, in Triton: one program per row.
+
+A row that fits (up to MAX_ONE_PASS elements) is loaded whole: one read, max, exponentials,
+sum, one write. A longer row is walked in CHUNK-sized pieces: an online max and rescaled sum
+kept per lane, then a second pass that normalizes and writes (mostly from L2). The fused op
+computes x * inv_rms * weight in fp32 and never stores it; its long-row path walks the row
+once more first, for the sum of squares.
+
+Non-finite input gives torch.softmax's result, as in the CUDA kernels (see
+csrc/include/gks/kernels/softmax.cuh): a NaN anywhere makes the sum NaN; a row max of +inf
+or -inf makes the reciprocal of the sum NaN. Either way the row comes out all NaN, whether
+the max reduction ignores NaN (GPU) or propagates it (the interpreter).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from gks._rows import row_layout
+from gks.triton._common import check_device, check_float, check_same, next_pow2
+
+# Rows up to this many elements are held whole in one program (one read of the row).
+MAX_ONE_PASS = 32768
+CHUNK = 4096
+LOG2E = tl.constexpr(1.4426950408889634)
+
+
+@triton.jit
+def _offset(m):
+    # The max a sum of exponentials is kept relative to: 0 for an all -inf set, so that
+    # -inf - -inf never turns a row's -inf entries into NaN.
+    return tl.where(m == float("-inf"), 0.0, m)
+
+
+@triton.jit
+def _values(x_row, w_ptr, cols, N, inv_rms, FUSED: tl.constexpr):
+    """The row's values at `cols` in fp32, -inf past its end."""
+    mask = cols < N
+    if FUSED:
+        x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        return tl.where(mask, x * inv_rms * w, float("-inf"))
+    else:
+        return tl.load(x_row + cols, mask=mask, other=float("-inf")).to(tl.float32)
+
+
+@triton.jit
+def _softmax_kernel(
+    x_ptr, w_ptr, y_ptr, N, eps,
+    x_inner, x_outer_stride, x_inner_stride,
+    y_inner, y_outer_stride, y_inner_stride,
+    BLOCK_N: tl.constexpr, ONE_PASS: tl.constexpr, FUSED: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + (row // x_inner) * x_outer_stride + (row % x_inner) * x_inner_stride
+    y_row = y_ptr + (row // y_inner) * y_outer_stride + (row % y_inner) * y_inner_stride
+    cols = tl.arange(0, BLOCK_N)
+    nan = float("nan")
+    if ONE_PASS:
+        mask = cols < N
+        if FUSED:
+            x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
+            inv_rms = tl.rsqrt(tl.sum(x * x, axis=0) / N + eps)
+            w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+            v = tl.where(mask, x * inv_rms * w, float("-inf"))
+        else:
+            v = tl.load(x_row + cols, mask=mask, other=float("-inf")).to(tl.float32)
+        m = tl.max(v, axis=0)
+        e = tl.exp2((v - _offset(m)) * LOG2E)
+        inv_sum = tl.where(tl.abs(m) < float("inf"), 1.0 / tl.sum(e, axis=0), nan)
+        tl.store(y_row + cols, (e * inv_sum).to(y_ptr.dtype.element_ty), mask=mask)
+    else:
+        num_chunks = tl.cdiv(N, BLOCK_N)
+        inv_rms = 1.0
+        if FUSED:
+            acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+            for chunk in range(0, num_chunks):
+                start = chunk * BLOCK_N
+                x = tl.load(x_row + start + cols, mask=start + cols < N, other=0.0).to(tl.float32)
+                acc += x * x
+            inv_rms = tl.rsqrt(tl.sum(acc, axis=0) / N + eps)
+        # Pass 1: per lane, the running max and the sum of exponentials relative to it.
+        m_lane = tl.full([BLOCK_N], float("-inf"), tl.float32)
+        s_lane = tl.zeros([BLOCK_N], dtype=tl.float32)
+        for chunk in range(0, num_chunks):
+            start = chunk * BLOCK_N
+            v = _values(x_row + start, w_ptr + start, cols, N - start, inv_rms, FUSED)
+            m_new = tl.maximum(m_lane, v)
+            offset = _offset(m_new)
+            s_lane = s_lane * tl.exp2((m_lane - offset) * LOG2E) + tl.exp2((v - offset) * LOG2E)
+            m_lane = m_new
+        m = tl.max(m_lane, axis=0)
+        s = tl.sum(s_lane * tl.exp2((m_lane - _offset(m)) * LOG2E), axis=0)
+        inv_sum = tl.where(tl.abs(m) < float("inf"), 1.0 / s, nan)
+        # Pass 2: exp(v - max) / sum (NaN everywhere when the max is not finite).
+        for chunk in range(0, num_chunks):
+            start = chunk * BLOCK_N
+            v = _values(x_row + start, w_ptr + start, cols, N - start, inv_rms, FUSED)
+            y = tl.exp2((v - m) * LOG2E) * inv_sum
+            tl.store(y_row + start + cols, y.to(y_ptr.dtype.element_ty), mask=start + cols < N)
+
+
+def _num_warps(block_n: int, elem_bytes: int) -> int:
+    # About 16 bytes x 4 accesses per thread, between 1 and 16 warps.
+    return max(1, min(16, block_n * elem_bytes // (32 * 64)))
+
+
+def _launch(op: str, x: torch.Tensor, xr, weight, eps: float) -> torch.Tensor:
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if xr.rows == 0 or xr.cols == 0:
+        return y
+    yr = row_layout(y, op, "y")
+    one_pass = xr.cols <= MAX_ONE_PASS
+    block_n = next_pow2(xr.cols) if one_pass else CHUNK
+    _softmax_kernel[(xr.rows,)](
+        x, weight if weight is not None else x, y, xr.cols, eps,
+        xr.inner, xr.outer_stride, xr.inner_stride,
+        yr.inner, yr.outer_stride, yr.inner_stride,
+        BLOCK_N=block_n, ONE_PASS=one_pass, FUSED=weight is not None,
+        num_warps=_num_warps(block_n, x.element_size()),
+    )
+    return y
+
+
+def softmax(x: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last dim of x [..., N]; fp32 math, output in x's dtype."""
+    op = "gks.triton.softmax"
+    check_device(x, op, "x")
+    check_float(x, op, "x")
+    return _launch(op, x, row_layout(x, op, "x"), None, 0.0)
+
+
+def softmax_rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """softmax(rmsnorm(x, weight, eps)) over the last dim of x [..., N], one kernel; the
+    normalized row stays fp32 (never rounded to x's dtype)."""
+    op = "gks.triton.softmax_rmsnorm"
+    check_device(x, op, "x")
+    check_float(x, op, "x")
+    check_same(x, "x", weight, "weight", op)
+    xr = row_layout(x, op, "x")
+    if weight.dim() != 1 or weight.shape[0] != xr.cols:
+        raise ValueError(
+            f"{op}: argument 'weight' must have shape [{xr.cols}] (the last dim of x), "
+            f"got {list(weight.shape)}"
+        )
+    if weight.numel() > 1 and weight.stride(0) != 1:
+        raise ValueError(f"{op}: argument 'weight' must be contiguous, got stride {weight.stride(0)}")
+    if not eps >= 0:
+        raise ValueError(f"{op}: argument 'eps' must be >= 0, got {eps}")
+    return _launch(op, x, xr, weight, float(eps))

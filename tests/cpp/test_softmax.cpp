@@ -1,0 +1,293 @@
+// SPDX-License-Identifier: Apache-2.0
+// Host-side logic of gks::softmax and gks::softmax_rmsnorm: validation (which must throw
+// before anything touches a GPU) and launch plans. Runs on a machine without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "gks/gks.h"
+
+namespace {
+
+const gks::Device kGpu{gks::DeviceType::kCUDA, 0};
+const gks::Device kCpu{gks::DeviceType::kCPU, 0};
+using gks::DType;
+using gks::ErrorKind;
+using Plan = gks::detail::SoftmaxPlan;
+
+template <typename F>
+void expect_error(F&& call, ErrorKind kind, const std::string& needle) {
+  try {
+    call();
+    FAIL() << "expected gks::Error containing '" << needle << "'";
+  } catch (const gks::Error& e) {
+    EXPECT_EQ(int(e.kind()), int(kind)) << e.what();
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+gks::SoftmaxArgs softmax_args(void* p, DType dtype = DType::kFloat16) {
+  gks::SoftmaxArgs a;
+  a.x = gks::TensorRef::make(p, dtype, {4, 8}, kGpu);
+  a.y = gks::TensorRef::make(p, dtype, {4, 8}, kGpu);
+  return a;
+}
+
+gks::SoftmaxRmsNormArgs fused_args(void* p) {
+  gks::SoftmaxRmsNormArgs a;
+  a.x = gks::TensorRef::make(p, DType::kBFloat16, {4, 8}, kGpu);
+  a.weight = gks::TensorRef::make(p, DType::kBFloat16, {8}, kGpu);
+  a.y = gks::TensorRef::make(p, DType::kBFloat16, {4, 8}, kGpu);
+  return a;
+}
+
+// ---------------------------------------------------------------- softmax validation
+
+TEST(Softmax, RejectsCpuTensor) {
+  char buf[64];
+  auto a = softmax_args(buf);
+  a.x.device = a.y.device = kCpu;
+  expect_error([&] { gks::softmax(a, nullptr); }, ErrorKind::kInvalidArgument,
+               "gks.softmax: argument 'x' must be a CUDA tensor, got a tensor on cpu");
+}
+
+TEST(Softmax, RejectsIntegerInput) {
+  char buf[64];
+  auto a = softmax_args(buf);
+  a.x.dtype = a.y.dtype = DType::kInt32;
+  expect_error([&] { gks::softmax(a, nullptr); }, ErrorKind::kUnsupportedDtype,
+               "argument 'x' must be float32, float16 or bfloat16, got int32");
+}
+
+TEST(Softmax, RejectsOutputOfOtherDtype) {
+  char buf[64];
+  auto a = softmax_args(buf);
+  a.y.dtype = DType::kFloat32;
+  expect_error([&] { gks::softmax(a, nullptr); }, ErrorKind::kUnsupportedDtype,
+               "argument 'y' must have the dtype of 'x' (float16), got float32");
+}
+
+TEST(Softmax, RejectsOutputOfOtherShape) {
+  char buf[64];
+  auto a = softmax_args(buf);
+  a.y.shape[1] = 9;
+  expect_error([&] { gks::softmax(a, nullptr); }, ErrorKind::kInvalidArgument,
+               "argument 'y' must have the shape of 'x' [4, 8], got [4, 9]");
+}
+
+TEST(Softmax, RejectsOutputOnOtherDevice) {
+  char buf[64];
+  auto a = softmax_args(buf);
+  a.y.device.index = 1;
+  expect_error([&] { gks::softmax(a, nullptr); }, ErrorKind::kInvalidArgument,
+               "argument 'y' must be on the device of 'x' (cuda:0), got cuda:1");
+}
+
+TEST(Softmax, RejectsStridedLastDim) {
+  char buf[64];
+  auto a = softmax_args(buf);
+  a.x = gks::TensorRef::make(buf, DType::kFloat16, {4, 8}, kGpu, {1, 4});
+  expect_error([&] { gks::softmax(a, nullptr); }, ErrorKind::kInvalidArgument,
+               "argument 'x' must be contiguous in its last dim");
+  a = softmax_args(buf);
+  a.y = gks::TensorRef::make(buf, DType::kFloat16, {4, 8}, kGpu, {16, 2});
+  expect_error([&] { gks::softmax(a, nullptr); }, ErrorKind::kInvalidArgument,
+               "argument 'y' must be contiguous in its last dim");
+}
+
+TEST(Softmax, RejectsScalar) {
+  char buf[64];
+  auto a = softmax_args(buf);
+  a.x.ndim = a.y.ndim = 0;
+  expect_error([&] { gks::softmax(a, nullptr); }, ErrorKind::kInvalidArgument,
+               "argument 'x' must have 1 to 8 dims, got 0");
+}
+
+TEST(Softmax, RejectsTooManyRows) {
+  char buf[64];
+  auto a = softmax_args(buf);
+  const int64_t rows = int64_t(1) << 31;
+  a.x = gks::TensorRef::make(buf, DType::kFloat16, {rows, 8}, kGpu);
+  a.y = gks::TensorRef::make(buf, DType::kFloat16, {rows, 8}, kGpu);
+  expect_error([&] { gks::softmax(a, nullptr); }, ErrorKind::kInvalidArgument,
+               "at most 2^31 - 1 rows are supported");
+}
+
+TEST(Softmax, RejectsUnknownConfig) {
+  char buf[64];
+  auto a = softmax_args(buf);
+  a.config = 2;
+  expect_error([&] { gks::softmax(a, nullptr); }, ErrorKind::kInvalidArgument,
+               "gks.softmax: argument 'config' must be -1 (heuristic), 0 (registers) or 1 (looped), got 2");
+  auto f = fused_args(buf);
+  f.config = -2;
+  expect_error([&] { gks::softmax_rmsnorm(f, nullptr); }, ErrorKind::kInvalidArgument,
+               "gks.softmax_rmsnorm: argument 'config' must be -1");
+}
+
+TEST(Softmax, EmptyTensorsReturnWithoutTouchingTheGpu) {
+  // No GPU is needed: an empty tensor returns before any CUDA call (a launch here would
+  // throw, as no device is present in CI, or launch a zero-size grid on one).
+  auto run = [](std::initializer_list<int64_t> shape) {
+    gks::SoftmaxArgs a;
+    a.x = gks::TensorRef::make(nullptr, DType::kFloat32, shape, kGpu);
+    a.y = gks::TensorRef::make(nullptr, DType::kFloat32, shape, kGpu);
+    EXPECT_NO_THROW(gks::softmax(a, nullptr)) << a.x.shape_string();
+  };
+  run({0, 64});
+  run({3, 0});
+  run({0});
+  run({2, 0, 5});
+}
+
+// ---------------------------------------------------------------- fused validation
+
+TEST(SoftmaxRmsNorm, RejectsWeightOfWrongShape) {
+  char buf[64];
+  auto a = fused_args(buf);
+  a.weight.shape[0] = 7;
+  expect_error([&] { gks::softmax_rmsnorm(a, nullptr); }, ErrorKind::kInvalidArgument,
+               "gks.softmax_rmsnorm: argument 'weight' must have shape [8] (the last dim of x), got [7]");
+  a = fused_args(buf);
+  a.weight = gks::TensorRef::make(buf, DType::kBFloat16, {1, 8}, kGpu);
+  expect_error([&] { gks::softmax_rmsnorm(a, nullptr); }, ErrorKind::kInvalidArgument,
+               "argument 'weight' must have shape [8] (the last dim of x), got [1, 8]");
+}
+
+TEST(SoftmaxRmsNorm, RejectsStridedWeight) {
+  char buf[64];
+  auto a = fused_args(buf);
+  a.weight.strides[0] = 2;
+  expect_error([&] { gks::softmax_rmsnorm(a, nullptr); }, ErrorKind::kInvalidArgument,
+               "argument 'weight' must be contiguous, got stride 2");
+}
+
+TEST(SoftmaxRmsNorm, RejectsWeightOfOtherDtypeOrDevice) {
+  char buf[64];
+  auto a = fused_args(buf);
+  a.weight.dtype = DType::kFloat32;
+  expect_error([&] { gks::softmax_rmsnorm(a, nullptr); }, ErrorKind::kUnsupportedDtype,
+               "argument 'weight' must have the dtype of 'x' (bfloat16), got float32");
+  a = fused_args(buf);
+  a.weight.device = kCpu;
+  expect_error([&] { gks::softmax_rmsnorm(a, nullptr); }, ErrorKind::kInvalidArgument,
+               "argument 'weight' must be on the device of 'x' (cuda:0), got cpu");
+}
+
+TEST(SoftmaxRmsNorm, RejectsBadEps) {
+  char buf[64];
+  auto a = fused_args(buf);
+  a.eps = -1e-6f;
+  expect_error([&] { gks::softmax_rmsnorm(a, nullptr); }, ErrorKind::kInvalidArgument,
+               "argument 'eps' must be >= 0");
+  a.eps = std::numeric_limits<float>::quiet_NaN();
+  expect_error([&] { gks::softmax_rmsnorm(a, nullptr); }, ErrorKind::kInvalidArgument,
+               "argument 'eps' must be >= 0");
+}
+
+TEST(SoftmaxRmsNorm, RejectsBadXAndY) {
+  char buf[64];
+  auto a = fused_args(buf);
+  a.x.device = kCpu;
+  expect_error([&] { gks::softmax_rmsnorm(a, nullptr); }, ErrorKind::kInvalidArgument,
+               "gks.softmax_rmsnorm: argument 'x' must be a CUDA tensor");
+  a = fused_args(buf);
+  a.y.shape[0] = 5;
+  expect_error([&] { gks::softmax_rmsnorm(a, nullptr); }, ErrorKind::kInvalidArgument,
+               "argument 'y' must have the shape of 'x'");
+}
+
+TEST(SoftmaxRmsNorm, EmptyTensorsReturnWithoutTouchingTheGpu) {
+  gks::SoftmaxRmsNormArgs a;
+  a.x = gks::TensorRef::make(nullptr, DType::kFloat16, {0, 16}, kGpu);
+  a.weight = gks::TensorRef::make(nullptr, DType::kFloat16, {16}, kGpu);
+  a.y = gks::TensorRef::make(nullptr, DType::kFloat16, {0, 16}, kGpu);
+  EXPECT_NO_THROW(gks::softmax_rmsnorm(a, nullptr));
+  a.x = gks::TensorRef::make(nullptr, DType::kFloat16, {5, 0}, kGpu);
+  a.weight = gks::TensorRef::make(nullptr, DType::kFloat16, {0}, kGpu);
+  a.y = gks::TensorRef::make(nullptr, DType::kFloat16, {5, 0}, kGpu);
+  EXPECT_NO_THROW(gks::softmax_rmsnorm(a, nullptr));
+}
+
+// ---------------------------------------------------------------- plans
+
+TEST(SoftmaxPlan, WarpPerRowForShortRows) {
+  const auto p = gks::detail::plan_softmax(1024, DType::kFloat32, true);
+  EXPECT_EQ(p.kind, Plan::Kind::kRegisters);
+  EXPECT_EQ(p.vec, 4);
+  EXPECT_EQ(p.threads_per_row, 32);
+  EXPECT_EQ(p.vecs_per_thread, 8);  // 1024 / 4 = 256 accesses = 32 lanes x 8
+  EXPECT_EQ(p.rows_per_block, 4);
+  const auto q = gks::detail::plan_softmax(31, DType::kBFloat16, true);
+  EXPECT_EQ(q.threads_per_row, 32);
+  EXPECT_EQ(q.vecs_per_thread, 1);
+}
+
+TEST(SoftmaxPlan, BenchShapesReadTheRowOnce) {
+  // N = 1024 and 4096 in every dtype, and 32768 in fp32, stay in registers: one read of x,
+  // one write of y. 16-bit rows of 32768 take the looped kernel (faster there, measured).
+  for (int64_t cols : {1024, 4096, 32768}) {
+    for (auto dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+      const auto p = gks::detail::plan_softmax(cols, dtype, true);
+      const bool registers = cols <= 4096 || dtype == DType::kFloat32;
+      EXPECT_EQ(p.kind, registers ? Plan::Kind::kRegisters : Plan::Kind::kLooped) << cols;
+      EXPECT_EQ(p.vec * gks::dtype_size(dtype), 16) << cols;
+    }
+  }
+  const auto p = gks::detail::plan_softmax(32768, DType::kFloat32, true);
+  EXPECT_EQ(p.threads_per_row, 1024);
+  EXPECT_EQ(p.vecs_per_thread, 8);
+  const auto q = gks::detail::plan_softmax(16384, DType::kBFloat16, true);
+  EXPECT_EQ(q.kind, Plan::Kind::kRegisters);
+  EXPECT_EQ(q.threads_per_row, 512);
+}
+
+TEST(SoftmaxPlan, RegisterPlansCoverTheRowWithinTheRegisterBudget) {
+  for (auto dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    for (bool aligned : {true, false}) {
+      for (int64_t cols = 1; cols <= 70000; cols += cols < 300 ? 1 : 97) {
+        const auto p = gks::detail::plan_softmax(cols, dtype, aligned);
+        if (p.kind == Plan::Kind::kLooped) {
+          EXPECT_EQ(p.threads_per_row % 32, 0);
+          continue;
+        }
+        const int64_t covered = int64_t(p.threads_per_row) * p.vecs_per_thread * p.vec;
+        ASSERT_GE(covered, cols) << cols;
+        EXPECT_LE(p.vec * p.vecs_per_thread, aligned ? 32 : 8) << cols;
+        EXPECT_LE(p.threads_per_row, dtype == DType::kFloat32 ? 1024 : 512) << cols;
+        EXPECT_EQ(p.threads_per_row & (p.threads_per_row - 1), 0);
+        EXPECT_EQ(p.vecs_per_thread & (p.vecs_per_thread - 1), 0);
+        EXPECT_EQ(p.rows_per_block, p.threads_per_row == 32 ? 4 : 1);
+        // The smallest such plan: half the threads (or half the accesses) would not do.
+        if (p.threads_per_row > 64) EXPECT_LT(covered / 2, cols) << cols;
+      }
+    }
+  }
+}
+
+TEST(SoftmaxPlan, LongOrUnalignedRowsLoop) {
+  for (int64_t cols : {32769, 65536, 262144, 1 << 22}) {
+    const auto p = gks::detail::plan_softmax(cols, DType::kFloat32, true);
+    EXPECT_EQ(p.kind, Plan::Kind::kLooped) << cols;
+  }
+  const auto q = gks::detail::plan_softmax(4096, DType::kFloat16, false);
+  EXPECT_EQ(q.vec, 1);
+  EXPECT_EQ(q.kind, Plan::Kind::kRegisters);
+  EXPECT_EQ(gks::detail::plan_softmax(4097, DType::kFloat16, false).kind, Plan::Kind::kLooped);
+  const auto r = gks::detail::plan_softmax(8192, DType::kFloat32, false);
+  EXPECT_EQ(r.vec, 1);
+  EXPECT_EQ(r.kind, Plan::Kind::kRegisters);
+  EXPECT_EQ(gks::detail::plan_softmax(8193, DType::kFloat32, false).kind, Plan::Kind::kLooped);
+}
+
+TEST(SoftmaxPlan, ConfigOneForcesTheLoopedKernel) {
+  for (int64_t cols : {1, 1000, 4096}) {
+    EXPECT_EQ(gks::detail::plan_softmax(cols, DType::kFloat16, true, 1).kind,
+              Plan::Kind::kLooped);
+  }
+}
+
+}  // namespace

@@ -1,0 +1,310 @@
+# SPDX-License-Identifier: Apache-2.0
+"""softmax(rmsnorm(x) * weight), fused, beyond the generic sweep: against the two-step
+reference and eager PyTorch, non-finite and degenerate rows, layouts, poisoned outputs, bad
+input, torch.compile / opcheck / CUDA graphs.
+
+Without a GPU, Triton runs in its interpreter and Pallas in interpret mode (both on CPU
+tensors); the CUDA cases skip and run on the GPU machine.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from checks import assert_matches
+from conftest import DEVICE, HAS_GPU, HAS_NATIVE, requires_gpu, requires_native, seed_for
+import gks
+from gks import registry
+
+SPEC = registry.get("softmax_rmsnorm")
+TOL = SPEC.tolerance
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+INF, NAN = float("inf"), float("nan")
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).split(".")[1]
+
+
+def _rand(shape, dtype, seed, device=DEVICE, mean=0.0, scale=1.0):
+    gen = torch.Generator(device=device).manual_seed(seed)
+    return (mean + scale * torch.randn(shape, generator=gen, device=device)).to(dtype)
+
+
+def _cuda_out(config):
+    def run(x, w, eps=1e-6):
+        y = torch.empty_like(x)
+        gks.cuda.softmax_rmsnorm_out(x, w, y, eps, config)
+        return y
+
+    return run
+
+
+def _backends(aligned_only=False):
+    """(name, fn) of the backends that can run here, over torch tensors. aligned_only drops
+    Pallas: JAX takes only aligned buffers, so an unaligned view cannot reach it."""
+    out = []
+    if HAS_GPU and HAS_NATIVE:
+        out.append(("cuda", gks.softmax_rmsnorm))
+        for config in (0, 1):  # both kernel shapes, forced
+            out.append((f"cuda-config{config}", _cuda_out(config)))
+    out.append(("triton", SPEC.backend("triton").load()))
+    if not aligned_only:
+        out.append(("pallas", SPEC.backend("pallas").load()))
+    return out
+
+
+def _check(y, x, w, eps, what):
+    assert_matches(y, SPEC.reference(x, w, eps, precise=True), _name(x.dtype), TOL, what)
+
+
+# ---------------------------------------------------------------- the fused meaning
+
+
+@pytest.mark.parametrize("name,fn", _backends())
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("n", [7, 1000, 4096, 40000])
+def test_matches_the_two_step_reference(name, fn, dtype, n):
+    # fused == softmax(rmsnorm(x)) computed as two separate fp64 steps.
+    x = _rand((3, n), dtype, seed_for("two-step", name, str(dtype), n))
+    w = _rand((n,), dtype, seed_for("two-step-w", name, str(dtype), n), mean=1.0, scale=0.5)
+    two_step = gks.reference.softmax(gks.reference.rmsnorm(x, w, 1e-6, precise=True), precise=True)
+    assert_matches(fn(x, w, 1e-6), two_step, _name(dtype), TOL, f"{name} vs two-step n={n}")
+
+
+def test_reference_keeps_the_intermediate_in_fp32():
+    # The fp32 reference equals fp32 rmsnorm then fp32 softmax (no rounding to x's dtype in
+    # between), and for bf16 that is closer to the fp64 truth than eager PyTorch's two
+    # steps, which round the normalized row to bf16.
+    x = _rand((64, 512), torch.bfloat16, 1, device="cpu")
+    w = _rand((512,), torch.bfloat16, 2, device="cpu", mean=1.0, scale=0.5)
+    exact = SPEC.reference(x, w, 1e-6, precise=True)
+    fused = gks.reference.softmax_rmsnorm(x, w, 1e-6)
+    z32 = gks.reference.rmsnorm(x.float(), w.float(), 1e-6)
+    assert torch.equal(fused, torch.softmax(z32, -1).to(torch.bfloat16))
+    eager = torch.softmax(F.rms_norm(x, (512,), w, 1e-6), -1)
+
+    def err(y):
+        return ((y.double() - exact).abs() / exact).mean().item()
+
+    assert err(fused) < err(eager)
+
+
+@pytest.mark.parametrize("name,fn", _backends())
+def test_close_to_eager_pytorch_in_fp32(name, fn):
+    x = _rand((4, 3000), torch.float32, 3)
+    w = _rand((3000,), torch.float32, 4, mean=1.0, scale=0.5)
+    eager = torch.softmax(F.rms_norm(x, (3000,), w, 1e-5), -1)
+    torch.testing.assert_close(fn(x, w, 1e-5), eager, atol=1e-9, rtol=3e-5)
+
+
+# ---------------------------------------------------------------- non-finite and degenerate rows
+
+
+def _special_rows(n: int, dtype, seed: int):
+    x = _rand((6, n), torch.float32, seed, device="cpu")
+    mid, last = n // 2, n - 1
+    x[0] = 0.0                       # zero row: logits all 0, uniform 1/N
+    x[1, mid] = NAN                  # NaN: NaN row
+    x[2, last] = INF                 # +inf: inv_rms = 0, inf * 0 = NaN: NaN row
+    x[3, 0] = -INF                   # -inf: NaN row as well
+    x[4] *= 1e-20                    # tiny values: eps dominates the rms
+    x[5] *= 1e4                      # large values: normalized back to O(1)
+    return x.to(dtype).to(DEVICE)
+
+
+@pytest.mark.parametrize("name,fn", _backends())
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("n", [5, 1000, 40000])
+def test_special_rows(name, fn, dtype, n):
+    x = _special_rows(n, dtype, seed_for("special", name, str(dtype), n))
+    w = _rand((n,), dtype, seed_for("special-w", n), mean=1.0, scale=0.5)
+    y = fn(x, w, 1e-6)
+    ref = SPEC.reference(x, w, 1e-6, precise=True)
+    assert torch.equal(torch.isnan(y).cpu(), torch.isnan(ref).cpu()), f"{name}: NaN pattern differs"
+    assert torch.isnan(y[1:4]).all()
+    torch.testing.assert_close(y[0].double().cpu(), torch.full((n,), 1.0 / n, dtype=torch.float64),
+                               atol=TOL[_name(dtype)][0], rtol=TOL[_name(dtype)][1])
+    assert_matches(y, ref, _name(dtype), TOL, f"{name} special n={n}")
+
+
+@pytest.mark.parametrize("name,fn", _backends())
+def test_zero_row_with_zero_eps_is_nan(name, fn):
+    # rsqrt(0 + 0) = inf and 0 * inf = NaN: the reference's (and torch's) result.
+    x = _rand((2, 100), torch.float32, 5)
+    x[0] = 0.0
+    w = torch.ones(100, device=DEVICE)
+    y = fn(x, w, 0.0)
+    assert torch.isnan(y[0]).all() and not torch.isnan(y[1]).any()
+    _check(y, x, w, 0.0, f"{name} eps=0")
+
+
+# ---------------------------------------------------------------- layouts
+
+
+@pytest.mark.parametrize("name,fn", _backends())
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_strided_row_views(name, fn, dtype):
+    base = _rand((6, 5, 1024), dtype, seed_for("strided", name, str(dtype)))
+    w = _rand((1000,), dtype, seed_for("strided-w", name, str(dtype)), mean=1.0, scale=0.5)
+    for x in (base[:, 0, :1000], base[:, 1:4, :1000]):
+        assert not x.is_contiguous()
+        _check(fn(x, w, 1e-6), x, w, 1e-6, f"{name} strided {tuple(x.shape)}")
+
+
+@pytest.mark.parametrize("name,fn", _backends())
+def test_leading_dims_and_1d(name, fn):
+    x = _rand((2, 3, 4, 33), torch.float32, 6)
+    w = _rand((33,), torch.float32, 7, mean=1.0)
+    _check(fn(x, w, 1e-5), x, w, 1e-5, f"{name} 4-D")
+    v = _rand((129,), torch.float32, 8)
+    wv = _rand((129,), torch.float32, 9, mean=1.0)
+    _check(fn(v, wv, 1e-6), v, wv, 1e-6, f"{name} 1-D")
+
+
+@pytest.mark.parametrize("name,fn", _backends(aligned_only=True))
+@pytest.mark.parametrize("which", ["x", "weight"])
+def test_unaligned_pointers(name, fn, which):
+    # Either operand off 16-byte alignment sends the CUDA backend down its scalar path.
+    x = _rand((8, 4096), torch.float16, 10)
+    w = _rand((4096,), torch.float16, 11, mean=1.0, scale=0.5)
+    buf = _rand((8 * 4096 + 1,), torch.float16, 12)
+    if which == "x":
+        x = buf[1:].view(8, 4096)
+    else:
+        w = buf[1:4097]
+    _check(fn(x, w, 1e-6), x, w, 1e-6, f"{name} unaligned {which}")
+
+
+@pytest.mark.parametrize("name,fn", _backends())
+@pytest.mark.parametrize("shape", [(0, 64), (3, 0)])
+def test_empty(name, fn, shape):
+    x = torch.empty(shape, device=DEVICE)
+    y = fn(x, torch.ones(shape[-1], device=DEVICE), 1e-6)
+    assert y.shape == x.shape and y.dtype == x.dtype
+
+
+# ---------------------------------------------------------------- bad input
+
+# (argument named in the message, builder of the call's arguments on a device, exception)
+BAD_INPUTS = [
+    ("weight", lambda d: (torch.randn(4, 8, device=d), torch.ones(8, device=d).half()), TypeError),
+    ("weight", lambda d: (torch.randn(4, 8, device=d), torch.ones(7, device=d)), ValueError),
+    ("weight", lambda d: (torch.randn(4, 8, device=d), torch.ones(2, 8, device=d)), ValueError),
+    ("weight", lambda d: (torch.randn(4, 8, device=d), torch.ones(16, device=d)[::2]), ValueError),
+    ("x", lambda d: (torch.randn(8, 4, device=d).t(), torch.ones(4, device=d)), ValueError),
+    ("x", lambda d: (torch.randn(4, 8, device=d).int(), torch.ones(8, device=d)), TypeError),
+    ("eps", lambda d: (torch.randn(4, 8, device=d), torch.ones(8, device=d), -1.0), ValueError),
+    ("eps", lambda d: (torch.randn(4, 8, device=d), torch.ones(8, device=d), NAN), ValueError),
+]
+BAD_IDS = ["weight-dtype", "weight-length", "weight-2d", "weight-strided", "x-last-dim-strided",
+           "x-int", "eps-negative", "eps-nan"]
+
+
+@pytest.mark.parametrize("arg,make,exc", BAD_INPUTS, ids=BAD_IDS)
+def test_triton_rejects_bad_input(arg, make, exc):
+    with pytest.raises(exc, match=f"gks.triton.softmax_rmsnorm: argument '{arg}'"):
+        gks.triton.softmax_rmsnorm(*make(DEVICE))
+
+
+@pytest.mark.parametrize("arg,make,exc", BAD_INPUTS, ids=BAD_IDS)
+def test_pallas_rejects_bad_input(arg, make, exc):
+    args = make("cpu")
+    if any(isinstance(a, torch.Tensor) and a.dim() >= 1 and a.stride(-1) != 1 for a in args):
+        pytest.skip("JAX arrays have no strides: a non-contiguous last dim cannot be passed")
+    import jax.numpy as jnp
+
+    jargs = [jnp.asarray(a.numpy()) if isinstance(a, torch.Tensor) else a for a in args]
+    with pytest.raises(exc, match=f"gks.pallas.softmax_rmsnorm: argument '{arg}'"):
+        gks.pallas.softmax_rmsnorm(*jargs)
+
+
+@requires_native
+def test_cuda_rejects_cpu_tensor():
+    # Runs without a GPU too: the C++ API checks the device before touching CUDA.
+    with pytest.raises(ValueError, match="gks.softmax_rmsnorm: argument 'x' must be a CUDA tensor"):
+        gks.softmax_rmsnorm(torch.randn(4, 8), torch.ones(8))
+
+
+@requires_gpu
+@requires_native
+@pytest.mark.parametrize("arg,make,exc", BAD_INPUTS, ids=BAD_IDS)
+def test_cuda_rejects_bad_input(arg, make, exc):
+    with pytest.raises(exc, match=f"gks.softmax_rmsnorm: argument '{arg}'"):
+        gks.softmax_rmsnorm(*make("cuda"))
+        torch.cuda.synchronize()
+
+
+@requires_gpu
+@requires_native
+def test_cuda_rejects_weight_on_cpu():
+    with pytest.raises(ValueError, match="argument 'weight' must be on the device of 'x'"):
+        gks.softmax_rmsnorm(torch.randn(4, 8, device="cuda"), torch.ones(8))
+
+
+# ---------------------------------------------------------------- CUDA-only behaviour
+
+
+@requires_gpu
+@requires_native
+@pytest.mark.parametrize("config", [-1, 0, 1])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(3, 7), (5, 1000), (5, 4096), (3, 4097), (4, 32768), (2, 40000), (1, 262144)])
+def test_out_variant_writes_every_element_and_nothing_else(config, dtype, shape):
+    m, n = shape
+    x = _rand(shape, dtype, seed_for("poison", config, str(dtype), shape))
+    w = _rand((n,), dtype, seed_for("poison-w", config, str(dtype), shape), mean=1.0, scale=0.5)
+    buf = torch.full((m + 2, n + 16), NAN, dtype=dtype, device="cuda")
+    y = buf[1 : m + 1, 8 : n + 8]
+    gks.cuda.softmax_rmsnorm_out(x, w, y, 1e-6, config)
+    torch.cuda.synchronize()
+    _check(y, x, w, 1e-6, f"out config={config}")
+    guard = buf.clone()
+    guard[1 : m + 1, 8 : n + 8] = NAN
+    assert torch.isnan(guard).all(), "the kernel wrote outside y"
+
+
+@requires_gpu
+@requires_native
+def test_opcheck():
+    x = _rand((16, 256), torch.bfloat16, 13)
+    w = _rand((256,), torch.bfloat16, 14, mean=1.0)
+    torch.library.opcheck(torch.ops.gks.softmax_rmsnorm.default, (x, w, 1e-6))
+
+
+@requires_gpu
+@requires_native
+def test_torch_compile_fullgraph():
+    x = _rand((64, 1024), torch.float16, 15)
+    w = _rand((1024,), torch.float16, 16, mean=1.0)
+
+    @torch.compile(fullgraph=True)
+    def block(x, w):
+        return gks.softmax_rmsnorm(x * 2.0, w, 1e-6) + 1.0
+
+    ref = SPEC.reference(x * 2.0, w, 1e-6, precise=True) + 1.0
+    assert_matches(block(x, w), ref, "float16", {"float16": (2e-3, 2e-3)}, "compiled")
+
+
+@requires_gpu
+@requires_native
+def test_cuda_graph_capture_and_side_stream():
+    x = _rand((128, 2048), torch.float32, 17)
+    w = _rand((2048,), torch.float32, 18, mean=1.0)
+    ref = SPEC.reference(x, w, 1e-6, precise=True)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        y = gks.softmax_rmsnorm(x, w, 1e-6)  # warm-up on a side stream
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            y_graph = gks.softmax_rmsnorm(x, w, 1e-6)
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    assert_matches(y, ref, "float32", TOL, "side stream")
+    x.copy_(_rand((128, 2048), torch.float32, 19))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_matches(y_graph, SPEC.reference(x, w, 1e-6, precise=True), "float32", TOL, "graph replay")
