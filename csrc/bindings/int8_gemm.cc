@@ -1,0 +1,39 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <tvm/ffi/container/array.h>
+#include <tvm/ffi/string.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "common.h"
+
+namespace {
+
+// c = float(a_q @ b_q) * a_scale * b_scale (int8 Tensor Cores, int32 accumulate).
+void int8_gemm(tvm::ffi::TensorView a_q, tvm::ffi::TensorView b_q, tvm::ffi::TensorView a_scale,
+               tvm::ffi::TensorView b_scale, tvm::ffi::TensorView c, int64_t config) {
+  using namespace gks::ffi;
+  translate_errors([&] {
+    gks::Int8GemmArgs args{to_ref(a_q), to_ref(b_q), to_ref(a_scale), to_ref(b_scale),
+                           to_ref(c)};
+    args.config = static_cast<int>(std::clamp<int64_t>(config, INT_MIN, INT_MAX));
+    gks::int8_gemm(args, stream_for(args.a));
+  });
+}
+
+tvm::ffi::Array<tvm::ffi::String> int8_gemm_configs() {
+  tvm::ffi::Array<tvm::ffi::String> names;
+  for (const auto& c : gks::detail::int8_gemm_configs())
+    names.push_back(tvm::ffi::String(c.name));
+  return names;
+}
+
+int64_t int8_gemm_heuristic(int64_t m, int64_t n, int64_t k, int64_t num_sms) {
+  return gks::detail::int8_gemm_heuristic(m, n, k, static_cast<int>(num_sms));
+}
+
+}  // namespace
+
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(int8_gemm, int8_gemm);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(int8_gemm_configs, int8_gemm_configs);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(int8_gemm_heuristic, int8_gemm_heuristic);

@@ -1,0 +1,348 @@
+// SPDX-License-Identifier: Apache-2.0
+// Tensor Core GEMM through nvcuda::wmma: c = a @ b, fp16/bf16 inputs, fp32 accumulation.
+//
+// A block computes a kBlockM x kBlockN tile of c; each warp a (16 kFragsM) x (16 kFragsN)
+// sub-tile held as 16x16x16 wmma accumulator fragments; wmma::mma_sync compiles to
+// mma.sync m16n8k16 (HMMA.16816). Operand fragments come from wmma::load_matrix_sync
+// (ldmatrix) for fp16, and from ldmatrix directly for bf16 (see ldmatrix_frag). K is walked in kBlockK steps through a kStages-deep ring
+// of shared tiles filled by 16-byte cp.async (copies for tile k + S - 1 are in flight
+// while tile k is computed).
+//
+// Shared layout: As[m][k] with rows of kBlockK + 8 elements and Bs[k][n] with rows of
+// kBlockN + 8: the 16 extra bytes per row shift consecutive rows by one 16-byte bank group,
+// so the 8 rows an ldmatrix phase reads hit distinct banks. Rows stay 16-byte aligned (for
+// cp.async) and fragments 32-byte aligned (for wmma::load_matrix_sync).
+//
+// Edges: copies for elements outside the matrix have src-size 0 (zero fill), so the MMA
+// loop needs no predicates; a chunk straddling the K or N edge copies only its in-range
+// bytes. Operands whose rows are not 16-byte aligned go element by element through
+// registers instead (kAligned = false): slower, same layout.
+//
+// Epilogue: each warp stores one accumulator fragment at a time to a private 16 x 16 fp32
+// staging tile in shared memory and writes it out with bounds checks, converted to the
+// output dtype, 16 bytes at a time where c's rows allow.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <mma.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "gks/kernels/gemm_common.cuh"
+#include "gks/kernels/vec.cuh"
+
+namespace gks::kernels {
+
+template <int kWarpsM_, int kWarpsN_, int kFragsM_, int kFragsN_, int kBlockK_, int kStages_>
+struct WmmaTile {
+  static constexpr int kWarpsM = kWarpsM_, kWarpsN = kWarpsN_;
+  static constexpr int kFragsM = kFragsM_, kFragsN = kFragsN_;
+  static constexpr int kBlockK = kBlockK_, kStages = kStages_;
+  static constexpr int kThreads = kWarpsM * kWarpsN * 32;
+  static constexpr int kWarpM = 16 * kFragsM, kWarpN = 16 * kFragsN;
+  static constexpr int kBlockM = kWarpsM * kWarpM, kBlockN = kWarpsN * kWarpN;
+  static constexpr int kStrideA = kBlockK + 8;  // elements per row of As
+  static constexpr int kStrideB = kBlockN + 8;  // elements per row of Bs
+  static constexpr int kStageElems = kBlockM * kStrideA + kBlockK * kStrideB;
+  static constexpr int kStageTile = 16 * 20;  // floats of a warp's epilogue staging tile
+  static constexpr int kPipeBytes = kStages * kStageElems * 2;
+  static constexpr int kEpilogueBytes = kWarpsM * kWarpsN * kStageTile * 4;
+  static constexpr int kSmemBytes = kPipeBytes > kEpilogueBytes ? kPipeBytes : kEpilogueBytes;
+  // Accumulators above 64 floats per thread leave room for one block of 8 warps per SM.
+  static constexpr int kMinBlocks = kFragsM * kFragsN * 8 > 64 ? 1 : 2;
+
+  static_assert(kBlockK % 16 == 0, "wmma steps K by 16");
+  static_assert((kBlockM * kBlockK / 8) % kThreads == 0 && kThreads % (kBlockK / 8) == 0,
+                "A tile 16-byte copies must divide evenly among the threads");
+  static_assert((kBlockK * kBlockN / 8) % kThreads == 0 && kThreads % (kBlockN / 8) == 0,
+                "B tile 16-byte copies must divide evenly among the threads");
+  static_assert((kBlockM * kBlockK) % kThreads == 0 && (kBlockK * kBlockN) % kThreads == 0,
+                "element-wise copies must divide evenly among the threads");
+  static_assert(kStages >= 2, "at least double buffering");
+};
+
+// The wmma element type of a storage type.
+template <typename T>
+struct WmmaElem;
+template <>
+struct WmmaElem<__half> {
+  using type = __half;
+};
+template <>
+struct WmmaElem<__nv_bfloat16> {
+  using type = __nv_bfloat16;
+};
+
+struct WmmaGemmParams {
+  const void* a;
+  const void* b;
+  void* c;
+  gemm::GemmShape s;
+  bool c_is_f32;  // else c has the input dtype
+  bool c_vec;     // c rows are 16-byte aligned: 16-byte stores
+};
+
+// Copies k-tile `kt` of A and B into one stage of the ring.
+template <class Cfg, bool kAligned>
+__device__ __forceinline__ void wmma_load_tile(const WmmaGemmParams& p, int m0, int n0, int kt,
+                                               uint16_t* As, uint16_t* Bs) {
+  const int tid = threadIdx.x;
+  const int k0 = kt * Cfg::kBlockK;
+  const auto* a = static_cast<const uint16_t*>(p.a);
+  const auto* b = static_cast<const uint16_t*>(p.b);
+  if constexpr (kAligned) {
+    {  // A: 8-element chunks, kBlockK / 8 per row
+      constexpr int kPerRow = Cfg::kBlockK / 8;
+      constexpr int kRowStep = Cfg::kThreads / kPerRow;
+      constexpr int kCopies = Cfg::kBlockM * kPerRow / Cfg::kThreads;
+      const int kc = (tid % kPerRow) * 8;
+      const int r_first = tid / kPerRow;
+      const int k_left = p.s.k - (k0 + kc);
+      const int bytes = k_left >= 8 ? 16 : (k_left > 0 ? 2 * k_left : 0);
+#pragma unroll
+      for (int i = 0; i < kCopies; ++i) {
+        const int r = r_first + i * kRowStep;
+        const bool ok = bytes > 0 && m0 + r < p.s.m;
+        const uint16_t* src = ok ? a + int64_t(m0 + r) * p.s.lda + (k0 + kc) : a;
+        gemm::cp_async_zfill<16>(As + r * Cfg::kStrideA + kc, src, ok ? bytes : 0);
+      }
+    }
+    {  // B: 8-element chunks, kBlockN / 8 per k-row
+      constexpr int kPerRow = Cfg::kBlockN / 8;
+      constexpr int kRowStep = Cfg::kThreads / kPerRow;
+      constexpr int kCopies = Cfg::kBlockK * kPerRow / Cfg::kThreads;
+      const int nc = (tid % kPerRow) * 8;
+      const int r_first = tid / kPerRow;
+      const int n_left = p.s.n - (n0 + nc);
+      const int bytes = n_left >= 8 ? 16 : (n_left > 0 ? 2 * n_left : 0);
+#pragma unroll
+      for (int i = 0; i < kCopies; ++i) {
+        const int r = r_first + i * kRowStep;
+        const bool ok = bytes > 0 && k0 + r < p.s.k;
+        const uint16_t* src = ok ? b + int64_t(k0 + r) * p.s.ldb + (n0 + nc) : b;
+        gemm::cp_async_zfill<16>(Bs + r * Cfg::kStrideB + nc, src, ok ? bytes : 0);
+      }
+    }
+  } else {
+    // Element by element through registers (2-byte alignment is all we can assume).
+    constexpr int kCopiesA = Cfg::kBlockM * Cfg::kBlockK / Cfg::kThreads;
+#pragma unroll 4
+    for (int i = 0; i < kCopiesA; ++i) {
+      const int e = tid + i * Cfg::kThreads;
+      const int r = e / Cfg::kBlockK, kc = e % Cfg::kBlockK;
+      const bool ok = m0 + r < p.s.m && k0 + kc < p.s.k;
+      As[r * Cfg::kStrideA + kc] = ok ? a[int64_t(m0 + r) * p.s.lda + (k0 + kc)] : uint16_t(0);
+    }
+    constexpr int kCopiesB = Cfg::kBlockK * Cfg::kBlockN / Cfg::kThreads;
+#pragma unroll 4
+    for (int i = 0; i < kCopiesB; ++i) {
+      const int e = tid + i * Cfg::kThreads;
+      const int r = e / Cfg::kBlockN, nc = e % Cfg::kBlockN;
+      const bool ok = k0 + r < p.s.k && n0 + nc < p.s.n;
+      Bs[r * Cfg::kStrideB + nc] = ok ? b[int64_t(k0 + r) * p.s.ldb + (n0 + nc)] : uint16_t(0);
+    }
+  }
+}
+
+// Issues the copies of the k-tiles in order (tile 0, 1, ...). Blocks wholly inside the
+// matrix take a fast path for every full k-tile: running pointers and no predicates. Edge
+// blocks, the last partial k-tile and unaligned operands take wmma_load_tile's checked path.
+template <class Cfg, bool kAligned>
+struct WmmaLoader {
+  static constexpr int kPerRowA = Cfg::kBlockK / 8, kPerRowB = Cfg::kBlockN / 8;
+  static constexpr int kRowStepA = Cfg::kThreads / kPerRowA;
+  static constexpr int kRowStepB = Cfg::kThreads / kPerRowB;
+  static constexpr int kCopiesA = Cfg::kBlockM * kPerRowA / Cfg::kThreads;
+  static constexpr int kCopiesB = Cfg::kBlockK * kPerRowB / Cfg::kThreads;
+
+  const uint16_t* a_ptr;  // this thread's first A chunk in the next tile (interior blocks)
+  const uint16_t* b_ptr;  // this thread's first B chunk in the next tile (interior blocks)
+  int next_kt;
+  bool interior;
+
+  __device__ __forceinline__ WmmaLoader(const WmmaGemmParams& p, int m0, int n0) {
+    next_kt = 0;
+    interior = kAligned && m0 + Cfg::kBlockM <= p.s.m && n0 + Cfg::kBlockN <= p.s.n;
+    const int tid = threadIdx.x;
+    const auto* a = static_cast<const uint16_t*>(p.a);
+    const auto* b = static_cast<const uint16_t*>(p.b);
+    a_ptr = interior ? a + int64_t(m0 + tid / kPerRowA) * p.s.lda + (tid % kPerRowA) * 8 : a;
+    b_ptr = interior ? b + int64_t(tid / kPerRowB) * p.s.ldb + n0 + (tid % kPerRowB) * 8 : b;
+  }
+
+  __device__ __forceinline__ void load(const WmmaGemmParams& p, int m0, int n0, uint16_t* As,
+                                       uint16_t* Bs) {
+    const int kt = next_kt++;
+    if (interior && (kt + 1) * Cfg::kBlockK <= p.s.k) {
+      const int tid = threadIdx.x;
+      uint16_t* a_dst = As + (tid / kPerRowA) * Cfg::kStrideA + (tid % kPerRowA) * 8;
+      uint16_t* b_dst = Bs + (tid / kPerRowB) * Cfg::kStrideB + (tid % kPerRowB) * 8;
+#pragma unroll
+      for (int i = 0; i < kCopiesA; ++i)
+        gemm::cp_async_zfill<16>(a_dst + i * kRowStepA * Cfg::kStrideA,
+                                 a_ptr + int64_t(i * kRowStepA) * p.s.lda, 16);
+#pragma unroll
+      for (int i = 0; i < kCopiesB; ++i)
+        gemm::cp_async_zfill<16>(b_dst + i * kRowStepB * Cfg::kStrideB,
+                                 b_ptr + int64_t(i * kRowStepB) * p.s.ldb, 16);
+      a_ptr += Cfg::kBlockK;
+      b_ptr += int64_t(Cfg::kBlockK) * p.s.ldb;
+    } else {
+      wmma_load_tile<Cfg, kAligned>(p, m0, n0, kt, As, Bs);
+    }
+  }
+};
+
+// Loads a 16 x 16 bf16 wmma fragment from shared memory with one ldmatrix.x4 (.trans for
+// the row-major B operand). wmma::load_matrix_sync compiles bf16 loads to generic
+// per-element loads plus movmatrix transposes (CUDA 13), 3-4x the instructions of the fp16
+// path, which gets ldmatrix. On sm_80+ a 16x16x16 bf16 fragment is the register pair set
+// of two m16n8k16 mma operands (8 elements per lane), exactly the order ldmatrix.x4 yields
+// with lane l addressing row l % 16, column 8 (l / 16) (the fp16 path compiles to the same).
+template <bool kTrans, class Frag>
+__device__ __forceinline__ void ldmatrix_frag(Frag& frag, const uint16_t* tile, int ld) {
+  static_assert(sizeof(frag.x) == 16, "a 16x16 16-bit fragment of 4 registers per lane");
+  const int lane = threadIdx.x % 32;
+  const uint32_t addr = gemm::smem_addr(tile + (lane % 16) * ld + (lane / 16) * 8);
+  uint32_t* r = reinterpret_cast<uint32_t*>(&frag.x[0]);
+  if constexpr (kTrans) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+  } else {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+  }
+}
+
+// Writes 8 consecutive outputs of one row (cols col .. col + 7), converted, bounds-checked.
+template <typename OutT>
+__device__ __forceinline__ void wmma_store8(OutT* row, int col, int n, bool vec, const float* v) {
+  if (vec && col + 8 <= n) {
+    if constexpr (sizeof(OutT) == 4) {
+      reinterpret_cast<float4*>(row + col)[0] = make_float4(v[0], v[1], v[2], v[3]);
+      reinterpret_cast<float4*>(row + col)[1] = make_float4(v[4], v[5], v[6], v[7]);
+    } else {
+      Vec<OutT, 8> out;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) out.v[j] = from_float<OutT>(v[j]);
+      *reinterpret_cast<Vec<OutT, 8>*>(row + col) = out;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      if (col + j < n) row[col + j] = from_float<OutT>(v[j]);
+  }
+}
+
+template <typename T, class Cfg, bool kAligned>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
+    wmma_gemm_kernel(const WmmaGemmParams p) {
+  using namespace nvcuda;
+  using Elem = typename WmmaElem<T>::type;
+  extern __shared__ __align__(128) uint16_t wmma_smem[];
+  const gemm::TileCoord tile = gemm::raster_tile<8>(blockIdx.x, p.s.tiles_m, p.s.tiles_n);
+  const int m0 = tile.m * Cfg::kBlockM;
+  const int n0 = tile.n * Cfg::kBlockN;
+  const int k_tiles = (p.s.k + Cfg::kBlockK - 1) / Cfg::kBlockK;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warp_m = (warp / Cfg::kWarpsN) * Cfg::kWarpM;
+  const int warp_n = (warp % Cfg::kWarpsN) * Cfg::kWarpN;
+
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[Cfg::kFragsM][Cfg::kFragsN];
+#pragma unroll
+  for (int i = 0; i < Cfg::kFragsM; ++i)
+#pragma unroll
+    for (int j = 0; j < Cfg::kFragsN; ++j) wmma::fill_fragment(acc[i][j], 0.f);
+
+  auto stage_a = [&](int s) { return wmma_smem + s * Cfg::kStageElems; };
+  auto stage_b = [&](int s) {
+    return wmma_smem + s * Cfg::kStageElems + Cfg::kBlockM * Cfg::kStrideA;
+  };
+
+  // Prologue: tiles 0 .. S-2 in flight; every step commits a group (possibly empty).
+  WmmaLoader<Cfg, kAligned> loader(p, m0, n0);
+#pragma unroll
+  for (int s = 0; s < Cfg::kStages - 1; ++s) {
+    if (s < k_tiles) loader.load(p, m0, n0, stage_a(s), stage_b(s));
+    gemm::cp_async_commit();
+  }
+
+  int read_stage = 0, write_stage = Cfg::kStages - 1;
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    gemm::cp_async_wait<Cfg::kStages - 2>();
+    // Tile kt is visible to all, and every warp is done with tile kt - 1 (write_stage).
+    __syncthreads();
+    if (kt + Cfg::kStages - 1 < k_tiles)
+      loader.load(p, m0, n0, stage_a(write_stage), stage_b(write_stage));
+    gemm::cp_async_commit();
+    write_stage = write_stage + 1 == Cfg::kStages ? 0 : write_stage + 1;
+
+    const auto* As = reinterpret_cast<const Elem*>(stage_a(read_stage));
+    const auto* Bs = reinterpret_cast<const Elem*>(stage_b(read_stage));
+    read_stage = read_stage + 1 == Cfg::kStages ? 0 : read_stage + 1;
+#pragma unroll
+    for (int kk = 0; kk < Cfg::kBlockK; kk += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, Elem, wmma::row_major> af[Cfg::kFragsM];
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, Elem, wmma::row_major> bf[Cfg::kFragsN];
+      if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        const auto* As16 = reinterpret_cast<const uint16_t*>(As);
+        const auto* Bs16 = reinterpret_cast<const uint16_t*>(Bs);
+#pragma unroll
+        for (int i = 0; i < Cfg::kFragsM; ++i)
+          ldmatrix_frag<false>(af[i], As16 + (warp_m + 16 * i) * Cfg::kStrideA + kk,
+                               Cfg::kStrideA);
+#pragma unroll
+        for (int j = 0; j < Cfg::kFragsN; ++j)
+          ldmatrix_frag<true>(bf[j], Bs16 + kk * Cfg::kStrideB + warp_n + 16 * j, Cfg::kStrideB);
+      } else {
+#pragma unroll
+        for (int i = 0; i < Cfg::kFragsM; ++i)
+          wmma::load_matrix_sync(af[i], As + (warp_m + 16 * i) * Cfg::kStrideA + kk,
+                                 Cfg::kStrideA);
+#pragma unroll
+        for (int j = 0; j < Cfg::kFragsN; ++j)
+          wmma::load_matrix_sync(bf[j], Bs + kk * Cfg::kStrideB + warp_n + 16 * j,
+                                 Cfg::kStrideB);
+      }
+#pragma unroll
+      for (int i = 0; i < Cfg::kFragsM; ++i)
+#pragma unroll
+        for (int j = 0; j < Cfg::kFragsN; ++j) wmma::mma_sync(acc[i][j], af[i], bf[j], acc[i][j]);
+    }
+  }
+
+  // The pipeline's shared memory becomes the staging area: wait for every copy (the last
+  // groups are empty, but be exact) and for every warp to finish reading.
+  gemm::cp_async_wait<0>();
+  __syncthreads();
+  float* staging = reinterpret_cast<float*>(wmma_smem) + warp * Cfg::kStageTile;
+  const int r = lane / 2, cc = (lane % 2) * 8;
+#pragma unroll
+  for (int i = 0; i < Cfg::kFragsM; ++i) {
+#pragma unroll
+    for (int j = 0; j < Cfg::kFragsN; ++j) {
+      wmma::store_matrix_sync(staging, acc[i][j], 20, wmma::mem_row_major);
+      __syncwarp();
+      const int row = m0 + warp_m + 16 * i + r;
+      const int col = n0 + warp_n + 16 * j + cc;
+      if (row < p.s.m) {
+        float v[8];
+        const float4 lo = *reinterpret_cast<const float4*>(staging + r * 20 + cc);
+        const float4 hi = *reinterpret_cast<const float4*>(staging + r * 20 + cc + 4);
+        v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w;
+        v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
+        if (p.c_is_f32)
+          wmma_store8(static_cast<float*>(p.c) + int64_t(row) * p.s.ldc, col, p.s.n, p.c_vec, v);
+        else
+          wmma_store8(static_cast<T*>(p.c) + int64_t(row) * p.s.ldc, col, p.s.n, p.c_vec, v);
+      }
+      __syncwarp();  // the next fragment overwrites the staging tile
+    }
+  }
+}
+
+}  // namespace gks::kernels

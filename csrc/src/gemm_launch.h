@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: Apache-2.0
+// Host-side helpers the GEMM .cu files share: the shape heuristic, the shared-memory
+// opt-in, and the K = 0 case.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "gks/error.h"
+#include "gks/gemm_common.h"
+#include "launch.h"
+
+namespace gks::detail {
+
+// Raises a kernel's dynamic shared-memory limit (needed above 48 KiB) and asks for the
+// largest shared-memory carveout, once per device.
+template <auto kKernel>
+void prepare_gemm_kernel(int smem_bytes, int device) {
+  static std::atomic<uint64_t> done_devices{0};
+  const uint64_t bit = device < 64 ? (uint64_t(1) << device) : 0;
+  if (bit != 0 && (done_devices.load(std::memory_order_acquire) & bit)) return;
+  if (smem_bytes > 48 * 1024) {
+    const cudaError_t err =
+        cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+    GKS_CHECK(err == cudaSuccess, kCudaError)
+        << "gks: cannot give a GEMM kernel " << smem_bytes
+        << " bytes of shared memory: " << cudaGetErrorString(err);
+  }
+  cudaFuncSetAttribute(kKernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                       cudaSharedmemCarveoutMaxShared);
+  (void)cudaGetLastError();  // the carveout is a hint; a refusal is not an error
+  done_devices.fetch_or(bit, std::memory_order_release);
+}
+
+// c = 0 for K == 0 (an empty sum); the zero bit pattern is 0.0 in every float dtype.
+inline void zero_gemm_output(const GemmMatrix& c, int64_t elem_bytes, cudaStream_t stream,
+                             const char* op) {
+  const cudaError_t err = cudaMemset2DAsync(c.data, size_t(c.ld * elem_bytes), 0,
+                                            size_t(c.cols * elem_bytes), size_t(c.rows), stream);
+  GKS_CHECK(err == cudaSuccess, kCudaError)
+      << op << ": clearing the output for K = 0 failed: " << cudaGetErrorString(err);
+}
+
+}  // namespace gks::detail

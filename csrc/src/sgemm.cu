@@ -1,0 +1,121 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "gks/sgemm.h"
+
+#include <climits>
+
+#include "gemm_launch.h"
+#include "gks/kernels/sgemm.cuh"
+#include "launch.h"
+
+namespace gks {
+namespace detail {
+namespace {
+
+// The compiled configs, largest tile first. Template arguments: warps (m, n), lanes along m
+// in a warp, thread tile (m, n), block K, pipeline stages, min blocks per SM, A copies by
+// rows. Measured on an H200 at 4096^3 / 8192^3 (cuBLAS FP32: 49.6 / 50.5 TFLOP/s): the
+// 4-warp 128x128 tiles with a 128-output thread tile and BK = 16 lead (8x16: 41.5 / 42.6);
+// 16x8 beat 8x16 by 7% at BK = 8 (39.6 vs 36.9), so its BK = 16 form is offered too. The
+// 8-warp 8x8 form ran at 36-38, 128x64 and 64x64 at ~20, 32x32 at ~15.5 (small outputs).
+using Sgemm128x128x16t8x16 = kernels::SgemmTile<2, 2, 8, 8, 16, 16, 3, 2, true>;
+using Sgemm128x128x16t16x8 = kernels::SgemmTile<2, 2, 4, 16, 8, 16, 3, 2, true>;
+using Sgemm64x64x8 = kernels::SgemmTile<1, 2, 8, 8, 8, 8, 3>;
+using Sgemm32x32x16 = kernels::SgemmTile<1, 2, 8, 4, 4, 16, 3>;
+
+template <class Cfg>
+GemmConfigInfo info(const char* name) {
+  return {name, Cfg::kBlockM, Cfg::kBlockN, Cfg::kBlockK, Cfg::kThreads, Cfg::kStages};
+}
+
+template <class Cfg, bool kVecB>
+void launch(const kernels::SgemmParams& p, int device, cudaStream_t stream) {
+  constexpr auto kernel = kernels::sgemm_kernel<Cfg, kVecB>;
+  prepare_gemm_kernel<kernel>(Cfg::kSmemBytes, device);
+  const auto blocks = static_cast<unsigned>(int64_t(p.s.tiles_m) * p.s.tiles_n);
+  kernel<<<blocks, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
+}
+
+template <class Cfg>
+void launch_config(kernels::SgemmParams p, bool vec_b, int device, cudaStream_t stream) {
+  p.s.tiles_m = int((p.s.m + Cfg::kBlockM - 1) / Cfg::kBlockM);
+  p.s.tiles_n = int((p.s.n + Cfg::kBlockN - 1) / Cfg::kBlockN);
+  if (vec_b)
+    launch<Cfg, true>(p, device, stream);
+  else
+    launch<Cfg, false>(p, device, stream);
+}
+
+}  // namespace
+
+const std::vector<GemmConfigInfo>& sgemm_configs() {
+  static const std::vector<GemmConfigInfo> configs = {
+      info<Sgemm128x128x16t8x16>("128x128x16_t8x16_s3"),
+      info<Sgemm128x128x16t16x8>("128x128x16_t16x8_s3"),
+      info<Sgemm64x64x8>("64x64x8_t8x8_s3"),
+      info<Sgemm32x32x16>("32x32x16_t4x4_s3"),
+  };
+  return configs;
+}
+
+int sgemm_heuristic(int64_t m, int64_t n, int64_t /*k*/, int num_sms) {
+  // Relative inner-loop speeds as measured (see above); blocks per SM from registers.
+  static const std::vector<GemmConfigTraits> traits = {{2, 1.0}, {2, 0.99}, {8, 0.48}, {8, 0.37}};
+  return pick_gemm_config(sgemm_configs(), traits, m, n, num_sms);
+}
+
+}  // namespace detail
+
+void sgemm(const SgemmArgs& args, cudaStream_t stream) {
+  constexpr const char* kOp = "gks.sgemm";
+  auto check_f32 = [&](const TensorRef& t, const char* name) {
+    check_cuda(t, kOp, name);
+    GKS_CHECK(t.dtype == DType::kFloat32, kUnsupportedDtype)
+        << kOp << ": argument '" << name << "' must be float32, got " << dtype_name(t.dtype);
+  };
+  check_f32(args.a, "a");
+  check_f32(args.b, "b");
+  check_f32(args.c, "c");
+  check_same_device(args.a, "a", args.b, "b", kOp);
+  check_same_device(args.a, "a", args.c, "c", kOp);
+  const auto& configs = detail::sgemm_configs();
+  const detail::GemmOperands ops = detail::gemm_operands(args.a, "a", args.b, "b", args.c,
+                                                         args.config, int(configs.size()), kOp);
+  const detail::GemmMatrix &a = ops.a, &b = ops.b, &c = ops.c;
+  const int64_t m = ops.m, n = ops.n, k = ops.k;
+  if (m == 0 || n == 0) return;
+
+  const int device = args.a.device.index;
+  const detail::DeviceGuard guard(device);
+  if (k == 0) {
+    detail::zero_gemm_output(c, 4, stream, kOp);
+    return;
+  }
+  const int config = args.config >= 0
+                         ? args.config
+                         : detail::sgemm_heuristic(m, n, k, detail::device_sm_count(device));
+  const GemmConfigInfo& info = configs[config];
+  GKS_CHECK(detail::gemm_tile_count(info, m, n) <= INT_MAX, kInvalidArgument)
+      << kOp << ": the output " << m << " x " << n << " needs more than 2^31 - 1 tiles";
+
+  kernels::SgemmParams p{};
+  p.a = static_cast<const float*>(a.data);
+  p.b = static_cast<const float*>(b.data);
+  p.c = static_cast<float*>(c.data);
+  p.s.m = int(m);
+  p.s.n = int(n);
+  p.s.k = int(k);
+  p.s.lda = a.ld;
+  p.s.ldb = b.ld;
+  p.s.ldc = c.ld;
+  p.c_vec4 = detail::gemm_rows_aligned16(c, 4);
+  const bool vec_b = detail::gemm_rows_aligned16(b, 4);
+  switch (config) {
+    case 0: detail::launch_config<detail::Sgemm128x128x16t8x16>(p, vec_b, device, stream); break;
+    case 1: detail::launch_config<detail::Sgemm128x128x16t16x8>(p, vec_b, device, stream); break;
+    case 2: detail::launch_config<detail::Sgemm64x64x8>(p, vec_b, device, stream); break;
+    default: detail::launch_config<detail::Sgemm32x32x16>(p, vec_b, device, stream); break;
+  }
+  detail::check_launch(kOp);
+}
+
+}  // namespace gks

@@ -1,0 +1,131 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "gks/wmma_gemm.h"
+
+#include <climits>
+
+#include "gemm_launch.h"
+#include "gks/kernels/wmma_gemm.cuh"
+#include "launch.h"
+
+namespace gks {
+namespace detail {
+namespace {
+
+// The compiled configs. Template arguments: warps (m, n), 16x16 fragments per warp (m, n),
+// block K, pipeline stages. 64 x 64 warp tiles keep shared-memory reads (ldmatrix) under
+// the Tensor Cores' appetite. Measured on an H200 (fp16 / bf16 TFLOP/s at 4096^3, 8192^3;
+// cuBLAS 719-749 / 695-731): 4 warps per block, two blocks per SM, beat 8-warp blocks
+// (128x128x32 s4: 324 / 350; 128x128x64 s3: 309-333 / 311-358; 128x256x64 s3: 268-306;
+// 128x256x32 and 256x128x32: 234-267). 64x64 is for small and skinny outputs.
+using Wmma128x128x32 = kernels::WmmaTile<2, 2, 4, 4, 32, 4>;
+using Wmma128x128x64 = kernels::WmmaTile<2, 2, 4, 4, 64, 3>;
+using Wmma128x256x64 = kernels::WmmaTile<2, 4, 4, 4, 64, 3>;
+using Wmma64x64x32 = kernels::WmmaTile<2, 2, 2, 2, 32, 4>;
+
+template <class Cfg>
+GemmConfigInfo info(const char* name) {
+  return {name, Cfg::kBlockM, Cfg::kBlockN, Cfg::kBlockK, Cfg::kThreads, Cfg::kStages};
+}
+
+template <typename T, class Cfg, bool kAligned>
+void launch(const kernels::WmmaGemmParams& p, int device, cudaStream_t stream) {
+  constexpr auto kernel = kernels::wmma_gemm_kernel<T, Cfg, kAligned>;
+  prepare_gemm_kernel<kernel>(Cfg::kSmemBytes, device);
+  const auto blocks = static_cast<unsigned>(int64_t(p.s.tiles_m) * p.s.tiles_n);
+  kernel<<<blocks, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
+}
+
+template <typename T, class Cfg>
+void launch_config(kernels::WmmaGemmParams p, bool aligned, int device, cudaStream_t stream) {
+  p.s.tiles_m = int((p.s.m + Cfg::kBlockM - 1) / Cfg::kBlockM);
+  p.s.tiles_n = int((p.s.n + Cfg::kBlockN - 1) / Cfg::kBlockN);
+  if (aligned)
+    launch<T, Cfg, true>(p, device, stream);
+  else
+    launch<T, Cfg, false>(p, device, stream);
+}
+
+template <typename T>
+void launch_index(int config, const kernels::WmmaGemmParams& p, bool aligned, int device,
+                  cudaStream_t stream) {
+  switch (config) {
+    case 0: return launch_config<T, Wmma128x128x32>(p, aligned, device, stream);
+    case 1: return launch_config<T, Wmma128x128x64>(p, aligned, device, stream);
+    case 2: return launch_config<T, Wmma128x256x64>(p, aligned, device, stream);
+    default: return launch_config<T, Wmma64x64x32>(p, aligned, device, stream);
+  }
+}
+
+}  // namespace
+
+const std::vector<GemmConfigInfo>& wmma_gemm_configs() {
+  static const std::vector<GemmConfigInfo> configs = {
+      info<Wmma128x128x32>("128x128x32_w64x64_s4"),
+      info<Wmma128x128x64>("128x128x64_w64x64_s3"),
+      info<Wmma128x256x64>("128x256x64_w64x64_s3"),
+      info<Wmma64x64x32>("64x64x32_w32x32_s4"),
+  };
+  return configs;
+}
+
+int wmma_gemm_heuristic(int64_t m, int64_t n, int64_t /*k*/, int num_sms) {
+  // Relative speeds as measured (see above); blocks per SM from registers and shared memory.
+  static const std::vector<GemmConfigTraits> traits = {{2, 1.0}, {2, 0.98}, {1, 0.85}, {4, 0.53}};
+  return pick_gemm_config(wmma_gemm_configs(), traits, m, n, num_sms);
+}
+
+}  // namespace detail
+
+void wmma_gemm(const WmmaGemmArgs& args, cudaStream_t stream) {
+  constexpr const char* kOp = "gks.wmma_gemm";
+  check_cuda(args.a, kOp, "a");
+  GKS_CHECK(args.a.dtype == DType::kFloat16 || args.a.dtype == DType::kBFloat16,
+            kUnsupportedDtype)
+      << kOp << ": argument 'a' must be float16 or bfloat16, got " << dtype_name(args.a.dtype);
+  check_same_device(args.a, "a", args.b, "b", kOp);
+  check_same_device(args.a, "a", args.c, "c", kOp);
+  check_same_dtype(args.a, "a", args.b, "b", kOp);
+  GKS_CHECK(args.c.dtype == DType::kFloat32 || args.c.dtype == args.a.dtype, kUnsupportedDtype)
+      << kOp << ": argument 'c' must be float32 or the dtype of 'a' (" << dtype_name(args.a.dtype)
+      << "), got " << dtype_name(args.c.dtype);
+  const auto& configs = detail::wmma_gemm_configs();
+  const detail::GemmOperands ops = detail::gemm_operands(args.a, "a", args.b, "b", args.c,
+                                                         args.config, int(configs.size()), kOp);
+  const detail::GemmMatrix &a = ops.a, &b = ops.b, &c = ops.c;
+  const int64_t m = ops.m, n = ops.n, k = ops.k;
+  if (m == 0 || n == 0) return;
+
+  const int device = args.a.device.index;
+  const detail::DeviceGuard guard(device);
+  const int64_t c_elem = dtype_size(args.c.dtype);
+  if (k == 0) {
+    detail::zero_gemm_output(c, c_elem, stream, kOp);
+    return;
+  }
+  const int config = args.config >= 0
+                         ? args.config
+                         : detail::wmma_gemm_heuristic(m, n, k, detail::device_sm_count(device));
+  GKS_CHECK(detail::gemm_tile_count(configs[config], m, n) <= INT_MAX, kInvalidArgument)
+      << kOp << ": the output " << m << " x " << n << " needs more than 2^31 - 1 tiles";
+
+  kernels::WmmaGemmParams p{};
+  p.a = a.data;
+  p.b = b.data;
+  p.c = c.data;
+  p.s.m = int(m);
+  p.s.n = int(n);
+  p.s.k = int(k);
+  p.s.lda = a.ld;
+  p.s.ldb = b.ld;
+  p.s.ldc = c.ld;
+  p.c_is_f32 = args.c.dtype == DType::kFloat32;
+  p.c_vec = detail::gemm_rows_aligned16(c, c_elem);
+  const bool aligned = detail::gemm_rows_aligned16(a, 2) && detail::gemm_rows_aligned16(b, 2);
+  if (args.a.dtype == DType::kFloat16)
+    detail::launch_index<__half>(config, p, aligned, device, stream);
+  else
+    detail::launch_index<__nv_bfloat16>(config, p, aligned, device, stream);
+  detail::check_launch(kOp);
+}
+
+}  // namespace gks

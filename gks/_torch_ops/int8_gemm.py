@@ -1,0 +1,57 @@
+# SPDX-License-Identifier: Apache-2.0
+"""gks::int8_gemm — see gks._torch_ops for what every custom op guarantees."""
+
+from __future__ import annotations
+
+import torch
+
+from gks import cuda
+from gks.profile.autotune import check_matrix, resolve_config
+
+_OUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _out_dtype(out_dtype: torch.dtype) -> torch.dtype:
+    if out_dtype not in _OUT_DTYPES:
+        raise TypeError(
+            f"gks.int8_gemm: argument 'out_dtype' must be torch.float16, torch.bfloat16 or "
+            f"torch.float32, got {out_dtype}"
+        )
+    return out_dtype
+
+
+@torch.library.custom_op("gks::int8_gemm", mutates_args=())
+def int8_gemm(
+    a_q: torch.Tensor,
+    b_q: torch.Tensor,
+    a_scale: torch.Tensor,
+    b_scale: torch.Tensor,
+    out_dtype: torch.dtype = torch.float16,
+    config: int = -1,
+) -> torch.Tensor:
+    """c = float(a_q @ b_q) * a_scale * b_scale on INT8 Tensor Cores (int32 accumulation).
+
+    a_q [M, K] int8 and a_scale [M, 1] float32 are what ``gks.quantize_int8(a)`` returns;
+    b_q [K, N] int8 with b_scale [1, N] float32 is b quantized per column::
+
+        q, s = gks.quantize_int8(b.t().contiguous())   # per row of b.T = per column of b
+        b_q, b_scale = q.t().contiguous(), s.t()
+
+    b_q must be row-major ([K, N], stride(1) == 1, any leading dimension): the transposed
+    view q.t() is rejected (ValueError), hence the .contiguous(). The scales may also be 1-D
+    ([M], [N]) and have any stride. The int32 sum is exact while K * 128 * 128 < 2^31
+    (K < 131072); beyond that it wraps like torch._int_mm. out_dtype: float16 (default),
+    bfloat16 or float32.
+    """
+    check_matrix(a_q, "gks.int8_gemm", "a_q")
+    check_matrix(b_q, "gks.int8_gemm", "b_q")
+    c = torch.empty((a_q.shape[0], b_q.shape[1]), dtype=_out_dtype(out_dtype), device=a_q.device)
+    cfg = resolve_config("int8_gemm", a_q, a_q.shape[0], b_q.shape[1], a_q.shape[1], config,
+                         dtype=c.dtype)
+    cuda.int8_gemm_out(a_q, b_q, a_scale, b_scale, c, cfg)
+    return c
+
+
+@int8_gemm.register_fake
+def _(a_q, b_q, a_scale, b_scale, out_dtype: torch.dtype = torch.float16, config: int = -1):
+    return torch.empty((a_q.shape[0], b_q.shape[1]), dtype=_out_dtype(out_dtype), device=a_q.device)

@@ -1,0 +1,33 @@
+# SPDX-License-Identifier: Apache-2.0
+"""gks::sgemm — see gks._torch_ops for what every custom op guarantees."""
+
+from __future__ import annotations
+
+import torch
+
+from gks import cuda
+from gks.profile.autotune import check_matrix, resolve_config
+
+
+@torch.library.custom_op("gks::sgemm", mutates_args=())
+def sgemm(a: torch.Tensor, b: torch.Tensor, config: int = -1) -> torch.Tensor:
+    """c = a @ b in float32 with FP32 FMA arithmetic (never TF32).
+
+    a [M, K], b [K, N]: float32 CUDA tensors, row-major with any leading dimension
+    (stride(1) == 1). Transposed views are rejected (ValueError); pass .contiguous().
+    config: -1 picks the autotuned config for this device and shape bucket if
+    ``python -m gks autotune --kernel sgemm`` stored one, else the shape heuristic; an index
+    into gks.cuda.gemm_config_names("sgemm") forces that tile config. Runs on the current
+    CUDA stream.
+    """
+    check_matrix(a, "gks.sgemm", "a")
+    check_matrix(b, "gks.sgemm", "b")
+    c = torch.empty((a.shape[0], b.shape[1]), dtype=torch.float32, device=a.device)
+    cfg = resolve_config("sgemm", a, a.shape[0], b.shape[1], a.shape[1], config)
+    cuda.sgemm_out(a, b, c, cfg)
+    return c
+
+
+@sgemm.register_fake
+def _(a: torch.Tensor, b: torch.Tensor, config: int = -1) -> torch.Tensor:
+    return torch.empty((a.shape[0], b.shape[1]), dtype=torch.float32, device=a.device)

@@ -1,0 +1,42 @@
+# SPDX-License-Identifier: Apache-2.0
+"""gks::wmma_gemm — see gks._torch_ops for what every custom op guarantees."""
+
+from __future__ import annotations
+
+import torch
+
+from gks import cuda
+from gks.profile.autotune import check_matrix, resolve_config
+
+
+def _out_dtype(a: torch.Tensor, out_dtype: torch.dtype) -> torch.dtype:
+    if out_dtype not in (torch.float32, a.dtype):
+        raise TypeError(
+            f"gks.wmma_gemm: argument 'out_dtype' must be torch.float32 or the dtype of 'a' "
+            f"({a.dtype}), got {out_dtype}"
+        )
+    return out_dtype
+
+
+@torch.library.custom_op("gks::wmma_gemm", mutates_args=())
+def wmma_gemm(
+    a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype = torch.float32, config: int = -1
+) -> torch.Tensor:
+    """c = a @ b on Tensor Cores (nvcuda::wmma, mma.sync): float16 or bfloat16 a [M, K] and
+    b [K, N], fp32 accumulation, c in out_dtype (float32, or a's dtype).
+
+    Operands are row-major with any leading dimension (stride(1) == 1); transposed views
+    are rejected (ValueError). config: -1 = autotuned entry if any, else the heuristic; an
+    index into gks.cuda.gemm_config_names("wmma_gemm") forces that config.
+    """
+    check_matrix(a, "gks.wmma_gemm", "a")
+    check_matrix(b, "gks.wmma_gemm", "b")
+    c = torch.empty((a.shape[0], b.shape[1]), dtype=_out_dtype(a, out_dtype), device=a.device)
+    cfg = resolve_config("wmma_gemm", a, a.shape[0], b.shape[1], a.shape[1], config)
+    cuda.wmma_gemm_out(a, b, c, cfg)
+    return c
+
+
+@wmma_gemm.register_fake
+def _(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype = torch.float32, config: int = -1):
+    return torch.empty((a.shape[0], b.shape[1]), dtype=_out_dtype(a, out_dtype), device=a.device)

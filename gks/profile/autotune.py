@@ -1,0 +1,366 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Autotuning of the CUDA GEMMs' tile configs: ``python -m gks autotune --kernel NAME``.
+
+For each dtype and shape it runs every compiled config of the kernel, checks its output
+against the float64 reference (a config that fails may not win), times it with CUDA events
+(median of several launches after a warm-up), and stores the winner in a JSON cache. The
+winner is the first config, in the fixed config order, within ``band`` (2%) of the fastest:
+a deterministic tie band, so timing noise between near-equal configs does not flip choices.
+
+The cache (``$GKS_CACHE_DIR/autotune.json``, else ``~/.cache/gks/autotune.json``) is keyed on
+everything that can change the answer: GPU name, compute capability, driver version, gks
+version, kernel, dtype, shape bucket (M, N and K each rounded up to a power of two) and a
+hash of the kernel's config names. An entry made under any other value of these is simply
+never matched (``--prune`` deletes such entries for the current GPU).
+
+The torch custom ops call :func:`resolve_config` on every call with config=-1: one dict
+lookup in the cache loaded once per process (no file access when there is no cache file);
+without a tuned entry the C++ heuristic decides.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import functools
+import hashlib
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+CACHE_FORMAT = 1
+TIE_BAND = 0.02
+
+# kernel -> the registry spec that describes it (inputs, reference, check, shapes).
+KERNELS = ("sgemm", "wmma_gemm", "int8_gemm", "gemm")
+
+
+# ---------------------------------------------------------------------------------------
+# Pure parts (no GPU): bucketing, keys, the tie band, the cache file.
+# ---------------------------------------------------------------------------------------
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def shape_bucket(m: int, n: int, k: int) -> tuple[int, int, int]:
+    """M, N and K each rounded up to a power of two (0 and 1 stay 1)."""
+    return next_pow2(max(m, 1)), next_pow2(max(n, 1)), next_pow2(max(k, 1))
+
+
+def config_hash(names: Sequence[str]) -> str:
+    """Identifies a config list: renaming, adding or reordering configs changes it."""
+    return hashlib.sha256("\n".join(names).encode()).hexdigest()[:16]
+
+
+def cache_key(identity: dict[str, str], kernel: str, dtype: str, bucket: Sequence[int],
+              configs_hash: str) -> str:
+    """The cache key: device identity, kernel, dtype, shape bucket, config-list hash."""
+    parts = [
+        identity["gpu"], f"cc{identity['cc']}", f"driver{identity['driver']}",
+        f"gks{identity['gks']}", kernel, dtype, "x".join(str(int(b)) for b in bucket),
+        f"cfg{configs_hash}",
+    ]
+    return "|".join(parts)
+
+
+def pick_winner(times_ms: Sequence[float | None], band: float = TIE_BAND) -> int:
+    """Index of the first config (in config order) whose time is within `band` of the best.
+    None marks a config that failed its check or did not run; it never wins."""
+    valid = [t for t in times_ms if t is not None]
+    if not valid:
+        raise ValueError("pick_winner: no config produced a correct result")
+    best = min(valid)
+    return next(i for i, t in enumerate(times_ms) if t is not None and t <= best * (1.0 + band))
+
+
+def cache_path() -> Path:
+    root = os.environ.get("GKS_CACHE_DIR")
+    base = Path(root) if root else Path.home() / ".cache" / "gks"
+    return base / "autotune.json"
+
+
+def load_cache(path: Path | None = None) -> dict[str, Any]:
+    """The cache's entries ({key: entry}); {} when the file is missing, unreadable or of
+    another format (it is then rebuilt by the next tuning run)."""
+    path = path or cache_path()
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(doc, dict) or doc.get("format") != CACHE_FORMAT:
+        return {}
+    entries = doc.get("entries")
+    return entries if isinstance(entries, dict) else {}
+
+
+def save_cache(entries: dict[str, Any], path: Path | None = None) -> None:
+    """Writes the cache atomically (a temporary file, then a rename)."""
+    path = path or cache_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"format": CACHE_FORMAT, "entries": entries}, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+    _entries.cache_clear()
+
+
+def stale_keys(entries: dict[str, Any], identity: dict[str, str],
+               current_hashes: dict[str, str]) -> list[str]:
+    """Keys of entries for this GPU model that can never match again: made under another
+    driver or gks version, or for a config list that has since changed (kernels named in
+    current_hashes)."""
+    gpu = f"{identity['gpu']}|cc{identity['cc']}|"
+    live = "|".join([identity["gpu"], f"cc{identity['cc']}", f"driver{identity['driver']}",
+                     f"gks{identity['gks']}"])
+    out = []
+    for key in entries:
+        if not key.startswith(gpu):
+            continue  # another GPU model: not ours to judge
+        parts = key.split("|")
+        if len(parts) != 8 or "|".join(parts[:4]) != live:
+            out.append(key)
+        elif parts[4] in current_hashes and parts[7] != f"cfg{current_hashes[parts[4]]}":
+            out.append(key)
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Call-time lookup (what the torch ops use).
+# ---------------------------------------------------------------------------------------
+
+
+@functools.cache
+def _entries() -> dict[str, Any]:
+    return load_cache()
+
+
+def _driver_version() -> str:
+    """The NVIDIA driver version (NVML), else the CUDA driver API version, else 'unknown'."""
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+        if nvml.nvmlInit_v2() == 0:
+            buf = ctypes.create_string_buffer(96)
+            if nvml.nvmlSystemGetDriverVersion(buf, 96) == 0:
+                return buf.value.decode()
+    except (OSError, AttributeError):
+        pass
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+        v = ctypes.c_int()
+        if cuda.cuDriverGetVersion(ctypes.byref(v)) == 0:
+            return f"cuda{v.value}"
+    except (OSError, AttributeError):
+        pass
+    return "unknown"
+
+
+@functools.cache
+def device_identity(device_index: int) -> dict[str, str]:
+    import torch
+
+    import gks
+
+    p = torch.cuda.get_device_properties(device_index)
+    return {"gpu": p.name, "cc": f"{p.major}.{p.minor}", "driver": _driver_version(),
+            "gks": gks.__version__}
+
+
+@functools.cache
+def kernel_config_names(kernel: str) -> tuple[str, ...]:
+    from gks import cuda
+
+    return tuple(cuda.gemm_config_names(kernel))
+
+
+@functools.cache
+def _kernel_hash(kernel: str) -> str:
+    return config_hash(kernel_config_names(kernel))
+
+
+def lookup(kernel: str, dtype: str, m: int, n: int, k: int, device_index: int) -> int | None:
+    """The tuned config for this device, dtype and shape bucket, or None."""
+    entries = _entries()
+    if not entries:
+        return None
+    key = cache_key(device_identity(device_index), kernel, dtype, shape_bucket(m, n, k),
+                    _kernel_hash(kernel))
+    entry = entries.get(key)
+    return int(entry["config"]) if entry else None
+
+
+def _dtype_name(dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def resolve_config(kernel: str, like, m: int, n: int, k: int, config: int, dtype=None) -> int:
+    """config if >= 0 (or < -1: the C++ API rejects it with a clear message); for -1 the
+    tuned entry if any, else -1 (the C++ heuristic). `like` gives the device and, unless
+    `dtype` is given, the dtype of the key."""
+    if config != -1 or like.device.type != "cuda":
+        return config
+    tuned = lookup(kernel, _dtype_name(dtype or like.dtype), m, n, k, like.device.index or 0)
+    return -1 if tuned is None else tuned
+
+
+def check_matrix(t, op: str, arg: str) -> None:
+    """The one check the torch ops need before allocating the output: a 2-D tensor (the
+    C++ API validates everything else and names the argument)."""
+    import torch
+
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{op}: argument '{arg}' must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != 2:
+        raise ValueError(f"{op}: argument '{arg}' must be a 2-D matrix, got {t.dim()} dims "
+                         f"(shape {list(t.shape)})")
+
+
+# ---------------------------------------------------------------------------------------
+# Measuring (GPU only).
+# ---------------------------------------------------------------------------------------
+
+
+def time_config(fn: Callable[[], Any], warmup: int = 3, iters: int = 20) -> float:
+    """Median ms of `iters` launches of fn(), each between its own CUDA events."""
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    for s, e in zip(starts, ends):
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+
+def _op(kernel: str):
+    import gks
+
+    return getattr(gks, kernel)
+
+
+def tune_one(kernel: str, dtype: str, shape: Sequence[int], *, warmup: int, iters: int,
+             band: float, progress: Callable[[str], None]) -> dict[str, Any]:
+    """Measures every config on one (dtype, shape); returns the cache entry."""
+    import torch
+
+    from gks import registry
+    from gks.testing import check_output
+
+    spec = registry.get(kernel)
+    names = kernel_config_names(kernel)
+    inputs = spec.make_inputs(tuple(shape), dtype, "cuda", 0)
+    ref = spec.reference(**inputs, precise=True)
+    op = _op(kernel)
+    times: list[float | None] = []
+    for i, name in enumerate(names):
+        try:
+            out = op(**inputs, config=i)
+            torch.cuda.synchronize()
+            check_output(spec, out, inputs, dtype, f"{kernel}[{name}]", ref=ref)
+            del out
+            t = time_config(lambda: op(**inputs, config=i), warmup, iters)
+        except (AssertionError, RuntimeError, ValueError) as e:
+            progress(f"    {name:<26} REJECTED: {str(e).splitlines()[0][:120]}")
+            times.append(None)
+            continue
+        flops = spec.flops(tuple(shape))
+        progress(f"    {name:<26} {t * 1e3:10.1f} us  {flops / t / 1e9:8.1f} TFLOP/s")
+        times.append(t)
+    winner = pick_winner(times, band)
+    progress(f"  -> {names[winner]}")
+    return {"config": winner, "name": names[winner], "shape": list(shape),
+            "times_ms": times, "when": time.strftime("%Y-%m-%dT%H:%M:%S")}
+
+
+def _parse_shapes(text: str) -> list[tuple[int, int, int]]:
+    shapes = []
+    for item in text.split(","):
+        dims = tuple(int(x) for x in item.lower().split("x"))
+        if len(dims) != 3 or min(dims) < 1:
+            raise argparse.ArgumentTypeError(f"shape '{item}' is not MxNxK with positive dims")
+        shapes.append(dims)
+    return shapes
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gks autotune", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--kernel", required=True, choices=KERNELS, help="the GEMM to tune")
+    p.add_argument("--dtype", action="append",
+                   help="dtype(s) to tune (repeat or comma-separate); default: all of the spec's")
+    p.add_argument("--shapes", type=_parse_shapes,
+                   help="MxNxK[,MxNxK...]; default: the spec's bench shapes")
+    p.add_argument("--iters", type=int, default=20, help="timed launches per config (median)")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--band", type=float, default=TIE_BAND,
+                   help="tie band: the first config within this fraction of the best wins")
+    p.add_argument("--cache", type=Path, help="cache file (default: %(default)s)",
+                   default=None)
+    p.add_argument("--prune", action="store_true",
+                   help="also delete this GPU's entries that can no longer match")
+    p.add_argument("--show", action="store_true", help="print the cache's entries and exit")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    path = args.cache or cache_path()
+    if args.show:
+        for key, entry in sorted(load_cache(path).items()):
+            print(f"{key}  ->  {entry.get('name')} (config {entry.get('config')})")
+        return 0
+    import torch
+
+    from gks import registry
+
+    if not torch.cuda.is_available():
+        print("gks autotune: needs a CUDA GPU; none is visible", file=sys.stderr)
+        return 2
+    spec = registry.get(args.kernel)
+    dtypes = [d for item in (args.dtype or [",".join(spec.dtypes)]) for d in item.split(",") if d]
+    for d in dtypes:
+        if d not in spec.dtypes:
+            print(f"gks autotune: {args.kernel} has no dtype '{d}' (it has {', '.join(spec.dtypes)})",
+                  file=sys.stderr)
+            return 2
+    shapes = args.shapes or [tuple(s) for s in spec.bench_shapes]
+    device = torch.cuda.current_device()
+    identity = device_identity(device)
+    chash = config_hash(kernel_config_names(args.kernel))
+    entries = load_cache(path)
+    if args.prune:
+        for key in stale_keys(entries, identity, {args.kernel: chash}):
+            del entries[key]
+
+    def progress(msg: str) -> None:
+        print(msg, flush=True)
+
+    progress(f"gks autotune {args.kernel} on {identity['gpu']} (cc {identity['cc']}, driver "
+             f"{identity['driver']}); {len(kernel_config_names(args.kernel))} configs; cache {path}")
+    for dtype in dtypes:
+        for shape in shapes:
+            bucket = shape_bucket(*shape)
+            progress(f"  {dtype} {'x'.join(map(str, shape))} (bucket {'x'.join(map(str, bucket))})")
+            try:
+                entry = tune_one(args.kernel, dtype, shape, warmup=args.warmup, iters=args.iters,
+                                 band=args.band, progress=progress)
+            except ValueError as e:
+                progress(f"  skipped: {e}")
+                continue
+            entries[cache_key(identity, args.kernel, dtype, bucket, chash)] = entry
+            save_cache(entries, path)  # after every shape: an interrupted run keeps its work
+            torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

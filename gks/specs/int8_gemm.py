@@ -1,0 +1,86 @@
+# SPDX-License-Identifier: Apache-2.0
+"""INT8 GEMM: int8 x int8 -> int32 on Tensor Cores, then per-row (a) and per-column (b)
+scales in the epilogue. The spec's dtype is the output dtype."""
+
+from __future__ import annotations
+
+from gks.registry import Backend, OpSpec, Peer, register
+from gks.specs import _gemm
+
+_OUT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
+
+
+def make_inputs(shape, dtype, device, seed):
+    import torch
+
+    m, n, k = shape
+    gen = torch.Generator(device=device).manual_seed(seed)
+    a_q = torch.randint(-127, 128, (m, k), generator=gen, device=device, dtype=torch.int8)
+    b_q = torch.randint(-127, 128, (k, n), generator=gen, device=device, dtype=torch.int8)
+    # Scales of the size absmax / 127 gives for unit-variance data.
+    a_scale = 0.01 + 0.02 * torch.rand((m, 1), generator=gen, device=device)
+    b_scale = 0.01 + 0.02 * torch.rand((1, n), generator=gen, device=device)
+    return {"a_q": a_q, "b_q": b_q, "a_scale": a_scale, "b_scale": b_scale,
+            "out_dtype": getattr(torch, dtype)}
+
+
+def _reference(a_q, b_q, a_scale, b_scale, out_dtype=None, *, precise=False):
+    import torch
+
+    from gks.reference import int8_gemm
+
+    return int8_gemm(a_q, b_q, a_scale, b_scale, out_dtype or torch.float16, precise=precise)
+
+
+def _check(out, ref, dtype, inputs):
+    _gemm.gemm_check(out, ref, inputs["a_q"], inputs["b_q"], dtype, "exact", f"int8_gemm/{dtype}")
+
+
+def _int_mm():
+    """torch._int_mm (cuBLASLt int8, int32 out) plus the same scale epilogue in torch.
+    _int_mm needs M > 16 and K, N multiples of 8: smaller M is padded with zero rows."""
+    import torch
+
+    def run(a_q, b_q, a_scale, b_scale, out_dtype=torch.float16, **_):
+        m = a_q.shape[0]
+        if m <= 16:
+            a_q = torch.nn.functional.pad(a_q, (0, 0, 0, 24 - m))
+        acc = torch._int_mm(a_q, b_q)[:m]
+        return (acc.to(torch.float32) * a_scale * b_scale).to(out_dtype)
+
+    return run
+
+
+CONFIGS = (
+    {"name": "128x128x64_w64x64_s4", "block": (128, 128, 64), "threads": 128, "stages": 4},
+    {"name": "128x128x128_w64x64_s3", "block": (128, 128, 128), "threads": 128, "stages": 3},
+    {"name": "128x256x128_w64x64_s3", "block": (128, 256, 128), "threads": 256, "stages": 3},
+    {"name": "64x64x128_w32x32_s4", "block": (64, 64, 128), "threads": 128, "stages": 4},
+)
+
+SPEC = register(
+    OpSpec(
+        name="int8_gemm",
+        summary="int8 GEMM on Tensor Cores (mma.sync m16n8k32, int32 accumulate) with row/column scales",
+        signature="int8_gemm(a_q[M, K], b_q[K, N], a_scale[M, 1], b_scale[1, N], "
+                  "out_dtype=float16, config=-1) -> c[M, N]",
+        shape_names=("M", "N", "K"),
+        dtypes=("float16", "bfloat16", "float32"),
+        make_inputs=make_inputs,
+        reference=_reference,
+        tolerance={"float16": (1e-3, 1e-3), "bfloat16": (8e-3, 8e-3), "float32": (1e-6, 1e-6)},
+        flops=_gemm.flops,
+        bytes_moved=lambda s, dt: (s[0] * s[2] + s[2] * s[1] + 4.0 * (s[0] + s[1])
+                                   + _OUT_BYTES[dt] * s[0] * s[1]),
+        backends=(
+            Backend("cuda", "gks._torch_ops:int8_gemm", archs=("sm_80", "sm_90a")),
+            Backend("triton", "gks.triton:int8_gemm", archs=("sm_80", "sm_90"), interpreted=True),
+        ),
+        test_shapes=_gemm.TEST_SHAPES,
+        bench_shapes=_gemm.BENCH_SHAPES,
+        peers=(Peer("torch._int_mm + scales", _int_mm),),
+        configs=CONFIGS,
+        compute="int8",
+        check=_check,
+    )
+)

@@ -1,0 +1,146 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The Triton GEMM kernel behind gks.triton.sgemm, .wmma_gemm and .int8_gemm: one tiled
+kernel (grouped tile order for L2 reuse, masked edges, int64 offsets, any strides) with a
+compile-time arithmetic mode:
+
+  "ieee"  fp32 inputs, tl.dot with input_precision="ieee": FP32 FMA, never TF32.
+  "mma"   fp16/bf16 inputs on Tensor Cores, fp32 accumulation.
+  "int8"  int8 inputs on Tensor Cores, int32 accumulation; the epilogue multiplies by the
+          per-row scale of a and the per-column scale of b.
+
+On a GPU each mode autotunes among a few block shapes (keyed on M, N, K); under the
+interpreter (TRITON_INTERPRET=1) one small block shape is used.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _gemm_kernel(
+    a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, M, N, K,
+    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_sa, stride_sb,
+    MODE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    per_group = GROUP_M * tiles_n
+    first_m = (pid // per_group) * GROUP_M
+    rows_in_group = tl.minimum(tiles_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % per_group) % rows_in_group
+    pid_n = (pid % per_group) // rows_in_group
+
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + rm[:, None].to(tl.int64) * stride_am + rk[None, :].to(tl.int64) * stride_ak
+    b_ptrs = b_ptr + rk[:, None].to(tl.int64) * stride_bk + rn[None, :].to(tl.int64) * stride_bn
+    if MODE == "int8":
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for kt in range(0, tl.cdiv(K, BLOCK_K)):
+        k_left = K - kt * BLOCK_K
+        a = tl.load(a_ptrs, mask=(rm[:, None] < M) & (rk[None, :] < k_left), other=0)
+        b = tl.load(b_ptrs, mask=(rk[:, None] < k_left) & (rn[None, :] < N), other=0)
+        if MODE == "ieee":
+            acc = tl.dot(a, b, acc, input_precision="ieee")
+        elif MODE == "int8":
+            acc = tl.dot(a, b, acc, out_dtype=tl.int32)
+        else:
+            acc = tl.dot(a, b, acc, out_dtype=tl.float32)
+        a_ptrs += BLOCK_K * stride_ak.to(tl.int64)
+        b_ptrs += BLOCK_K * stride_bk.to(tl.int64)
+
+    if MODE == "int8":
+        sa = tl.load(sa_ptr + rm.to(tl.int64) * stride_sa, mask=rm < M, other=0.0)
+        sb = tl.load(sb_ptr + rn.to(tl.int64) * stride_sb, mask=rn < N, other=0.0)
+        out = acc.to(tl.float32) * sa[:, None] * sb[None, :]
+    else:
+        out = acc
+    c_ptrs = c_ptr + rm[:, None].to(tl.int64) * stride_cm + rn[None, :].to(tl.int64) * stride_cn
+    tl.store(c_ptrs, out.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def _configs(specs):
+    return [
+        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8},
+                      num_warps=w, num_stages=s)
+        for bm, bn, bk, w, s in specs
+    ]
+
+
+# (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) per mode, for the autotuner on a GPU.
+GPU_CONFIGS = {
+    "ieee": _configs([(128, 128, 16, 8, 3), (128, 128, 32, 8, 2), (128, 64, 32, 4, 3),
+                      (64, 128, 32, 4, 3), (64, 64, 32, 4, 4), (32, 64, 32, 4, 4)]),
+    "mma": _configs([(128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 4, 4),
+                     (128, 128, 64, 8, 4), (64, 128, 64, 4, 4), (64, 64, 64, 4, 4),
+                     (16, 128, 128, 4, 4)]),
+    "int8": _configs([(128, 256, 128, 8, 3), (256, 128, 128, 8, 3), (128, 128, 128, 4, 4),
+                      (128, 128, 128, 8, 4), (64, 128, 128, 4, 4), (64, 64, 128, 4, 4),
+                      (16, 128, 256, 4, 4)]),
+}
+# One shape under the interpreter (power-of-two blocks keep tl.dot's shape rules happy).
+INTERPRETER_BLOCK = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8}
+
+_tuned = {
+    mode: triton.autotune(configs=cfgs, key=["M", "N", "K"])(_gemm_kernel)
+    for mode, cfgs in GPU_CONFIGS.items()
+}
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def check_operand(t: torch.Tensor, op: str, arg: str, dtypes: tuple, what: str) -> None:
+    if t.dtype not in dtypes:
+        raise TypeError(f"{op}: argument '{arg}' must be {what}, got {t.dtype}")
+    if t.dim() != 2:
+        raise ValueError(f"{op}: argument '{arg}' must be a 2-D matrix, got {t.dim()} dims "
+                         f"(shape {list(t.shape)})")
+
+
+def check_pair(a: torch.Tensor, b: torch.Tensor, op: str, a_name: str = "a", b_name: str = "b") -> None:
+    if b.device != a.device:
+        raise ValueError(f"{op}: argument '{b_name}' must be on the device of '{a_name}' "
+                         f"({a.device}), got {b.device}")
+    if b.shape[0] != a.shape[1]:
+        raise ValueError(f"{op}: argument '{b_name}' must have shape [K, N] with K = "
+                         f"{a.shape[1]} (the columns of '{a_name}', {list(a.shape)}), got "
+                         f"{list(b.shape)}")
+
+
+def launch(mode: str, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
+           a_scale: torch.Tensor | None = None, b_scale: torch.Tensor | None = None) -> None:
+    """c = a @ b (mode "ieee" / "mma"), or c = (a @ b) * a_scale * b_scale (mode "int8")."""
+    m, k = a.shape
+    n = b.shape[1]
+    if m == 0 or n == 0:
+        return
+    if k == 0:
+        c.zero_()
+        return
+    sa = a_scale if a_scale is not None else c
+    sb = b_scale if b_scale is not None else c
+    sa_stride = a_scale.stride(0) if a_scale is not None else 0
+    sb_stride = (b_scale.stride(-1) if b_scale is not None else 0)
+    args = (a, b, c, sa, sb, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+            c.stride(0), c.stride(1), sa_stride, sb_stride)
+    if interpreting():
+        blk = INTERPRETER_BLOCK
+        grid = (triton.cdiv(m, blk["BLOCK_M"]) * triton.cdiv(n, blk["BLOCK_N"]),)
+        _gemm_kernel[grid](*args, MODE=mode, **blk)
+    else:
+        def grid(meta):
+            return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
+
+        _tuned[mode][grid](*args, MODE=mode)

@@ -1,0 +1,151 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The autotuner's pure parts (bucketing, cache keys and invalidation, the tie band, the
+cache file) on any machine; tuning itself and the ops' use of the cache on a GPU."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import requires_gpu, requires_native
+from gks.profile import autotune
+
+IDENTITY = {"gpu": "NVIDIA H200", "cc": "9.0", "driver": "580.159.03", "gks": "0.1.0"}
+
+
+def test_shape_bucket_rounds_each_dim_up_to_a_power_of_two():
+    assert autotune.shape_bucket(4096, 4096, 4096) == (4096, 4096, 4096)
+    assert autotune.shape_bucket(16, 14336, 4097) == (16, 16384, 8192)
+    assert autotune.shape_bucket(1, 0, 3) == (1, 1, 4)
+    assert autotune.shape_bucket(1000, 1024, 1025) == (1024, 1024, 2048)
+
+
+def test_pick_winner_tie_band_prefers_the_first_config():
+    assert autotune.pick_winner([1.0, 0.99, 0.5]) == 2
+    # within 2% of the best: the earliest wins, whatever the noise ordering
+    assert autotune.pick_winner([1.015, 1.0, 1.01]) == 0
+    assert autotune.pick_winner([1.03, 1.0, 1.01]) == 1
+    assert autotune.pick_winner([1.03, 1.0, 1.01], band=0.05) == 0
+    # failed configs (None) never win, even "fast" ones
+    assert autotune.pick_winner([None, 2.0, 1.0]) == 2
+    with pytest.raises(ValueError, match="no config produced a correct result"):
+        autotune.pick_winner([None, None])
+
+
+def test_cache_key_changes_with_every_component():
+    base = autotune.cache_key(IDENTITY, "sgemm", "float32", (4096, 4096, 4096), "abc")
+    variants = [
+        autotune.cache_key(dict(IDENTITY, gpu="NVIDIA H100 80GB HBM3"), "sgemm", "float32", (4096,) * 3, "abc"),
+        autotune.cache_key(dict(IDENTITY, cc="8.0"), "sgemm", "float32", (4096,) * 3, "abc"),
+        autotune.cache_key(dict(IDENTITY, driver="590.1"), "sgemm", "float32", (4096,) * 3, "abc"),
+        autotune.cache_key(dict(IDENTITY, gks="0.2.0"), "sgemm", "float32", (4096,) * 3, "abc"),
+        autotune.cache_key(IDENTITY, "wmma_gemm", "float32", (4096,) * 3, "abc"),
+        autotune.cache_key(IDENTITY, "sgemm", "float16", (4096,) * 3, "abc"),
+        autotune.cache_key(IDENTITY, "sgemm", "float32", (4096, 4096, 8192), "abc"),
+        autotune.cache_key(IDENTITY, "sgemm", "float32", (4096,) * 3, "abd"),
+    ]
+    assert len({base, *variants}) == len(variants) + 1
+    assert base == autotune.cache_key(IDENTITY, "sgemm", "float32", [4096] * 3, "abc")
+
+
+def test_config_hash_tracks_names_and_order():
+    h = autotune.config_hash(["a", "b"])
+    assert h == autotune.config_hash(("a", "b"))
+    assert h != autotune.config_hash(["b", "a"])
+    assert h != autotune.config_hash(["a", "b", "c"])
+    assert h != autotune.config_hash(["a", "bb"])
+
+
+def test_stale_keys_are_those_that_can_no_longer_match():
+    cur = {"sgemm": "h1"}
+    live = autotune.cache_key(IDENTITY, "sgemm", "float32", (64, 64, 64), "h1")
+    other_kernel = autotune.cache_key(IDENTITY, "int8_gemm", "float16", (64, 64, 64), "zz")
+    old_list = autotune.cache_key(IDENTITY, "sgemm", "float32", (64, 64, 64), "h0")
+    old_driver = autotune.cache_key(dict(IDENTITY, driver="570.0"), "sgemm", "float32", (64,) * 3, "h1")
+    old_gks = autotune.cache_key(dict(IDENTITY, gks="0.0.9"), "sgemm", "float32", (64,) * 3, "h1")
+    other_gpu = autotune.cache_key(dict(IDENTITY, gpu="NVIDIA A100-SXM4-80GB", cc="8.0"),
+                                   "sgemm", "float32", (64,) * 3, "h0")
+    entries = {k: {"config": 0} for k in (live, other_kernel, old_list, old_driver, old_gks, other_gpu)}
+    stale = set(autotune.stale_keys(entries, IDENTITY, cur))
+    assert stale == {old_list, old_driver, old_gks}
+
+
+def test_cache_round_trip_and_bad_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("GKS_CACHE_DIR", str(tmp_path))
+    path = autotune.cache_path()
+    assert path == tmp_path / "autotune.json"
+    assert autotune.load_cache() == {}  # missing file
+    entries = {"k": {"config": 2, "name": "x"}}
+    autotune.save_cache(entries)
+    assert autotune.load_cache() == entries
+    assert json.loads(path.read_text())["format"] == autotune.CACHE_FORMAT
+    assert not list(tmp_path.glob(".*.tmp"))  # atomic write left no temporary behind
+    path.write_text("{not json")
+    assert autotune.load_cache() == {}
+    path.write_text(json.dumps({"format": 999, "entries": entries}))
+    assert autotune.load_cache() == {}  # another format: ignored, rebuilt by the next run
+
+
+def test_default_cache_path_is_under_home(monkeypatch, tmp_path):
+    monkeypatch.delenv("GKS_CACHE_DIR", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert autotune.cache_path() == tmp_path / ".cache" / "gks" / "autotune.json"
+
+
+def test_lookup_reads_the_cache_and_misses_on_any_mismatch(tmp_path, monkeypatch):
+    monkeypatch.setenv("GKS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(autotune, "device_identity", lambda index: IDENTITY)
+    monkeypatch.setattr(autotune, "_kernel_hash", lambda kernel: "h1")
+    key = autotune.cache_key(IDENTITY, "sgemm", "float32", (1024, 4096, 4096), "h1")
+    autotune.save_cache({key: {"config": 3, "name": "cfg3"}})
+    assert autotune.lookup("sgemm", "float32", 1000, 4096, 4000, 0) == 3  # same bucket
+    assert autotune.lookup("sgemm", "float32", 1025, 4096, 4000, 0) is None  # next bucket
+    assert autotune.lookup("wmma_gemm", "float32", 1000, 4096, 4000, 0) is None
+    monkeypatch.setattr(autotune, "_kernel_hash", lambda kernel: "h2")  # config list changed
+    assert autotune.lookup("sgemm", "float32", 1000, 4096, 4000, 0) is None
+    autotune._entries.cache_clear()
+
+
+def test_resolve_config_passes_explicit_configs_through():
+    import torch
+
+    t = torch.zeros(2, 2)
+    assert autotune.resolve_config("sgemm", t, 2, 2, 2, 3) == 3
+    assert autotune.resolve_config("sgemm", t, 2, 2, 2, -1) == -1  # CPU tensor: no lookup
+
+
+def test_cli_without_gpu_or_with_bad_arguments(capsys):
+    with pytest.raises(SystemExit):
+        autotune.main(["--kernel", "no_such_gemm"])
+    with pytest.raises(SystemExit):
+        autotune.main(["--kernel", "sgemm", "--shapes", "4096x4096"])
+
+
+def test_cli_show_prints_entries(tmp_path, capsys):
+    path = tmp_path / "c.json"
+    autotune.save_cache({"gpu|cc9.0|driverX|gks0.1.0|sgemm|float32|64x64x64|cfgh": {"config": 1, "name": "n1"}},
+                        path)
+    assert autotune.main(["--kernel", "sgemm", "--show", "--cache", str(path)]) == 0
+    assert "n1 (config 1)" in capsys.readouterr().out
+
+
+@requires_gpu
+@requires_native
+def test_tune_writes_an_entry_the_op_then_uses(tmp_path, monkeypatch):
+    import torch
+
+    import gks
+
+    monkeypatch.setenv("GKS_CACHE_DIR", str(tmp_path))
+    autotune._entries.cache_clear()
+    assert autotune.main(["--kernel", "sgemm", "--shapes", "200x300x400", "--iters", "3"]) == 0
+    entries = autotune.load_cache()
+    assert len(entries) == 1
+    (key, entry), = entries.items()
+    assert "|sgemm|float32|256x512x512|" in key
+    assert autotune.lookup("sgemm", "float32", 200, 300, 400, torch.cuda.current_device()) == entry["config"]
+    a = torch.randn(200, 400, device="cuda")
+    b = torch.randn(400, 300, device="cuda")
+    torch.testing.assert_close(gks.sgemm(a, b), gks.sgemm(a, b, config=entry["config"]), rtol=0, atol=0)
+    autotune._entries.cache_clear()

@@ -1,0 +1,375 @@
+# SPDX-License-Identifier: Apache-2.0
+"""GEMM-specific tests beyond the generic registry sweep (tests/test_ops.py): every compiled
+tile config on its own, padded and misaligned operands, output dtypes, poisoned outputs
+through the raw *_out entry points, K = 0 / M = 0, the caller's stream and CUDA graphs, the
+int8 path from float inputs through quantization, and the error messages.
+
+GPU-only tests carry @requires_gpu / @requires_native; the Triton and Pallas ports and the
+argument checks that fail before any launch also run on a CPU-only machine.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import DEVICE, HAS_GPU, HAS_NATIVE, requires_gpu, requires_native, seed_for
+from gks import registry
+
+KERNELS = ("sgemm", "wmma_gemm", "int8_gemm")
+# Shapes that cross every tile edge of every config (block M/N of 32..256, K of 8..128),
+# plus M = 1, K = 1 and one larger K.
+CONFIG_SHAPES = ((1, 1, 1), (1, 300, 257), (129, 135, 263), (257, 513, 96), (200, 70, 1),
+                 (64, 256, 1100))
+
+
+def _spec(kernel):
+    return registry.get(kernel)
+
+
+def _inputs(kernel, shape, dtype, *tag):
+    return _spec(kernel).make_inputs(shape, dtype, DEVICE, seed_for(kernel, dtype, shape, *tag))
+
+
+def _check(kernel, out, inputs, dtype):
+    spec = _spec(kernel)
+    spec.check(out, spec.reference(**inputs, precise=True), dtype, inputs)
+
+
+def _gks_op(kernel):
+    import gks
+
+    return getattr(gks, kernel)
+
+
+def _padded(t: torch.Tensor, extra_cols: int, offset: int = 0) -> torch.Tensor:
+    """A view of t with a leading dimension of cols + extra_cols, starting `offset`
+    elements into its buffer (offset 1 makes the rows misaligned for 16-byte access)."""
+    rows, cols = t.shape
+    ld = cols + extra_cols
+    buf = torch.full((rows * ld + offset + ld,), 7, dtype=t.dtype, device=t.device)
+    view = buf[offset: offset + rows * ld].view(rows, ld)[:, :cols]
+    view.copy_(t)
+    return view
+
+
+# ---------------------------------------------------------------------------------------
+# Every compiled config, on its own.
+# ---------------------------------------------------------------------------------------
+
+
+@requires_gpu
+@requires_native
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_config_names_match_spec(kernel):
+    from gks import cuda
+
+    assert cuda.gemm_config_names(kernel) == [c["name"] for c in _spec(kernel).configs]
+
+
+@requires_gpu
+@requires_native
+@pytest.mark.parametrize("shape", CONFIG_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_every_config(kernel, shape):
+    spec = _spec(kernel)
+    op = _gks_op(kernel)
+    for dtype in spec.dtypes:
+        inputs = _inputs(kernel, shape, dtype)
+        for index, cfg in enumerate(spec.configs):
+            out = op(**inputs, config=index)
+            torch.cuda.synchronize()
+            try:
+                _check(kernel, out, inputs, dtype)
+            except AssertionError as e:
+                raise AssertionError(f"config {index} ({cfg['name']}), {dtype}: {e}") from None
+
+
+@requires_gpu
+@requires_native
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_every_config_unaligned_and_padded(kernel):
+    """Leading dimensions with padding, and operands one element off 16-byte alignment
+    (the element-wise copy paths), for every config."""
+    spec = _spec(kernel)
+    op = _gks_op(kernel)
+    shape = (131, 77, 203)
+    for dtype in spec.dtypes:
+        inputs = _inputs(kernel, shape, dtype, "padded")
+        names = ("a_q", "b_q") if kernel == "int8_gemm" else ("a", "b")
+        for offset in (0, 1):
+            strided = dict(inputs)
+            for i, name in enumerate(names):
+                strided[name] = _padded(inputs[name], extra_cols=5 + 3 * i, offset=offset)
+            for index in range(len(spec.configs)):
+                out = op(**strided, config=index)
+                _check(kernel, out, inputs, dtype)
+
+
+# ---------------------------------------------------------------------------------------
+# Raw entry points: poisoned outputs, output strides, K = 0.
+# ---------------------------------------------------------------------------------------
+
+
+def _out_call(kernel, inputs, c, config=-1):
+    from gks import cuda
+
+    if kernel == "int8_gemm":
+        cuda.int8_gemm_out(inputs["a_q"], inputs["b_q"], inputs["a_scale"], inputs["b_scale"], c, config)
+    else:
+        getattr(cuda, f"{kernel}_out")(inputs["a"], inputs["b"], c, config)
+
+
+def _out_dtype(kernel, dtype):
+    return torch.float32 if kernel != "int8_gemm" else getattr(torch, dtype)
+
+
+@requires_gpu
+@requires_native
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_out_entry_point_writes_every_element_of_a_strided_output(kernel):
+    spec = _spec(kernel)
+    for dtype in spec.dtypes:
+        m, n, k = 70, 203, 129
+        inputs = _inputs(kernel, (m, n, k), dtype, "out")
+        for offset in (0, 1):
+            big = torch.full((m, n + 11 + offset), float("nan"), dtype=_out_dtype(kernel, dtype), device="cuda")
+            c = big[:, offset: offset + n]
+            for config in range(-1, len(spec.configs)):
+                c.fill_(float("nan"))
+                _out_call(kernel, inputs, c, config)
+                _check(kernel, c, inputs, dtype)
+            # the padding columns are never written
+            assert torch.isnan(big[:, offset + n:]).all()
+            if offset:
+                assert torch.isnan(big[:, 0]).all()
+
+
+@requires_gpu
+@requires_native
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_k_zero_gives_zeros_and_empty_outputs_are_fine(kernel):
+    dtype = _spec(kernel).dtypes[0]
+    inputs = _inputs(kernel, (5, 7, 0), dtype, "k0")
+    c = torch.full((5, 7), float("nan"), dtype=_out_dtype(kernel, dtype), device="cuda")
+    _out_call(kernel, inputs, c)
+    assert (c == 0).all()
+    for shape in ((0, 7, 3), (5, 0, 3)):
+        out = _gks_op(kernel)(**_inputs(kernel, shape, dtype, "empty"))
+        assert out.shape == shape[:2]
+
+
+@requires_gpu
+@requires_native
+@pytest.mark.parametrize("out_dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_wmma_output_in_input_dtype(out_dtype):
+    import gks
+
+    inputs = _inputs("wmma_gemm", (150, 300, 520), str(out_dtype).removeprefix("torch."), "out")
+    for config in range(-1, len(_spec("wmma_gemm").configs)):
+        out = gks.wmma_gemm(inputs["a"], inputs["b"], out_dtype=out_dtype, config=config)
+        assert out.dtype == out_dtype
+        _check("wmma_gemm", out, dict(inputs, out_dtype=out_dtype), str(out_dtype).removeprefix("torch."))
+
+
+@requires_gpu
+@requires_native
+def test_int8_accepts_1d_and_strided_scales():
+    import gks
+
+    inputs = _inputs("int8_gemm", (33, 65, 96), "float32", "scales")
+    a_scale = inputs["a_scale"].reshape(-1)
+    b_scale = torch.empty((2, 65), device="cuda")[0]  # stride 1 view of a bigger buffer
+    b_scale.copy_(inputs["b_scale"].reshape(-1))
+    b_col = torch.empty((65, 3), device="cuda")[:, 1]  # stride 3
+    b_col.copy_(b_scale)
+    for sb in (b_scale, b_col, b_col.reshape(1, 65)):
+        out = gks.int8_gemm(inputs["a_q"], inputs["b_q"], a_scale, sb, out_dtype=torch.float32)
+        _check("int8_gemm", out, inputs, "float32")
+
+
+# ---------------------------------------------------------------------------------------
+# Streams, graphs, torch.compile.
+# ---------------------------------------------------------------------------------------
+
+
+@requires_gpu
+@requires_native
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_runs_on_the_callers_stream_and_in_a_cuda_graph(kernel):
+    op = _gks_op(kernel)
+    dtype = _spec(kernel).dtypes[0]
+    inputs = _inputs(kernel, (256, 384, 512), dtype, "graph")
+    expected = op(**inputs)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):  # warm-up on the side stream, as graph capture needs
+            op(**inputs)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            captured = op(**inputs)
+    torch.cuda.current_stream().wait_stream(stream)
+    captured.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(captured, expected, rtol=0, atol=0)
+
+
+@requires_gpu
+@requires_native
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_opcheck_and_compile(kernel):
+    op = _gks_op(kernel)
+    dtype = _spec(kernel).dtypes[0]
+    inputs = _inputs(kernel, (64, 96, 80), dtype, "compile")
+    torch.library.opcheck(getattr(torch.ops.gks, kernel).default, args=(), kwargs=inputs)
+    compiled = torch.compile(lambda **kw: op(**kw), fullgraph=True)
+    _check(kernel, compiled(**inputs), inputs, dtype)
+
+
+# ---------------------------------------------------------------------------------------
+# INT8: the whole path from float inputs.
+# ---------------------------------------------------------------------------------------
+
+
+def _quantize_rows(x: torch.Tensor):
+    """Per-row symmetric int8 quantization (scale = absmax / 127; an all-zero row gets
+    scale 0 and q = 0): gks.quantize_int8 on the GPU when it is built, else its reference,
+    else this local copy of the documented rule."""
+    import gks
+
+    if x.is_cuda and HAS_NATIVE and hasattr(gks.cuda, "quantize_int8_out"):
+        return gks.quantize_int8(x)
+    ref = getattr(gks.reference, "quantize_int8", None)
+    if ref is not None:
+        return ref(x)
+    scale = x.abs().amax(dim=-1, keepdim=True).to(torch.float32) / 127.0
+    q = torch.where(scale > 0, x / scale.clamp_min(1e-30), torch.zeros_like(x))
+    return q.round().clamp(-127, 127).to(torch.int8), scale
+
+
+def _int8_path(backend):
+    gen = torch.Generator(device=DEVICE).manual_seed(seed_for("int8 path"))
+    m, n, k = (96, 160, 512) if backend == "cuda" or HAS_GPU else (33, 40, 64)
+    a = torch.randn((m, k), generator=gen, device=DEVICE)
+    b = torch.randn((k, n), generator=gen, device=DEVICE)
+    a_q, a_scale = _quantize_rows(a)
+    q, s = _quantize_rows(b.t().contiguous())  # per column of b
+    b_q, b_scale = q.t().contiguous(), s.t()
+    if backend == "cuda":
+        import gks
+
+        out = gks.int8_gemm(a_q, b_q, a_scale, b_scale, out_dtype=torch.float32)
+    else:
+        import gks.triton
+
+        out = gks.triton.int8_gemm(a_q, b_q, a_scale, b_scale, out_dtype=torch.float32)
+    exact = a.double() @ b.double()
+    # Quantization error: each element of a and b is off by at most half a step (scale / 2),
+    # so |error| <= sum_k (|a_ik| sb_j + |b_kj| sa_i + sa_i sb_j / 2) / 2.
+    sa, sb = a_scale.double().reshape(m, 1), b_scale.double().reshape(1, n)
+    bound = 0.5 * (a.double().abs() @ torch.ones_like(b.double()) * sb
+                   + sa * (torch.ones_like(a.double()) @ b.double().abs())
+                   + 0.5 * k * sa * sb) + 1e-4 * exact.abs()
+    err = (out.double() - exact).abs()
+    assert (err <= bound).all(), f"max err/bound {float((err / bound).max()):.3f}"
+    # ... and it is a good approximation, not merely a bounded one.
+    rel = float((out.double() - exact).norm() / exact.norm())
+    assert rel < 0.02, rel
+
+
+@requires_gpu
+@requires_native
+def test_int8_whole_path_from_float_inputs_cuda():
+    _int8_path("cuda")
+
+
+def test_int8_whole_path_from_float_inputs_triton():
+    _int8_path("triton")
+
+
+# ---------------------------------------------------------------------------------------
+# Errors (these fail before any launch, so they run without a GPU when the library is built).
+# ---------------------------------------------------------------------------------------
+
+
+@requires_native
+def test_errors_name_the_argument():
+    import gks
+
+    f32 = torch.randn(4, 6)
+    with pytest.raises(ValueError, match="argument 'a' must be a CUDA tensor"):
+        gks.sgemm(f32, torch.randn(6, 5))
+    with pytest.raises(ValueError, match="argument 'a' must be a 2-D matrix"):
+        gks.sgemm(torch.randn(2, 4, 6), torch.randn(6, 5))
+    dev = DEVICE
+    if HAS_GPU:
+        with pytest.raises(ValueError, match=r"argument 'b' must have shape \[K, N\] with K = 6"):
+            gks.sgemm(torch.randn(4, 6, device=dev), torch.randn(7, 5, device=dev))
+        with pytest.raises(TypeError, match="argument 'b' must be float32, got float16"):
+            gks.sgemm(torch.randn(4, 6, device=dev), torch.randn(6, 5, device=dev).half())
+        with pytest.raises(ValueError, match="transposed views are not accepted"):
+            gks.sgemm(torch.randn(4, 6, device=dev), torch.randn(5, 6, device=dev).t())
+        with pytest.raises(ValueError, match="argument 'config' must be -1"):
+            gks.sgemm(torch.randn(4, 6, device=dev), torch.randn(6, 5, device=dev), config=99)
+        with pytest.raises(TypeError, match="argument 'a' must be float16 or bfloat16"):
+            gks.wmma_gemm(torch.randn(4, 6, device=dev), torch.randn(6, 5, device=dev))
+        h = torch.randn(4, 6, device=dev).half()
+        with pytest.raises(TypeError, match="argument 'out_dtype' must be torch.float32 or the dtype"):
+            gks.wmma_gemm(h, torch.randn(6, 5, device=dev).half(), out_dtype=torch.bfloat16)
+        q = torch.zeros(4, 6, dtype=torch.int8, device=dev)
+        bq = torch.zeros(6, 5, dtype=torch.int8, device=dev)
+        with pytest.raises(ValueError, match=r"argument 'b_scale' must have shape \[1, N\]"):
+            gks.int8_gemm(q, bq, torch.ones(4, 1, device=dev), torch.ones(5, 1, device=dev))
+        with pytest.raises(ValueError, match="transposed views are not accepted"):
+            gks.int8_gemm(q, torch.zeros(5, 6, dtype=torch.int8, device=dev).t(),
+                          torch.ones(4, 1, device=dev), torch.ones(1, 5, device=dev))
+
+
+def test_triton_and_pallas_errors():
+    import gks.triton
+
+    dev = DEVICE
+    with pytest.raises(TypeError, match="argument 'b' must be float32"):
+        gks.triton.sgemm(torch.randn(4, 6, device=dev), torch.randn(6, 5, device=dev).half())
+    with pytest.raises(ValueError, match=r"argument 'b' must have shape \[K, N\] with K = 6"):
+        gks.triton.sgemm(torch.randn(4, 6, device=dev), torch.randn(7, 5, device=dev))
+    with pytest.raises(ValueError, match=r"argument 'a_scale' must have shape \[4, 1\]"):
+        gks.triton.int8_gemm(torch.zeros(4, 6, dtype=torch.int8, device=dev),
+                             torch.zeros(6, 5, dtype=torch.int8, device=dev),
+                             torch.ones(1, 4, device=dev), torch.ones(1, 5, device=dev))
+    import jax.numpy as jnp
+
+    import gks.pallas
+
+    with pytest.raises(ValueError, match="argument 'b' must have shape"):
+        gks.pallas.sgemm(jnp.ones((4, 6), jnp.float32), jnp.ones((5, 5), jnp.float32))
+
+
+# ---------------------------------------------------------------------------------------
+# The ports on larger odd shapes and on strided / transposed views (interpreters on CPU).
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_triton_port_on_strided_and_transposed_views(kernel):
+    import gks.triton
+
+    spec = _spec(kernel)
+    shape = (45, 70, 90)
+    for dtype in spec.dtypes:
+        inputs = _inputs(kernel, shape, dtype, "triton-views")
+        names = ("a_q", "b_q") if kernel == "int8_gemm" else ("a", "b")
+        views = dict(inputs)
+        views[names[0]] = _padded(inputs[names[0]], 3, offset=1)
+        views[names[1]] = inputs[names[1]].t().contiguous().t()  # column-major b
+        out = getattr(gks.triton, kernel)(**views)
+        _check(kernel, out, inputs, dtype)
+
+
+def test_pallas_sgemm_on_an_odd_shape():
+    from gks.pallas._bridge import sgemm
+
+    inputs = _inputs("sgemm", (70, 45, 100), "float32", "pallas")
+    _check("sgemm", sgemm(**inputs), inputs, "float32")
