@@ -7,22 +7,13 @@
 
 #include "gks/gks.h"
 
+#include "test_util.h"
+
 namespace {
 
-const gks::Device kGpu{gks::DeviceType::kCUDA, 0};
-const gks::Device kCpu{gks::DeviceType::kCPU, 0};
-
-// Runs `call`, expects a gks::Error of `kind` whose message contains `needle`.
-template <typename F>
-void expect_error(F&& call, gks::ErrorKind kind, const std::string& needle) {
-  try {
-    call();
-    FAIL() << "expected gks::Error containing '" << needle << "'";
-  } catch (const gks::Error& e) {
-    EXPECT_EQ(int(e.kind()), int(kind)) << e.what();
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
+using gks_test::expect_error;
+using gks_test::kCpu;
+using gks_test::kGpu;
 
 gks::RmsNormArgs valid_args(void* p) {
   gks::RmsNormArgs a;

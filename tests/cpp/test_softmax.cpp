@@ -10,24 +10,17 @@
 
 #include "gks/gks.h"
 
+#include "test_util.h"
+
 namespace {
 
-const gks::Device kGpu{gks::DeviceType::kCUDA, 0};
-const gks::Device kCpu{gks::DeviceType::kCPU, 0};
+using gks_test::expect_error;
+using gks_test::kCpu;
+using gks_test::kGpu;
+
 using gks::DType;
 using gks::ErrorKind;
 using Plan = gks::detail::SoftmaxPlan;
-
-template <typename F>
-void expect_error(F&& call, ErrorKind kind, const std::string& needle) {
-  try {
-    call();
-    FAIL() << "expected gks::Error containing '" << needle << "'";
-  } catch (const gks::Error& e) {
-    EXPECT_EQ(int(e.kind()), int(kind)) << e.what();
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
 
 gks::SoftmaxArgs softmax_args(void* p, DType dtype = DType::kFloat16) {
   gks::SoftmaxArgs a;
