@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: Apache-2.0
+// gks::gemm: c[M, N] = a[M, K] @ b[K, N] for fp16/bf16 with fp32 accumulation, c in a's
+// dtype or float32.
+//
+// Which kernel runs:
+//  * On a compute-capability 9.0 GPU, in a build with sm_90a (GKS_WITH_SM90A, defined by
+//    CMake when 90a is in GKS_CUDA_ARCHS): the Hopper kernel (kernels/hopper_gemm.cuh) —
+//    persistent, warp-specialized, TMA loads into an mbarrier-guarded shared ring, wgmma
+//    with fp32 accumulators.
+//  * Otherwise, or when TMA cannot describe a or b (see tma_can_describe: base pointer not
+//    16-byte aligned, leading-dimension byte stride not a multiple of 16), the WMMA kernel
+//    (gks::wmma_gemm), with its own heuristic config. Both give the same result up to the
+//    order of the fp32 sums. c has no alignment requirement on either path.
+// Operands are row-major (stride(1) == 1) with any leading dimension >= their columns;
+// transposed views are rejected (see gemm_common.h). K == 0 gives c = 0.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "gks/gemm_common.h"
+#include "gks/tensor.h"
+
+namespace gks {
+
+struct GemmArgs {
+  TensorRef a;  // [M, K] float16 or bfloat16, row-major, any leading dimension
+  TensorRef b;  // [K, N] a's dtype, row-major, any leading dimension
+  TensorRef c;  // [M, N] a's dtype or float32, row-major, any leading dimension
+  // Index into detail::hopper_gemm_configs() (-1: heuristic). It forces the Hopper kernel's
+  // tile config; when the WMMA fallback runs instead, it is ignored.
+  int config = -1;
+};
+
+// Validates the arguments (throws gks::Error naming the bad one) and launches on `stream`.
+void gemm(const GemmArgs& args, cudaStream_t stream);
+
+namespace detail {
+
+// One compiled config of the Hopper kernel. `name` is stable (autotune caches key on it).
+struct HopperGemmConfig {
+  const char* name;
+  int block_m;
+  int block_n;
+  int block_k;
+  int stages;     // depth of the shared-memory ring
+  int cluster_m;  // CTAs per cluster, stacked in M, sharing (multicasting) B tiles
+};
+
+// The compiled configs, in index order (GemmArgs::config); hopper_gemm_sm90a.cu checks
+// its kernels against this table at compile time.
+inline constexpr HopperGemmConfig kHopperGemmConfigs[] = {
+    {"128x256x64_s4_c1", 128, 256, 64, 4, 1},
+    {"128x256x64_s4_c2", 128, 256, 64, 4, 2},
+    {"256x128x64_s4_c1", 256, 128, 64, 4, 1},
+    {"256x128x64_s4_c2", 256, 128, 64, 4, 2},
+    {"128x128x64_s6_c1", 128, 128, 64, 6, 1},
+    {"128x128x64_s6_c2", 128, 128, 64, 6, 2},
+    {"128x64x64_s8_c1", 128, 64, 64, 8, 1},
+};
+inline constexpr int kNumHopperGemmConfigs =
+    int(sizeof(kHopperGemmConfigs) / sizeof(kHopperGemmConfigs[0]));
+
+// The same table as a vector. Available in every build.
+const std::vector<HopperGemmConfig>& hopper_gemm_configs();
+
+// The config the heuristic picks for an M x N x K problem on `num_sms` multiprocessors.
+int hopper_gemm_heuristic(int64_t m, int64_t n, int64_t k, int num_sms);
+
+// True when a TMA tensor map can describe the row-major operand `m` with 2-byte elements
+// loaded in 16-bit boxes: base pointer 16-byte aligned, leading dimension in bytes a
+// multiple of 16 (not needed for a single row) and below 2^40.
+bool tma_can_describe(const GemmMatrix& m, int64_t elem_bytes);
+
+enum class GemmPath { kHopper, kWmma };
+const char* gemm_path_name(GemmPath path);  // "hopper" / "wmma"
+
+// Which kernel gemm() runs, from the facts it depends on (pure, for host tests).
+GemmPath choose_gemm_path(bool device_is_sm90, bool built_with_sm90a, const GemmMatrix& a,
+                          const GemmMatrix& b);
+
+// Validates like gemm() and reports which kernel it would run on this machine.
+GemmPath gemm_path(const GemmArgs& args);
+
+// True when this build contains the sm_90a kernels.
+constexpr bool hopper_gemm_compiled() {
+#if defined(GKS_WITH_SM90A)
+  return true;
+#else
+  return false;
+#endif
+}
+
+// What the sm_90a launcher needs; built by gemm() after validation.
+struct HopperGemmLaunch {
+  const void* a;
+  int64_t lda;
+  const void* b;
+  int64_t ldb;
+  void* c;
+  int64_t ldc;
+  int m, n, k;  // all >= 1
+  DType dtype;  // of a and b: kFloat16 or kBFloat16
+  bool c_is_f32;
+  bool c_vec;  // c's base and leading dimension are 16-byte aligned
+  int config;  // a valid index into hopper_gemm_configs()
+  int device;
+  int num_sms;
+};
+
+// Defined in hopper_gemm_sm90a.cu, which exists in the library only when GKS_WITH_SM90A is
+// defined; call it only under that macro.
+void launch_hopper_gemm_sm90a(const HopperGemmLaunch& launch, cudaStream_t stream);
+
+}  // namespace detail
+}  // namespace gks

@@ -1,0 +1,730 @@
+// SPDX-License-Identifier: Apache-2.0
+// Hopper-native GEMM (sm_90a only): c[M, N] = a[M, K] @ b[K, N], fp16/bf16 in, fp32
+// accumulation, c fp32 or the input dtype. Include only from *_sm90a.cu sources.
+//
+// Shape of the kernel (one CTA per SM, persistent):
+//  * 3 warpgroups. Warpgroup 0 is the producer: one thread issues TMA loads
+//    (cp.async.bulk.tensor) of A and B tiles into a kStages-deep ring of shared-memory
+//    slots; it gives its registers away (setmaxnreg.dec). Warpgroups 1 and 2 are consumers:
+//    each owns half of the tile's rows and issues wgmma.mma_async with fp32 accumulators in
+//    registers (setmaxnreg.inc).
+//  * Each slot has two mbarriers. full[s]: the producer arms it with the slot's byte count
+//    (arrive.expect_tx) and the TMA engine completes it. empty[s]: every consumer warp (of
+//    every CTA of the cluster) arrives once its wgmma reads of the slot are done; the
+//    producer waits on it before refilling. Phases alternate each lap of the ring, so a
+//    waiter tracks one parity bit per lap.
+//  * Shared tiles use the 128-byte swizzle, written by TMA and read by wgmma through matrix
+//    descriptors. A tile [BM][64] is K-major: 128-byte rows, 8-row swizzle atoms 1024 bytes
+//    apart (SBO). B is [K, N] row-major, i.e. MN-major for wgmma (transpose bit set): the
+//    tile is kept as BN/64 column blocks of [64 k][64 n], each 8 KiB; inside a block k-rows
+//    are 128 bytes apart, 8-row groups 1024 bytes apart (SBO), and blocks 8 KiB apart (LBO).
+//    Every slot and block starts on a 1024-byte boundary, which the swizzle needs.
+//  * The tile scheduler walks output tiles (or, with clusters, pairs of tiles stacked in M)
+//    in groups of `group_m` tile rows, so the CTAs in flight share A rows and B columns in
+//    L2. Producer and consumers walk the same sequence independently.
+//  * Cluster of 2 (kClusterM == 2): the two CTAs compute vertically adjacent tiles with the
+//    same B columns; each loads half of the B blocks and multicasts them to both CTAs.
+//  * Edges: TMA zero-fills the part of a box outside the matrix (rows >= M, columns >= N,
+//    k >= K), so the math needs no predicates; boxes wholly outside (B blocks past N, the
+//    idle half of a cluster past M) are not loaded at all, since they only feed outputs
+//    the epilogue never stores. The epilogue masks its stores.
+//  * Epilogue: each consumer warpgroup stages a 64 x 32 fp32 chunk of its accumulators in a
+//    private shared buffer (rows padded to 40 floats: the float2 writes of a half-warp and
+//    the 16-byte reads hit distinct banks), then writes it out row-contiguously with 16-byte
+//    stores where c allows, converting to the output dtype.
+#pragma once
+
+#include <cuda.h>  // CUtensorMap (types only; the driver is reached through the runtime)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <cstring>
+
+namespace gks::kernels::hopper {
+
+constexpr int kBlockK = 64;                 // one 128-byte swizzle row of 16-bit elements
+constexpr int kBBlockCols = 64;             // columns per B block (one swizzle row)
+constexpr int kBBlockBytes = kBlockK * kBBlockCols * 2;
+constexpr int kConsumerWarpgroups = 2;
+constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
+constexpr int kProducerRegisters = 40;
+constexpr int kConsumerRegisters = 232;
+constexpr int kEpilogueCols = 32;                   // fp32 columns per staged chunk
+constexpr int kEpiloguePitch = kEpilogueCols + 8;   // floats per staged row
+constexpr int kSmemLimit = 227 * 1024;              // per-block opt-in limit on sm_90
+
+// One compiled tile config. kBlockM rows are split between the two consumer warpgroups;
+// each covers its kBlockM / 2 rows with kAtomsM wgmma atoms of 64 rows x kBlockN columns.
+template <int kBlockM_, int kBlockN_, int kStages_, int kClusterM_>
+struct HopperTile {
+  static constexpr int kBlockM = kBlockM_, kBlockN = kBlockN_;
+  static constexpr int kStages = kStages_, kClusterM = kClusterM_;
+  static constexpr int kWarpgroupM = kBlockM / kConsumerWarpgroups;
+  static constexpr int kAtomsM = kWarpgroupM / 64;
+  static constexpr int kAccum = kBlockN / 2;  // fp32 accumulators per thread per atom
+  static constexpr int kBBlocks = kBlockN / kBBlockCols;
+  static constexpr int kABytes = kBlockM * kBlockK * 2;
+  static constexpr int kBBytes = kBBlocks * kBBlockBytes;
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  static constexpr int kEpilogueBytes = kConsumerWarpgroups * 64 * kEpiloguePitch * 4;
+  static constexpr int kBarrierBytes = 2 * kStages * 8;
+  // + 1024: the dynamic shared window is re-aligned to 1024 bytes in the kernel.
+  static constexpr int kSmemBytes = 1024 + kStages * kStageBytes + kEpilogueBytes + kBarrierBytes;
+
+  static_assert(kBlockN == 64 || kBlockN == 128 || kBlockN == 256, "wgmma N of 64, 128 or 256");
+  static_assert(kWarpgroupM % 64 == 0 && kBlockM <= 256, "64-row atoms; TMA boxes <= 256 rows");
+  static_assert(kClusterM == 1 || (kClusterM == 2 && kBBlocks % 2 == 0),
+                "a cluster of 2 splits the B blocks between its CTAs");
+  static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "slots keep 1024-byte alignment");
+  static_assert(kSmemBytes <= kSmemLimit, "shared memory over the sm_90 limit");
+  static_assert(kAtomsM * kAccum + 64 <= kConsumerRegisters, "accumulators must fit in registers");
+};
+
+// Everything but the tensor maps. Offsets into c are int64.
+struct HopperGemmParams {
+  void* c;
+  int64_t ldc;       // elements between rows of c
+  int m, n, k;
+  int k_blocks;      // ceil(K / 64), >= 1
+  int tiles_n;       // ceil(N / kBlockN)
+  int unit_rows;     // ceil(ceil(M / kBlockM) / kClusterM): rows of scheduling units
+  int num_units;     // unit_rows * tiles_n
+  int group_m;       // unit rows per scheduler group (>= 1)
+  int c_is_f32;      // c is float32 (else the input dtype)
+  int c_vec;         // c's rows allow 16-byte stores (base and leading dim 16-byte aligned)
+};
+
+// ---------------------------------------------------------------- PTX wrappers
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+// Makes the barrier initializations visible to the async proxy (TMA) and the cluster.
+__device__ __forceinline__ void fence_barrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+// Arrives on the barrier at the same shared offset in CTA `cta` of this cluster. Default
+// (release, CTA-scope) semantics, as for a local arrive: what it orders is this warp's
+// wgmma reads of the slot, which wgmma.wait_group has already completed. A cluster-scope
+// release would add a GPU-wide memory fence per arrival.
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta) {
+  asm volatile(
+      "{\n"
+      ".reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
+      "}\n" ::"r"(bar),
+      "r"(cta)
+      : "memory");
+}
+
+// Returns once the phase with parity `parity` has completed (i.e. the barrier's current
+// phase has the other parity).
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n"
+        "}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+// 2-D TMA load of the box at (x = inner coordinate, y = outer) into shared `dst`,
+// completing `bytes` on `bar`. Out-of-bounds elements are zero-filled.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, uint32_t bar,
+                                            int x, int y) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4}], [%2];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(x), "r"(y)
+      : "memory");
+}
+
+// As tma_load_2d, but the box lands at the same shared offset (and completes bytes on the
+// barrier at the same offset) in every CTA of the cluster named in `cta_mask`.
+__device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const CUtensorMap* map,
+                                                      uint32_t bar, int x, int y,
+                                                      uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(x), "r"(y), "h"(cta_mask)
+      : "memory");
+}
+
+__device__ __forceinline__ void prefetch_tensor_map(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+__device__ __forceinline__ uint32_t cluster_cta_rank() {
+  uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  return rank;
+}
+
+// All threads of all CTAs in the cluster; orders shared-memory accesses across it.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
+// Barrier among the `kCount` threads that use named barrier `id` (1..15; 0 is
+// __syncthreads).
+template <int kCount>
+__device__ __forceinline__ void named_barrier_sync(int id) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kCount) : "memory");
+}
+
+template <int kRegisters>
+__device__ __forceinline__ void registers_increase() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+
+template <int kRegisters>
+__device__ __forceinline__ void registers_decrease() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+
+// Waits until at most kPending committed wgmma groups of this warp are in flight.
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Keeps the compiler from moving reads or writes of accumulator registers across the
+// asynchronous wgmma boundary (the registers are written by the Tensor Cores, not by the
+// instruction the compiler sees).
+template <int kN>
+__device__ __forceinline__ void fence_registers(float (&r)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+// A wgmma shared-memory matrix descriptor for a 128-byte-swizzled operand:
+// bits 0-13 start address >> 4, 16-29 leading byte offset >> 4, 32-45 stride byte offset
+// >> 4, 49-51 base offset (0: every swizzle atom starts 1024-byte aligned), 62-63 layout
+// (1 = 128-byte swizzle).
+__device__ __forceinline__ uint64_t smem_descriptor(uint32_t addr, uint32_t leading_bytes,
+                                                    uint32_t stride_bytes) {
+  uint64_t desc = 0;
+  desc |= uint64_t((addr & 0x3FFFF) >> 4);
+  desc |= uint64_t((leading_bytes >> 4) & 0x3FFF) << 16;
+  desc |= uint64_t((stride_bytes >> 4) & 0x3FFF) << 32;
+  desc |= uint64_t(1) << 62;
+  return desc;
+}
+
+// wgmma.mma_async m64nNk16, fp32 accumulators, A (K-major) and B (MN-major, transposed)
+// from shared memory through descriptors. accumulate == 0 overwrites d (d = A B).
+template <typename T, int kN>
+struct Wgmma;
+
+template <>
+struct Wgmma<__nv_bfloat16, 64> {
+  static __device__ __forceinline__ void mma(float (&d)[32], uint64_t desc_a, uint64_t desc_b,
+                                             int accumulate) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16\n"
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "},\n"
+        " %32, %33, p, 1, 1, 0, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+  }
+};
+
+template <>
+struct Wgmma<__half, 64> {
+  static __device__ __forceinline__ void mma(float (&d)[32], uint64_t desc_a, uint64_t desc_b,
+                                             int accumulate) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16\n"
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "},\n"
+        " %32, %33, p, 1, 1, 0, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+  }
+};
+
+template <>
+struct Wgmma<__nv_bfloat16, 128> {
+  static __device__ __forceinline__ void mma(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
+                                             int accumulate) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16\n"
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "},\n"
+        " %64, %65, p, 1, 1, 0, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+  }
+};
+
+template <>
+struct Wgmma<__half, 128> {
+  static __device__ __forceinline__ void mma(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
+                                             int accumulate) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16\n"
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "},\n"
+        " %64, %65, p, 1, 1, 0, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+  }
+};
+
+template <>
+struct Wgmma<__nv_bfloat16, 256> {
+  static __device__ __forceinline__ void mma(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
+                                             int accumulate) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16\n"
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+        "},\n"
+        " %128, %129, p, 1, 1, 0, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+  }
+};
+
+template <>
+struct Wgmma<__half, 256> {
+  static __device__ __forceinline__ void mma(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
+                                             int accumulate) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16\n"
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+        "},\n"
+        " %128, %129, p, 1, 1, 0, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+  }
+};
+
+// The output conversions of the epilogue.
+template <typename T>
+__device__ __forceinline__ T from_float(float x);
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+template <>
+__device__ __forceinline__ __half from_float<__half>(float x) {
+  return __float2half_rn(x);
+}
+
+// Two values rounded to T, packed low-first into one 32-bit word.
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  const T pair[2] = {from_float<T>(lo), from_float<T>(hi)};
+  uint32_t word;
+  memcpy(&word, pair, sizeof(word));
+  return word;
+}
+
+// Hands a ring slot back: one arrival per consumer warp on the slot's empty barrier in
+// every CTA of the cluster (each CTA's producer may write this CTA's slot).
+template <class Cfg>
+__device__ __forceinline__ void release_slot(uint32_t empty_bar) {
+  if constexpr (Cfg::kClusterM == 1) {
+    mbar_arrive(empty_bar);
+  } else {
+#pragma unroll
+    for (int cta = 0; cta < Cfg::kClusterM; ++cta) mbar_arrive_cluster(empty_bar, uint32_t(cta));
+  }
+}
+
+// ---------------------------------------------------------------- the kernel
+
+// Scheduling unit -> (unit row, tile column), in groups of `group_m` unit rows: consecutive
+// units walk down a group's rows before moving right.
+__device__ __forceinline__ void unit_coords(const HopperGemmParams& p, int unit, int& row,
+                                            int& col) {
+  const int per_group = p.group_m * p.tiles_n;
+  const int group = unit / per_group;
+  const int first_row = group * p.group_m;
+  const int rows_in_group = min(p.unit_rows - first_row, p.group_m);
+  const int in_group = unit - group * per_group;
+  row = first_row + in_group % rows_in_group;
+  col = in_group / rows_in_group;
+}
+
+template <typename T, class Cfg>
+__device__ __forceinline__ void run_producer(const CUtensorMap* map_a, const CUtensorMap* map_b,
+                                             const HopperGemmParams& p, uint32_t smem_a,
+                                             uint32_t smem_b, uint32_t full, uint32_t empty,
+                                             uint32_t cta_rank, int cluster_id,
+                                             int num_clusters) {
+  prefetch_tensor_map(map_a);
+  prefetch_tensor_map(map_b);
+  int stage = 0;
+  uint32_t phase = 0;
+  for (int unit = cluster_id; unit < p.num_units; unit += num_clusters) {
+    int unit_row, tile_n;
+    unit_coords(p, unit, unit_row, tile_n);
+    const int a_row = (unit_row * Cfg::kClusterM + int(cta_rank)) * Cfg::kBlockM;
+    const int b_col = tile_n * Cfg::kBlockN;
+    // Boxes wholly outside the matrix are not loaded: A rows past M (the second CTA of a
+    // cluster on the last, odd tile row) and B blocks past N feed only accumulators the
+    // epilogue never stores, so stale shared memory there is harmless. Boxes that straddle
+    // an edge are loaded; TMA zero-fills their outside part (which matters along K).
+    const bool load_a = a_row < p.m;
+    const int b_blocks = min(Cfg::kBBlocks, (p.n - b_col + kBBlockCols - 1) / kBBlockCols);
+    // A and the B blocks land in this CTA's slot (half of them from the peer when clustered).
+    const uint32_t stage_bytes = (load_a ? Cfg::kABytes : 0) + b_blocks * kBBlockBytes;
+    for (int kb = 0; kb < p.k_blocks; ++kb) {
+      // Wait until every consumer (of every CTA in the cluster) has finished with the slot;
+      // on the first lap the parity trick lets this pass at once.
+      mbar_wait(empty + 8 * stage, phase ^ 1);
+      const uint32_t full_bar = full + 8 * stage;
+      mbar_arrive_expect_tx(full_bar, stage_bytes);
+      if (load_a) tma_load_2d(smem_a + stage * Cfg::kABytes, map_a, full_bar, kb * kBlockK, a_row);
+      const uint32_t b_slot = smem_b + stage * Cfg::kBBytes;
+#pragma unroll
+      for (int j = 0; j < Cfg::kBBlocks; ++j) {
+        if (j >= b_blocks) break;
+        if constexpr (Cfg::kClusterM == 1) {
+          tma_load_2d(b_slot + j * kBBlockBytes, map_b, full_bar, b_col + j * kBBlockCols,
+                      kb * kBlockK);
+        } else {
+          if (j % Cfg::kClusterM == int(cta_rank))
+            tma_load_2d_multicast(b_slot + j * kBBlockBytes, map_b, full_bar,
+                                  b_col + j * kBBlockCols, kb * kBlockK,
+                                  uint16_t((1u << Cfg::kClusterM) - 1));
+        }
+      }
+      if (++stage == Cfg::kStages) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
+  }
+}
+
+// Writes one 64 x kBlockN accumulator atom of a consumer warpgroup to c, in 64 x 32
+// chunks staged through `stage_buf`. `row0`/`col0`: the atom's first element in c.
+template <typename T, class Cfg>
+__device__ __forceinline__ void store_atom(const HopperGemmParams& p, const float (&acc)[Cfg::kAccum],
+                                           float* stage_buf, int barrier_id, int64_t row0,
+                                           int col0) {
+  const int t = threadIdx.x % 128;
+  const int warp = t / 32, lane = t % 32;
+#pragma unroll
+  for (int chunk = 0; chunk < Cfg::kBlockN / kEpilogueCols; ++chunk) {
+    const int chunk_col = col0 + chunk * kEpilogueCols;
+    if (chunk_col >= p.n) break;  // uniform across the warpgroup
+    named_barrier_sync<128>(barrier_id);  // the previous chunk has been read out
+    // Accumulator fragment of m64nN: register 4j + {0,1} holds row warp*16 + lane/4,
+    // columns 8j + 2*(lane%4) + {0,1}; registers 4j + {2,3} the same columns 8 rows down.
+#pragma unroll
+    for (int jj = 0; jj < kEpilogueCols / 8; ++jj) {
+      const int j = chunk * (kEpilogueCols / 8) + jj;
+      const int r = warp * 16 + lane / 4;
+      const int col = jj * 8 + 2 * (lane % 4);
+      *reinterpret_cast<float2*>(stage_buf + r * kEpiloguePitch + col) =
+          make_float2(acc[4 * j], acc[4 * j + 1]);
+      *reinterpret_cast<float2*>(stage_buf + (r + 8) * kEpiloguePitch + col) =
+          make_float2(acc[4 * j + 2], acc[4 * j + 3]);
+    }
+    named_barrier_sync<128>(barrier_id);
+    if (p.c_is_f32) {
+      constexpr int kVecs = kEpilogueCols / 4;  // float4 per staged row
+#pragma unroll
+      for (int i = t; i < 64 * kVecs; i += 128) {
+        const int r = i / kVecs, v = i % kVecs;
+        const int64_t row = row0 + r;
+        const int col = chunk_col + v * 4;
+        if (row >= p.m || col >= p.n) continue;
+        const float4 val = *reinterpret_cast<const float4*>(stage_buf + r * kEpiloguePitch + v * 4);
+        float* dst = static_cast<float*>(p.c) + row * p.ldc + col;
+        if (p.c_vec && col + 4 <= p.n) {
+          *reinterpret_cast<float4*>(dst) = val;
+        } else {
+          const float vals[4] = {val.x, val.y, val.z, val.w};
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (col + e < p.n) dst[e] = vals[e];
+        }
+      }
+    } else {
+      constexpr int kVecs = kEpilogueCols / 8;  // 8 outputs (16 bytes) per store
+#pragma unroll
+      for (int i = t; i < 64 * kVecs; i += 128) {
+        const int r = i / kVecs, v = i % kVecs;
+        const int64_t row = row0 + r;
+        const int col = chunk_col + v * 8;
+        if (row >= p.m || col >= p.n) continue;
+        const float* src = stage_buf + r * kEpiloguePitch + v * 8;
+        const float4 lo = *reinterpret_cast<const float4*>(src);
+        const float4 hi = *reinterpret_cast<const float4*>(src + 4);
+        const float vals[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+        T* dst = static_cast<T*>(p.c) + row * p.ldc + col;
+        if (p.c_vec && col + 8 <= p.n) {
+          uint4 packed;
+          uint32_t* words = reinterpret_cast<uint32_t*>(&packed);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) words[e] = pack2<T>(vals[2 * e], vals[2 * e + 1]);
+          *reinterpret_cast<uint4*>(dst) = packed;
+        } else {
+#pragma unroll
+          for (int e = 0; e < 8; ++e)
+            if (col + e < p.n) dst[e] = from_float<T>(vals[e]);
+        }
+      }
+    }
+  }
+}
+
+template <typename T, class Cfg>
+__device__ __forceinline__ void run_consumer(const HopperGemmParams& p, uint32_t smem_a,
+                                             uint32_t smem_b, uint32_t full, uint32_t empty,
+                                             float* epilogue_smem, uint32_t cta_rank,
+                                             int cluster_id, int num_clusters) {
+  const int wg = threadIdx.x / 128 - 1;  // 0 or 1: which half of the tile's rows
+  const int lane = threadIdx.x % 32;
+  float* stage_buf = epilogue_smem + wg * 64 * kEpiloguePitch;
+  float acc[Cfg::kAtomsM][Cfg::kAccum];
+#pragma unroll
+  for (int a = 0; a < Cfg::kAtomsM; ++a)
+#pragma unroll
+    for (int i = 0; i < Cfg::kAccum; ++i) acc[a][i] = 0.f;
+
+  // Descriptor offsets that do not change: A rows of this warpgroup's atoms (128 bytes per
+  // row); B blocks 8 KiB apart (LBO), 8-row groups 1024 bytes apart (SBO) for both.
+  const uint32_t a_wg_offset = uint32_t(wg * Cfg::kWarpgroupM * kBlockK * 2);
+
+  int stage = 0;
+  uint32_t phase = 0;
+  for (int unit = cluster_id; unit < p.num_units; unit += num_clusters) {
+    int unit_row, tile_n;
+    unit_coords(p, unit, unit_row, tile_n);
+    const int tile_m = unit_row * Cfg::kClusterM + int(cta_rank);
+
+    int prev_stage = 0;
+    for (int kb = 0; kb < p.k_blocks; ++kb) {
+      mbar_wait(full + 8 * stage, phase);
+      const uint32_t a_slot = smem_a + stage * Cfg::kABytes + a_wg_offset;
+      const uint32_t b_slot = smem_b + stage * Cfg::kBBytes;
+      wgmma_fence();
+#pragma unroll
+      for (int k = 0; k < kBlockK / 16; ++k) {
+        // k-step k: A advances 32 bytes inside its 128-byte rows (the swizzle is applied
+        // to the absolute address, so this stays consistent with the TMA writes); B
+        // advances 16 k-rows = 2 KiB.
+        const uint64_t desc_b = smem_descriptor(b_slot + k * 2048, kBBlockBytes, 1024);
+#pragma unroll
+        for (int a = 0; a < Cfg::kAtomsM; ++a) {
+          const uint64_t desc_a = smem_descriptor(a_slot + a * 64 * kBlockK * 2 + k * 32, 16, 1024);
+          Wgmma<T, Cfg::kBlockN>::mma(acc[a], desc_a, desc_b, (kb | k) != 0);
+        }
+      }
+      wgmma_commit();
+      // Keep this k-block's wgmmas in flight; the previous block's are now complete, so
+      // its slot can be handed back to the producer.
+      wgmma_wait<1>();
+#pragma unroll
+      for (int a = 0; a < Cfg::kAtomsM; ++a) fence_registers(acc[a]);
+      if (kb > 0 && lane == 0) release_slot<Cfg>(empty + 8 * prev_stage);
+      prev_stage = stage;
+      if (++stage == Cfg::kStages) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int a = 0; a < Cfg::kAtomsM; ++a) fence_registers(acc[a]);
+    if (lane == 0) release_slot<Cfg>(empty + 8 * prev_stage);
+
+    const int64_t wg_row = int64_t(tile_m) * Cfg::kBlockM + wg * Cfg::kWarpgroupM;
+#pragma unroll
+    for (int a = 0; a < Cfg::kAtomsM; ++a) {
+      if (wg_row + a * 64 >= p.m) break;  // uniform across the warpgroup
+      store_atom<T, Cfg>(p, acc[a], stage_buf, 1 + wg, wg_row + a * 64, tile_n * Cfg::kBlockN);
+    }
+  }
+}
+
+template <typename T, class Cfg>
+__global__ void __launch_bounds__(kThreads, 1)
+    hopper_gemm_kernel(const __grid_constant__ CUtensorMap map_a,
+                       const __grid_constant__ CUtensorMap map_b,
+                       const __grid_constant__ HopperGemmParams p) {
+  extern __shared__ uint8_t smem_raw[];
+  // 128-byte swizzle atoms must start on 1024-byte boundaries.
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
+                                             ~uintptr_t(1023));
+  uint8_t* smem_a = smem;
+  uint8_t* smem_b = smem_a + Cfg::kStages * Cfg::kABytes;
+  float* epilogue_smem = reinterpret_cast<float*>(smem_b + Cfg::kStages * Cfg::kBBytes);
+  uint64_t* full = reinterpret_cast<uint64_t*>(reinterpret_cast<uint8_t*>(epilogue_smem) +
+                                               Cfg::kEpilogueBytes);
+  uint64_t* empty = full + Cfg::kStages;
+
+  const uint32_t cta_rank = Cfg::kClusterM > 1 ? cluster_cta_rank() : 0;
+  const int cluster_id = int(blockIdx.x) / Cfg::kClusterM;
+  const int num_clusters = int(gridDim.x) / Cfg::kClusterM;
+
+  if (threadIdx.x == 0) {
+#pragma unroll 1
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      mbar_init(smem_u32(full + s), 1);  // the producer's arrive.expect_tx
+      // One arrival per consumer warp of every CTA that reads data this CTA loads.
+      mbar_init(smem_u32(empty + s), Cfg::kClusterM * kConsumerWarpgroups * 4);
+    }
+    fence_barrier_init();
+  }
+  if constexpr (Cfg::kClusterM > 1)
+    cluster_sync();  // the peer's barriers exist before anyone multicasts into them
+  else
+    __syncthreads();
+
+  if (threadIdx.x < 128) {
+    registers_decrease<kProducerRegisters>();
+    if (threadIdx.x == 0)
+      run_producer<T, Cfg>(&map_a, &map_b, p, smem_u32(smem_a), smem_u32(smem_b), smem_u32(full),
+                           smem_u32(empty), cta_rank, cluster_id, num_clusters);
+  } else {
+    registers_increase<kConsumerRegisters>();
+    run_consumer<T, Cfg>(p, smem_u32(smem_a), smem_u32(smem_b), smem_u32(full), smem_u32(empty),
+                         epilogue_smem, cta_rank, cluster_id, num_clusters);
+  }
+  // No CTA may leave while its peer can still arrive on its barriers or write its slots.
+  if constexpr (Cfg::kClusterM > 1) cluster_sync();
+}
+
+}  // namespace gks::kernels::hopper

@@ -1,0 +1,161 @@
+// SPDX-License-Identifier: Apache-2.0
+// gks::gemm: validation, the Hopper-or-WMMA decision, config choice and dispatch. Compiled
+// for every architecture; the sm_90a kernels live in hopper_gemm_sm90a.cu and are reached
+// only under GKS_WITH_SM90A.
+#include "gks/hopper_gemm.h"
+
+#include <cuda_runtime_api.h>
+
+#include <climits>
+#include <iterator>
+#include <mutex>
+#include <unordered_map>
+
+#include "gemm_launch.h"
+#include "gks/wmma_gemm.h"
+#include "launch.h"
+
+namespace gks {
+namespace detail {
+namespace {
+
+constexpr const char* kOp = "gks.gemm";
+
+// TMA coordinates are int32: keep every tile origin (up to 2 tiles of 256 past the edge
+// for a cluster of 2) representable.
+constexpr int64_t kMaxTmaDim = INT_MAX - 1024;
+
+GemmOperands validate(const GemmArgs& args) {
+  // The device comes first, so a CPU tensor is reported as such on any machine.
+  check_cuda(args.a, kOp, "a");
+  GKS_CHECK(args.a.dtype == DType::kFloat16 || args.a.dtype == DType::kBFloat16,
+            kUnsupportedDtype)
+      << kOp << ": argument 'a' must be float16 or bfloat16, got " << dtype_name(args.a.dtype);
+  check_same_device(args.a, "a", args.b, "b", kOp);
+  check_same_device(args.a, "a", args.c, "c", kOp);
+  check_same_dtype(args.a, "a", args.b, "b", kOp);
+  GKS_CHECK(args.c.dtype == DType::kFloat32 || args.c.dtype == args.a.dtype, kUnsupportedDtype)
+      << kOp << ": argument 'c' must be float32 or the dtype of 'a' (" << dtype_name(args.a.dtype)
+      << "), got " << dtype_name(args.c.dtype);
+  const GemmOperands ops = gemm_operands(args.a, "a", args.b, "b", args.c, args.config,
+                                         kNumHopperGemmConfigs, kOp);
+  return ops;
+}
+
+// Compute capability 9.0 exactly: sm_90a code runs on no other architecture.
+bool device_is_sm90(int device) {
+  static std::mutex mutex;
+  static std::unordered_map<int, bool> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto it = cache.find(device);
+  if (it != cache.end()) return it->second;
+  int major = 0, minor = 0;
+  const cudaError_t e1 = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  const cudaError_t e2 = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  GKS_CHECK(e1 == cudaSuccess && e2 == cudaSuccess, kCudaError)
+      << kOp << ": cannot read the compute capability of cuda:" << device << ": "
+      << cudaGetErrorString(e1 != cudaSuccess ? e1 : e2);
+  const bool sm90 = major == 9 && minor == 0;
+  cache.emplace(device, sm90);
+  return sm90;
+}
+
+}  // namespace
+
+const std::vector<HopperGemmConfig>& hopper_gemm_configs() {
+  static const std::vector<HopperGemmConfig> configs(std::begin(kHopperGemmConfigs),
+                                                     std::end(kHopperGemmConfigs));
+  return configs;
+}
+
+int hopper_gemm_heuristic(int64_t m, int64_t n, int64_t /*k*/, int num_sms) {
+  // Single-CTA configs only: one CTA per SM (persistent), so the score is the share of the
+  // last wave that is busy x the share of the tiles inside the matrix x a guess at the
+  // inner loop's efficiency (wide tiles reuse more per byte loaded). The cluster configs
+  // are left to the autotuner.
+  std::vector<GemmConfigInfo> infos;
+  std::vector<GemmConfigTraits> traits;
+  std::vector<int> index;
+  for (int i = 0; i < kNumHopperGemmConfigs; ++i) {
+    const HopperGemmConfig& c = kHopperGemmConfigs[i];
+    if (c.cluster_m != 1) continue;
+    infos.push_back({c.name, c.block_m, c.block_n, c.block_k, 384, c.stages});
+    const int area = c.block_m * c.block_n;
+    traits.push_back({1, area >= 128 * 256 ? (c.block_n >= c.block_m ? 1.0 : 0.99)
+                         : area >= 128 * 128 ? 0.85
+                                             : 0.6});
+    index.push_back(i);
+  }
+  return index[pick_gemm_config(infos, traits, m, n, num_sms)];
+}
+
+bool tma_can_describe(const GemmMatrix& m, int64_t elem_bytes) {
+  if (reinterpret_cast<uintptr_t>(m.data) % 16 != 0) return false;
+  if (m.rows <= 1) return true;  // the row stride is never used (the launcher pads it)
+  const int64_t stride_bytes = m.ld * elem_bytes;
+  return stride_bytes % 16 == 0 && stride_bytes < (int64_t(1) << 40);
+}
+
+const char* gemm_path_name(GemmPath path) { return path == GemmPath::kHopper ? "hopper" : "wmma"; }
+
+GemmPath choose_gemm_path(bool device_is_sm90, bool built_with_sm90a, const GemmMatrix& a,
+                          const GemmMatrix& b) {
+  if (!device_is_sm90 || !built_with_sm90a) return GemmPath::kWmma;
+  if (!tma_can_describe(a, 2) || !tma_can_describe(b, 2)) return GemmPath::kWmma;
+  if (a.rows > kMaxTmaDim || a.cols > kMaxTmaDim || b.cols > kMaxTmaDim) return GemmPath::kWmma;
+  return GemmPath::kHopper;
+}
+
+GemmPath gemm_path(const GemmArgs& args) {
+  const GemmOperands ops = validate(args);
+  return choose_gemm_path(device_is_sm90(args.a.device.index), hopper_gemm_compiled(), ops.a,
+                          ops.b);
+}
+
+}  // namespace detail
+
+void gemm(const GemmArgs& args, cudaStream_t stream) {
+  const detail::GemmOperands ops = detail::validate(args);
+  const int64_t m = ops.a.rows, n = ops.b.cols, k = ops.a.cols;
+  if (m == 0 || n == 0) return;
+  const int device = args.a.device.index;
+  const detail::DeviceGuard guard(device);
+  const int64_t c_elem = dtype_size(args.c.dtype);
+  if (k == 0) {
+    detail::zero_gemm_output(ops.c, c_elem, stream, detail::kOp);
+    return;
+  }
+  const detail::GemmPath path = detail::choose_gemm_path(
+      detail::device_is_sm90(device), detail::hopper_gemm_compiled(), ops.a, ops.b);
+  if (path == detail::GemmPath::kWmma) {
+    WmmaGemmArgs fallback;
+    fallback.a = args.a;
+    fallback.b = args.b;
+    fallback.c = args.c;
+    wmma_gemm(fallback, stream);
+    return;
+  }
+#if defined(GKS_WITH_SM90A)
+  detail::HopperGemmLaunch launch{};
+  launch.a = ops.a.data;
+  launch.lda = ops.a.ld;
+  launch.b = ops.b.data;
+  launch.ldb = ops.b.ld;
+  launch.c = ops.c.data;
+  launch.ldc = ops.c.ld;
+  launch.m = int(m);
+  launch.n = int(n);
+  launch.k = int(k);
+  launch.dtype = args.a.dtype;
+  launch.c_is_f32 = args.c.dtype == DType::kFloat32;
+  launch.c_vec = detail::gemm_rows_aligned16(ops.c, c_elem);
+  launch.device = device;
+  launch.num_sms = detail::device_sm_count(device);
+  launch.config = args.config >= 0 ? args.config
+                                   : detail::hopper_gemm_heuristic(m, n, k, launch.num_sms);
+  detail::launch_hopper_gemm_sm90a(launch, stream);
+  detail::check_launch(detail::kOp);
+#endif
+}
+
+}  // namespace gks

@@ -1,0 +1,184 @@
+// SPDX-License-Identifier: Apache-2.0
+// The sm_90a half of gks::gemm: tensor maps, grid size and the launch of the Hopper kernel
+// (kernels/hopper_gemm.cuh). CMake compiles *_sm90a.cu sources for sm_90a only and adds
+// them to the library only when 90a is among GKS_CUDA_ARCHS; gks::gemm (hopper_gemm.cu)
+// validates everything before calling in here.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cmath>
+#include <cstring>
+
+#include "gemm_launch.h"
+#include "gks/hopper_gemm.h"
+#include "gks/kernels/hopper_gemm.cuh"
+#include "launch.h"
+
+namespace gks::detail {
+namespace {
+
+constexpr const char* kOp = "gks.gemm";
+namespace hk = kernels::hopper;
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point, so the library does not
+// link libcuda itself.
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
+    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                                             cudaEnableDefault, &status);
+    GKS_CHECK(err == cudaSuccess && status == cudaDriverEntryPointSuccess && fn != nullptr,
+              kCudaError)
+        << kOp << ": the CUDA driver does not provide cuTensorMapEncodeTiled ("
+        << cudaGetErrorString(err) << ")";
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  return encode;
+}
+
+// A 2-D tensor map over a row-major [rows, cols] matrix of 16-bit elements, read in boxes of
+// [box_rows, 64] with the 128-byte swizzle the wgmma descriptors expect. Elements outside
+// the matrix read as zero.
+CUtensorMap make_tensor_map(const void* data, DType dtype, int64_t rows, int64_t cols, int64_t ld,
+                            int box_rows, const char* arg) {
+  CUtensorMap map;
+  std::memset(&map, 0, sizeof(map));
+  // A single row never steps to a next row; pad its stride to what TMA accepts.
+  const int64_t stride_bytes = rows <= 1 ? (cols * 2 + 15) / 16 * 16 : ld * 2;
+  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(stride_bytes)};
+  const cuuint32_t box[2] = {cuuint32_t(hk::kBlockK), cuuint32_t(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult result = tensor_map_encoder()(
+      &map,
+      dtype == DType::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+      2, const_cast<void*>(data), dims, strides, box, element_strides,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  GKS_CHECK(result == CUDA_SUCCESS, kCudaError)
+      << kOp << ": cuTensorMapEncodeTiled failed (error " << int(result) << ") for argument '"
+      << arg << "' (shape [" << rows << ", " << cols << "], leading dimension " << ld << ")";
+  return map;
+}
+
+// How many clusters of the kernel fit on the GPU at once (the persistent grid), per device.
+template <auto kKernel, int kClusterM>
+int max_active_clusters(int device, int num_sms, int smem_bytes) {
+  if constexpr (kClusterM == 1) {
+    return num_sms;
+  } else {
+    static std::atomic<int> cached[64] = {};
+    if (device >= 0 && device < 64) {
+      const int known = cached[device].load(std::memory_order_relaxed);
+      if (known > 0) return known;
+    }
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(unsigned(num_sms / kClusterM * kClusterM), 1, 1);
+    config.blockDim = dim3(hk::kThreads, 1, 1);
+    config.dynamicSmemBytes = size_t(smem_bytes);
+    cudaLaunchAttribute attribute;
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = kClusterM;
+    attribute.val.clusterDim.y = 1;
+    attribute.val.clusterDim.z = 1;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, kKernel, &config) != cudaSuccess || clusters <= 0) {
+      (void)cudaGetLastError();  // not fatal: fall back to what the SM count allows
+      clusters = std::max(1, num_sms / kClusterM);
+    }
+    if (device >= 0 && device < 64) cached[device].store(clusters, std::memory_order_relaxed);
+    return clusters;
+  }
+}
+
+template <typename T, int kIndex>
+void launch_config(const HopperGemmLaunch& L, cudaStream_t stream) {
+  constexpr HopperGemmConfig kConfig = kHopperGemmConfigs[kIndex];
+  static_assert(kConfig.block_k == hk::kBlockK, "the kernel steps K by 64");
+  using Cfg = hk::HopperTile<kConfig.block_m, kConfig.block_n, kConfig.stages, kConfig.cluster_m>;
+  constexpr auto kernel = hk::hopper_gemm_kernel<T, Cfg>;
+  prepare_gemm_kernel<kernel>(Cfg::kSmemBytes, L.device);
+
+  const CUtensorMap map_a = make_tensor_map(L.a, L.dtype, L.m, L.k, L.lda, Cfg::kBlockM, "a");
+  const CUtensorMap map_b = make_tensor_map(L.b, L.dtype, L.k, L.n, L.ldb, hk::kBlockK, "b");
+
+  hk::HopperGemmParams p{};
+  p.c = L.c;
+  p.ldc = L.ldc;
+  p.m = L.m;
+  p.n = L.n;
+  p.k = L.k;
+  p.k_blocks = int(ceil_div(L.k, hk::kBlockK));
+  const int64_t tiles_m = ceil_div(L.m, Cfg::kBlockM);
+  const int64_t unit_rows = ceil_div(tiles_m, Cfg::kClusterM);
+  const int64_t tiles_n = ceil_div(L.n, Cfg::kBlockN);
+  const int64_t units = unit_rows * tiles_n;
+  // The unit loop adds the grid to a unit index: keep that sum inside int.
+  GKS_CHECK(units <= int64_t(INT_MAX) - 4096, kInvalidArgument)
+      << kOp << ": the output " << L.m << " x " << L.n << " has too many tiles (" << units << ")";
+  p.unit_rows = int(unit_rows);
+  p.tiles_n = int(tiles_n);
+  p.num_units = int(units);
+  p.c_is_f32 = L.c_is_f32 ? 1 : 0;
+  p.c_vec = L.c_vec ? 1 : 0;
+
+  const int clusters =
+      int(std::min<int64_t>(units, max_active_clusters<kernel, Cfg::kClusterM>(
+                                       L.device, L.num_sms, Cfg::kSmemBytes)));
+  // Units in flight form a block of about group_m rows x (clusters / group_m) columns;
+  // square it in elements so A rows and B columns are reused equally from L2.
+  const double rows_in_flight =
+      std::sqrt(double(clusters) * Cfg::kBlockN / double(Cfg::kBlockM * Cfg::kClusterM));
+  p.group_m = int(std::clamp<int64_t>(std::llround(rows_in_flight), 1, unit_rows));
+
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(unsigned(clusters * Cfg::kClusterM), 1, 1);
+  config.blockDim = dim3(hk::kThreads, 1, 1);
+  config.dynamicSmemBytes = size_t(Cfg::kSmemBytes);
+  config.stream = stream;
+  cudaLaunchAttribute attribute;
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = Cfg::kClusterM;
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  config.attrs = &attribute;
+  config.numAttrs = Cfg::kClusterM > 1 ? 1 : 0;
+  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, map_a, map_b, p);
+  GKS_CHECK(err == cudaSuccess, kCudaError)
+      << kOp << ": launching the Hopper kernel (config " << kConfig.name
+      << ") failed: " << cudaGetErrorString(err);
+}
+
+template <typename T>
+void launch_typed(const HopperGemmLaunch& L, cudaStream_t stream) {
+  static_assert(kNumHopperGemmConfigs == 7, "one case per config below");
+  switch (L.config) {
+    case 0: return launch_config<T, 0>(L, stream);
+    case 1: return launch_config<T, 1>(L, stream);
+    case 2: return launch_config<T, 2>(L, stream);
+    case 3: return launch_config<T, 3>(L, stream);
+    case 4: return launch_config<T, 4>(L, stream);
+    case 5: return launch_config<T, 5>(L, stream);
+    case 6: return launch_config<T, 6>(L, stream);
+    default:
+      GKS_CHECK(false, kInvalidArgument) << kOp << ": no Hopper config " << L.config;
+  }
+}
+
+}  // namespace
+
+void launch_hopper_gemm_sm90a(const HopperGemmLaunch& launch, cudaStream_t stream) {
+  if (launch.dtype == DType::kBFloat16)
+    launch_typed<__nv_bfloat16>(launch, stream);
+  else
+    launch_typed<__half>(launch, stream);
+}
+
+}  // namespace gks::detail

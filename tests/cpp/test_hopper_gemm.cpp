@@ -1,0 +1,235 @@
+// SPDX-License-Identifier: Apache-2.0
+// Host-side logic of gks::gemm (the Hopper GEMM): which operands TMA can describe, the
+// Hopper-or-WMMA decision, the config list and heuristic, and argument validation. Nothing
+// here touches a GPU: validation throws before any CUDA call.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <set>
+#include <string>
+
+#include "gks/gks.h"
+
+#include "test_util.h"
+
+namespace {
+
+using gks_test::expect_error;
+using gks_test::kCpu;
+using gks_test::kGpu;
+
+using gks::detail::GemmMatrix;
+using gks::detail::GemmPath;
+
+constexpr int kH200Sms = 132;
+
+gks::TensorRef mat(void* p, gks::DType dt, int64_t rows, int64_t cols,
+                   std::initializer_list<int64_t> strides = {}) {
+  return gks::TensorRef::make(p, dt, {rows, cols}, kGpu, strides);
+}
+
+gks::GemmArgs args_for(void* p, int64_t m, int64_t n, int64_t k,
+                       gks::DType dt = gks::DType::kBFloat16) {
+  gks::GemmArgs a;
+  a.a = mat(p, dt, m, k);
+  a.b = mat(p, dt, k, n);
+  a.c = mat(p, dt, m, n);
+  return a;
+}
+
+alignas(16) char g_buf[256];
+
+// ---- which operands TMA can describe ----
+
+TEST(HopperGemmTma, AlignedRowsAreDescribable) {
+  EXPECT_TRUE(gks::detail::tma_can_describe(GemmMatrix{g_buf, 4, 8, 8}, 2));     // 16-byte rows
+  EXPECT_TRUE(gks::detail::tma_can_describe(GemmMatrix{g_buf, 4, 5, 64}, 2));    // padded ld
+  EXPECT_TRUE(gks::detail::tma_can_describe(GemmMatrix{g_buf + 16, 4, 8, 8}, 2));
+}
+
+TEST(HopperGemmTma, LeadingDimensionMustBeAMultipleOf16Bytes) {
+  EXPECT_FALSE(gks::detail::tma_can_describe(GemmMatrix{g_buf, 4, 7, 7}, 2));    // 14 bytes
+  EXPECT_FALSE(gks::detail::tma_can_describe(GemmMatrix{g_buf, 4, 8, 12}, 2));   // 24 bytes
+  EXPECT_FALSE(gks::detail::tma_can_describe(GemmMatrix{g_buf, 4, 1, 1}, 2));    // K = 1
+}
+
+TEST(HopperGemmTma, BasePointerMustBe16ByteAligned) {
+  EXPECT_FALSE(gks::detail::tma_can_describe(GemmMatrix{g_buf + 2, 4, 8, 8}, 2));
+  EXPECT_FALSE(gks::detail::tma_can_describe(GemmMatrix{g_buf + 8, 1, 8, 8}, 2));
+}
+
+TEST(HopperGemmTma, SingleRowIgnoresItsLeadingDimension) {
+  // One row never steps to the next: any column count works (the launcher pads the stride).
+  EXPECT_TRUE(gks::detail::tma_can_describe(GemmMatrix{g_buf, 1, 7, 7}, 2));
+  EXPECT_TRUE(gks::detail::tma_can_describe(GemmMatrix{g_buf, 1, 1, 1}, 2));
+}
+
+TEST(HopperGemmTma, StrideBelow2To40Bytes) {
+  const int64_t huge = (int64_t(1) << 40) / 2;  // elements: 2^40 bytes
+  EXPECT_FALSE(gks::detail::tma_can_describe(GemmMatrix{g_buf, 2, 8, huge}, 2));
+  EXPECT_TRUE(gks::detail::tma_can_describe(GemmMatrix{g_buf, 2, 8, huge - 8}, 2));
+}
+
+// ---- Hopper or WMMA ----
+
+TEST(HopperGemmPath, HopperOnlyOnSm90WithSm90aCode) {
+  const GemmMatrix a{g_buf, 64, 64, 64}, b{g_buf, 64, 64, 64};
+  EXPECT_EQ(gks::detail::choose_gemm_path(true, true, a, b), GemmPath::kHopper);
+  EXPECT_EQ(gks::detail::choose_gemm_path(false, true, a, b), GemmPath::kWmma);
+  EXPECT_EQ(gks::detail::choose_gemm_path(true, false, a, b), GemmPath::kWmma);
+}
+
+TEST(HopperGemmPath, OperandsTmaCannotLoadFallBackToWmma) {
+  const GemmMatrix good{g_buf, 64, 64, 64};
+  const GemmMatrix odd_ld{g_buf, 64, 64, 65};
+  const GemmMatrix shifted{g_buf + 2, 64, 64, 64};
+  EXPECT_EQ(gks::detail::choose_gemm_path(true, true, odd_ld, good), GemmPath::kWmma);
+  EXPECT_EQ(gks::detail::choose_gemm_path(true, true, good, odd_ld), GemmPath::kWmma);
+  EXPECT_EQ(gks::detail::choose_gemm_path(true, true, shifted, good), GemmPath::kWmma);
+  EXPECT_EQ(gks::detail::choose_gemm_path(true, true, good, shifted), GemmPath::kWmma);
+}
+
+TEST(HopperGemmPath, Names) {
+  EXPECT_STREQ(gks::detail::gemm_path_name(GemmPath::kHopper), "hopper");
+  EXPECT_STREQ(gks::detail::gemm_path_name(GemmPath::kWmma), "wmma");
+}
+
+TEST(HopperGemmPath, BuildFlagMatchesTheMacro) {
+#if defined(GKS_WITH_SM90A)
+  EXPECT_TRUE(gks::detail::hopper_gemm_compiled());
+#else
+  EXPECT_FALSE(gks::detail::hopper_gemm_compiled());
+#endif
+}
+
+// ---- configs and the heuristic ----
+
+TEST(HopperGemmConfigs, WellFormedAndUnique) {
+  const auto& configs = gks::detail::hopper_gemm_configs();
+  ASSERT_EQ(int(configs.size()), gks::detail::kNumHopperGemmConfigs);
+  std::set<std::string> names;
+  for (const auto& c : configs) {
+    EXPECT_TRUE(names.insert(c.name).second) << "duplicate config name " << c.name;
+    EXPECT_EQ(c.block_k, 64) << c.name;
+    EXPECT_TRUE(c.block_m == 128 || c.block_m == 256) << c.name;
+    EXPECT_TRUE(c.block_n == 64 || c.block_n == 128 || c.block_n == 256) << c.name;
+    EXPECT_TRUE(c.cluster_m == 1 || c.cluster_m == 2) << c.name;
+    EXPECT_GE(c.stages, 2) << c.name;
+    // The stage ring (A + B tiles) must fit in 227 KiB with room for the epilogue buffer.
+    EXPECT_LE(c.stages * (c.block_m + c.block_n) * c.block_k * 2, 200 * 1024) << c.name;
+    // The name spells the config.
+    const std::string expected = std::to_string(c.block_m) + "x" + std::to_string(c.block_n) +
+                                 "x" + std::to_string(c.block_k) + "_s" +
+                                 std::to_string(c.stages) + "_c" + std::to_string(c.cluster_m);
+    EXPECT_EQ(expected, c.name);
+  }
+}
+
+TEST(HopperGemmHeuristic, ValidSingleCtaConfigAndDeterministic) {
+  const auto& configs = gks::detail::hopper_gemm_configs();
+  for (int64_t m : {1, 64, 128, 1000, 4096, 8192})
+    for (int64_t n : {1, 64, 4096, 14336})
+      for (int sms : {1, 78, 132}) {
+        const int c = gks::detail::hopper_gemm_heuristic(m, n, 4096, sms);
+        ASSERT_GE(c, 0);
+        ASSERT_LT(c, int(configs.size()));
+        EXPECT_EQ(configs[c].cluster_m, 1);
+        EXPECT_EQ(c, gks::detail::hopper_gemm_heuristic(m, n, 4096, sms));
+      }
+}
+
+TEST(HopperGemmHeuristic, LargeSquareGetsTheWideTile) {
+  const auto& configs = gks::detail::hopper_gemm_configs();
+  for (int64_t s : {4096, 8192}) {
+    const auto& c = configs[gks::detail::hopper_gemm_heuristic(s, s, s, kH200Sms)];
+    EXPECT_EQ(c.block_m * c.block_n, 128 * 256) << c.name;
+  }
+}
+
+TEST(HopperGemmHeuristic, SkinnyMGetsMoreTiles) {
+  const auto& configs = gks::detail::hopper_gemm_configs();
+  const auto& c = configs[gks::detail::hopper_gemm_heuristic(128, 4096, 4096, kH200Sms)];
+  EXPECT_LT(c.block_m * c.block_n, 128 * 256) << c.name;
+}
+
+// ---- validation: every error names its argument, before any CUDA call ----
+
+TEST(HopperGemmValidation, RejectsCpuTensorFirst) {
+  auto a = args_for(g_buf, 4, 8, 8);
+  a.a.device = kCpu;
+  a.a.dtype = gks::DType::kInt32;  // the device is reported before the dtype
+  expect_error([&] { gks::gemm(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "gks.gemm: argument 'a' must be a CUDA tensor, got a tensor on cpu");
+}
+
+TEST(HopperGemmValidation, RejectsFloat32Input) {
+  auto a = args_for(g_buf, 4, 8, 8, gks::DType::kFloat32);
+  expect_error([&] { gks::gemm(a, nullptr); }, gks::ErrorKind::kUnsupportedDtype,
+               "argument 'a' must be float16 or bfloat16, got float32");
+}
+
+TEST(HopperGemmValidation, RejectsBOnAnotherDevice) {
+  auto a = args_for(g_buf, 4, 8, 8);
+  a.b.device = kCpu;
+  expect_error([&] { gks::gemm(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "argument 'b' must be on the device of 'a'");
+}
+
+TEST(HopperGemmValidation, RejectsMixedInputDtypes) {
+  auto a = args_for(g_buf, 4, 8, 8);
+  a.b.dtype = gks::DType::kFloat16;
+  expect_error([&] { gks::gemm(a, nullptr); }, gks::ErrorKind::kUnsupportedDtype,
+               "argument 'b' must have the dtype of 'a' (bfloat16), got float16");
+}
+
+TEST(HopperGemmValidation, RejectsOtherOutputDtype) {
+  auto a = args_for(g_buf, 4, 8, 8, gks::DType::kFloat16);
+  a.c.dtype = gks::DType::kBFloat16;
+  expect_error([&] { gks::gemm(a, nullptr); }, gks::ErrorKind::kUnsupportedDtype,
+               "argument 'c' must be float32 or the dtype of 'a' (float16), got bfloat16");
+}
+
+TEST(HopperGemmValidation, RejectsInnerDimensionMismatch) {
+  auto a = args_for(g_buf, 4, 8, 8);
+  a.b = mat(g_buf, gks::DType::kBFloat16, 9, 8);
+  expect_error([&] { gks::gemm(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "argument 'b' must have shape [K, N] with K = 8");
+}
+
+TEST(HopperGemmValidation, RejectsWrongOutputShape) {
+  auto a = args_for(g_buf, 4, 8, 16);
+  a.c = mat(g_buf, gks::DType::kBFloat16, 4, 9);
+  expect_error([&] { gks::gemm(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "argument 'c' must have shape [4, 8]");
+}
+
+TEST(HopperGemmValidation, RejectsTransposedB) {
+  auto a = args_for(g_buf, 4, 8, 16);
+  a.b = mat(g_buf, gks::DType::kBFloat16, 16, 8, {1, 16});
+  expect_error([&] { gks::gemm(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "argument 'b' must be row-major");
+}
+
+TEST(HopperGemmValidation, RejectsBadConfig) {
+  for (int config : {-2, gks::detail::kNumHopperGemmConfigs}) {
+    auto a = args_for(g_buf, 4, 8, 8);
+    a.config = config;
+    expect_error([&] { gks::gemm(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+                 "gks.gemm: argument 'config' must be -1 (heuristic) or a config index");
+  }
+}
+
+TEST(HopperGemmValidation, RejectsHugeDims) {
+  auto a = args_for(g_buf, int64_t(1) << 31, 8, 8);
+  expect_error([&] { gks::gemm(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "M, N and K must each be below 2^31");
+}
+
+TEST(HopperGemmValidation, GemmPathValidatesToo) {
+  auto a = args_for(g_buf, 4, 8, 8);
+  a.c.device = kCpu;
+  expect_error([&] { gks::detail::gemm_path(a); }, gks::ErrorKind::kInvalidArgument,
+               "argument 'c' must be on the device of 'a'");
+}
+
+}  // namespace

@@ -1,0 +1,331 @@
+# SPDX-License-Identifier: Apache-2.0
+"""gks.gemm beyond the generic sweep: every Hopper config on its own (on sm_90), shapes off
+every tile size, persistent tile loops, strided and poisoned outputs, the WMMA fallback
+(misaligned operands, other GPUs), bad input, streams and graphs.
+
+The Hopper tests need an sm_90 GPU; the fallback and validation tests run on any GPU; the
+config list and the CPU-tensor message are checked without one.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import HAS_GPU, HAS_NATIVE, requires_gpu, requires_native, seed_for
+import gks
+from gks import _native, registry
+from gks.specs import _gemm
+
+SPEC = registry.get("gemm")
+CONFIG_NAMES = [c["name"] for c in SPEC.configs]
+IS_SM90 = HAS_GPU and torch.cuda.get_device_capability() == (9, 0)
+requires_sm90 = pytest.mark.skipif(not IS_SM90, reason="needs an sm_90 (Hopper) GPU")
+DTYPES = ["bfloat16", "float16"]
+
+
+def _inputs(shape, dtype, seed, device="cuda"):
+    return SPEC.make_inputs(tuple(shape), dtype, device, seed)
+
+
+def _check(out, a, b, out_dtype: str, what: str) -> None:
+    ref = SPEC.reference(a, b, precise=True)
+    _gemm.gemm_check(out, ref, a, b, out_dtype, "mma", what)
+
+
+def _poisoned_out(m, n, dtype, pad_rows=1, pad_cols=8):
+    """c [m, n] inside a NaN-filled buffer with guard rows and columns around it (its
+    leading dimension is n + 2 * pad_cols), and the buffer."""
+    buf = torch.full((m + 2 * pad_rows, n + 2 * pad_cols), float("nan"), dtype=dtype, device="cuda")
+    return buf[pad_rows : pad_rows + m, pad_cols : pad_cols + n], buf
+
+
+def _assert_guard_untouched(buf, m, n, pad_rows=1, pad_cols=8):
+    guard = buf.clone()
+    guard[pad_rows : pad_rows + m, pad_cols : pad_cols + n] = float("nan")
+    assert torch.isnan(guard).all(), "the kernel wrote outside c"
+
+
+# ---------------------------------------------------------------- no GPU needed
+
+
+@requires_native
+def test_config_names_match_the_library():
+    assert [str(n) for n in _native.module().gemm_configs()] == CONFIG_NAMES
+
+
+@requires_native
+def test_heuristic_picks_a_valid_config():
+    mod = _native.module()
+    for m, n, k in SPEC.bench_shapes + SPEC.test_shapes:
+        c = int(mod.gemm_heuristic(m, n, k, 132))
+        assert 0 <= c < len(CONFIG_NAMES)
+    assert CONFIG_NAMES[int(mod.gemm_heuristic(8192, 8192, 8192, 132))] == "128x256x64_s4_c1"
+
+
+@requires_native
+def test_cpu_tensor_rejected_before_any_cuda_call():
+    a = torch.randn(4, 8).bfloat16()
+    b = torch.randn(8, 3).bfloat16()
+    with pytest.raises(ValueError, match="gks.gemm: argument 'a' must be a CUDA tensor, got a tensor on cpu"):
+        gks.gemm(a, b)
+    with pytest.raises(ValueError, match="argument 'a' must be a CUDA tensor"):
+        gks.cuda.gemm_out(a, b, torch.empty(4, 3, dtype=torch.bfloat16))
+
+
+def test_out_dtype_and_rank_checked_in_python():
+    a = torch.randn(4, 8).bfloat16()
+    b = torch.randn(8, 3).bfloat16()
+    with pytest.raises(TypeError, match="argument 'out_dtype' must be None, torch.float32 or the dtype of 'a'"):
+        gks.gemm(a, b, torch.float16)
+    with pytest.raises(ValueError, match="argument 'a' must be a 2-D matrix"):
+        gks.gemm(a.reshape(-1), b)
+
+
+def test_fake_kernel_shapes():
+    a = torch.empty(5, 16, dtype=torch.float16, device="meta")
+    b = torch.empty(16, 9, dtype=torch.float16, device="meta")
+    assert gks.gemm(a, b).shape == (5, 9) and gks.gemm(a, b).dtype == torch.float16
+    assert gks.gemm(a, b, torch.float32).dtype == torch.float32
+
+
+# ---------------------------------------------------------------- Hopper kernel, each config
+
+# M, N, K off every tile size; the second has more tiles than SMs (the persistent loop
+# runs several tiles per CTA, and the ring's phases carry over between tiles), an odd
+# number of tile rows for every BM (the cluster configs then have an idle CTA half), and a
+# partial last k-block.
+CONFIG_SHAPES = [(600, 712, 1000), (2000, 2056, 520), (1, 8, 8), (129, 136, 72)]
+
+
+@requires_gpu
+@requires_sm90
+@requires_native
+@pytest.mark.parametrize("config", range(len(CONFIG_NAMES)), ids=CONFIG_NAMES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("out_f32", [False, True], ids=["out_in_dtype", "out_f32"])
+@pytest.mark.parametrize("shape", CONFIG_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_each_config(config, dtype, out_f32, shape):
+    m, n, k = shape
+    inputs = _inputs(shape, dtype, seed_for("hopper-config", config, dtype, shape))
+    a, b = inputs["a"], inputs["b"]
+    out_dtype = torch.float32 if out_f32 else a.dtype
+    c, buf = _poisoned_out(m, n, out_dtype)
+    assert gks.cuda.gemm_path(a, b, c) == "hopper"
+    gks.cuda.gemm_out(a, b, c, config)
+    torch.cuda.synchronize()
+    _check(c, a, b, str(out_dtype).removeprefix("torch."), f"{CONFIG_NAMES[config]} {shape}")
+    _assert_guard_untouched(buf, m, n)
+
+
+@requires_gpu
+@requires_sm90
+@requires_native
+@pytest.mark.parametrize("config", range(len(CONFIG_NAMES)), ids=CONFIG_NAMES)
+def test_each_config_long_k(config):
+    # Many laps of the ring within one tile, K not a multiple of 64.
+    shape = (257, 264, 4104)
+    inputs = _inputs(shape, "bfloat16", seed_for("hopper-long-k", config))
+    out = gks.gemm(inputs["a"], inputs["b"], config=config)
+    _check(out, inputs["a"], inputs["b"], "bfloat16", f"{CONFIG_NAMES[config]} long K")
+
+
+@requires_gpu
+@requires_sm90
+@requires_native
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_heuristic_path_on_bench_like_shapes(dtype):
+    for shape in [(128, 4096, 1024), (1024, 1032, 1024), (513, 14336, 256)]:
+        inputs = _inputs(shape, dtype, seed_for("hopper-heuristic", dtype, shape))
+        out = gks.gemm(inputs["a"], inputs["b"])
+        _check(out, inputs["a"], inputs["b"], dtype, f"heuristic {shape}")
+
+
+@requires_gpu
+@requires_sm90
+@requires_native
+def test_strided_operands_stay_on_the_hopper_path():
+    # Leading dimensions padded to a multiple of 8 elements (16 bytes): TMA can load them.
+    # c has an odd leading dimension: the epilogue's scalar stores.
+    m, n, k = 300, 264, 200
+    a = torch.randn(m, k + 24, device="cuda").bfloat16()[:, :k]
+    b = torch.randn(k, n + 8, device="cuda").bfloat16()[:, :n]
+    c_buf = torch.full((m, n + 3), float("nan"), dtype=torch.bfloat16, device="cuda")
+    c = c_buf[:, :n]
+    assert gks.cuda.gemm_path(a, b, c) == "hopper"
+    for config in range(len(CONFIG_NAMES)):
+        c.fill_(float("nan"))
+        gks.cuda.gemm_out(a, b, c, config)
+        torch.cuda.synchronize()
+        _check(c, a, b, "bfloat16", f"strided {CONFIG_NAMES[config]}")
+        assert torch.isnan(c_buf[:, n:]).all(), "the kernel wrote past c's columns"
+
+
+@requires_gpu
+@requires_sm90
+@requires_native
+def test_unaligned_output_base_pointer():
+    # c starts 2 bytes into its buffer: 16-byte stores are off, every element still lands.
+    m, n, k = 130, 72, 64
+    a = torch.randn(m, k, device="cuda").half()
+    b = torch.randn(k, n, device="cuda").half()
+    flat = torch.full((m * n + 1,), float("nan"), dtype=torch.half, device="cuda")
+    c = flat[1:].view(m, n)
+    assert gks.cuda.gemm_path(a, b, c) == "hopper"
+    gks.cuda.gemm_out(a, b, c)
+    torch.cuda.synchronize()
+    _check(c, a, b, "float16", "unaligned c")
+    assert torch.isnan(flat[0])
+
+
+# ---------------------------------------------------------------- the WMMA fallback
+
+
+@requires_gpu
+@requires_native
+@pytest.mark.parametrize("which", ["a", "b"])
+def test_misaligned_leading_dim_falls_back_to_wmma(which):
+    # A leading dimension of K + 1 (or N + 1) elements is not a multiple of 16 bytes: TMA
+    # cannot describe it, so the WMMA kernel runs, and the result is still right.
+    m, n, k = 200, 136, 264
+    a = torch.randn(m, k + (1 if which == "a" else 0), device="cuda").bfloat16()[:, :k]
+    b = torch.randn(k, n + (1 if which == "b" else 0), device="cuda").bfloat16()[:, :n]
+    c, buf = _poisoned_out(m, n, torch.bfloat16)
+    assert gks.cuda.gemm_path(a, b, c) == "wmma"
+    gks.cuda.gemm_out(a, b, c, 0)  # a forced Hopper config is ignored by the fallback
+    torch.cuda.synchronize()
+    _check(c, a, b, "bfloat16", f"fallback ({which} leading dim)")
+    _assert_guard_untouched(buf, m, n)
+
+
+@requires_gpu
+@requires_native
+def test_misaligned_base_pointer_falls_back_to_wmma():
+    m, n, k = 64, 72, 80
+    flat = torch.randn(m * k + 1, device="cuda").half()
+    a = flat[1:].view(m, k)  # 2 bytes past a 16-byte boundary
+    b = torch.randn(k, n, device="cuda").half()
+    out = torch.empty(m, n, device="cuda", dtype=torch.float32)
+    assert gks.cuda.gemm_path(a, b, out) == "wmma"
+    gks.cuda.gemm_out(a, b, out)
+    torch.cuda.synchronize()
+    _check(out, a, b, "float32", "fallback (base pointer)")
+
+
+@requires_gpu
+@requires_native
+def test_path_matches_the_gpu():
+    a = torch.randn(64, 64, device="cuda").bfloat16()
+    c = torch.empty(64, 64, device="cuda").bfloat16()
+    expected = "hopper" if IS_SM90 else "wmma"
+    assert gks.cuda.gemm_path(a, a, c) == expected
+
+
+@requires_gpu
+@requires_native
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_odd_shapes_on_any_gpu(dtype):
+    # Whichever kernel runs (K = 1 and odd K always take WMMA; the rest Hopper on sm_90).
+    for shape in [(1, 1, 1), (17, 33, 1), (127, 257, 511), (1, 264, 136), (513, 128, 8)]:
+        inputs = _inputs(shape, dtype, seed_for("odd", dtype, shape))
+        out = gks.gemm(inputs["a"], inputs["b"], torch.float32)
+        _check(out, inputs["a"], inputs["b"], "float32", f"odd {shape}")
+
+
+@requires_gpu
+@requires_native
+def test_empty_and_zero_k():
+    a = torch.randn(0, 16, device="cuda").half()
+    b = torch.randn(16, 8, device="cuda").half()
+    assert gks.gemm(a, b).shape == (0, 8)
+    a = torch.randn(5, 0, device="cuda").half()
+    b = torch.randn(0, 8, device="cuda").half()
+    c, buf = _poisoned_out(5, 8, torch.float32)
+    gks.cuda.gemm_out(a, b, c)
+    torch.cuda.synchronize()
+    assert (c == 0).all()
+    _assert_guard_untouched(buf, 5, 8)
+
+
+# ---------------------------------------------------------------- bad input on a GPU
+
+# (argument named, builder of (a, b, c) on cuda, exception, message fragment)
+BAD_INPUTS = [
+    ("a", lambda: (torch.randn(4, 8, device="cuda"), torch.randn(8, 3, device="cuda"), None),
+     TypeError, "argument 'a' must be float16 or bfloat16, got float32"),
+    ("b", lambda: (torch.randn(4, 8, device="cuda").half(), torch.randn(8, 3, device="cuda").bfloat16(), None),
+     TypeError, "argument 'b' must have the dtype of 'a'"),
+    ("b", lambda: (torch.randn(4, 8, device="cuda").half(), torch.randn(9, 3, device="cuda").half(), None),
+     ValueError, r"argument 'b' must have shape \[K, N\] with K = 8"),
+    ("b", lambda: (torch.randn(4, 8, device="cuda").half(), torch.randn(3, 8, device="cuda").half().t(), None),
+     ValueError, "argument 'b' must be row-major"),
+    ("c", lambda: (torch.randn(4, 8, device="cuda").half(), torch.randn(8, 3, device="cuda").half(),
+                   torch.empty(4, 3, device="cuda", dtype=torch.bfloat16)),
+     TypeError, "argument 'c' must be float32 or the dtype of 'a'"),
+    ("c", lambda: (torch.randn(4, 8, device="cuda").half(), torch.randn(8, 3, device="cuda").half(),
+                   torch.empty(4, 4, device="cuda", dtype=torch.half)),
+     ValueError, r"argument 'c' must have shape \[4, 3\]"),
+    ("b", lambda: (torch.randn(4, 8, device="cuda").half(), torch.randn(8, 3).half(), None),
+     ValueError, "argument 'b' must be on the device of 'a'"),
+]
+BAD_IDS = ["a-float32", "b-dtype", "b-inner-dim", "b-transposed", "c-dtype", "c-shape", "b-on-cpu"]
+
+
+@requires_gpu
+@requires_native
+@pytest.mark.parametrize("arg,make,exc,message", BAD_INPUTS, ids=BAD_IDS)
+def test_bad_input_names_the_argument(arg, make, exc, message):
+    a, b, c = make()
+    if c is None:
+        c = torch.empty(a.shape[0], b.shape[1], dtype=a.dtype, device="cuda")
+    with pytest.raises(exc, match=message):
+        gks.cuda.gemm_out(a, b, c)
+        torch.cuda.synchronize()
+    assert f"argument '{arg}'" in message
+
+
+@requires_gpu
+@requires_native
+@pytest.mark.parametrize("config", [-2, len(CONFIG_NAMES)])
+def test_bad_config(config):
+    a = torch.randn(4, 8, device="cuda").half()
+    with pytest.raises(ValueError, match="argument 'config' must be -1"):
+        gks.gemm(a, a.t().contiguous(), config=config)
+
+
+# ---------------------------------------------------------------- streams, graphs, torch
+
+
+@requires_gpu
+@requires_native
+def test_side_stream_and_cuda_graph():
+    a = torch.randn(384, 512, device="cuda").bfloat16()
+    b = torch.randn(512, 392, device="cuda").bfloat16()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        c = gks.gemm(a, b)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            c_graph = gks.gemm(a, b)
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    _check(c, a, b, "bfloat16", "side stream")
+    a.copy_(torch.randn(384, 512, device="cuda").bfloat16())
+    graph.replay()
+    torch.cuda.synchronize()
+    _check(c_graph, a, b, "bfloat16", "graph replay")
+
+
+@requires_gpu
+@requires_native
+def test_opcheck_and_compile():
+    a = torch.randn(64, 128, device="cuda").half()
+    b = torch.randn(128, 72, device="cuda").half()
+    torch.library.opcheck(torch.ops.gks.gemm.default, (a, b))
+
+    @torch.compile(fullgraph=True)
+    def f(a, b):
+        return gks.gemm(a * 2, b, torch.float32) + 1
+
+    _check(f(a, b) - 1, a * 2, b, "float32", "compiled")
