@@ -1,15 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 // FlashAttention-2 forward on Ampere/Hopper Tensor Cores (mma.sync m16n8k16, fp32 accumulate).
 //
-// One CTA owns kBlockM query rows of one (batch, head); each warp owns 16 of them. The CTA
-// walks the K/V tiles of that head from the last to the first, keeping the online softmax
+// One CTA owns kBlockM query rows of one (batch, head); each warp owns 16 or 32 of them. The
+// CTA walks the K/V tiles of that head from the last to the first, keeping the online softmax
 // (running max and sum per row) and the output accumulator in fp32 registers:
 //   S = Q K^T                  mma.sync, A = Q fragments, B = K rows via ldmatrix
 //   P = exp2(S * scale*log2e - running max)      rows reduced by quad shuffles
 //   O = O * correction + P V   mma.sync, A = P straight from the S accumulators (no shared
 //                              memory round trip), B = V via ldmatrix.trans
 // K/V tiles are double buffered: the cp.async copies of tile n+1 run during the math on
-// tile n. Shared tiles use an XOR swizzle of their 16-byte chunks, so the 8 rows an
+// tile n (one barrier per tile). Tiles that need masks (the last one past Sk, those that
+// cross the causal diagonal) run in a separate loop; the others carry no mask code. O is
+// rescaled only when some row's running max moved. Shared tiles use an XOR swizzle of their 16-byte chunks, so the 8 rows an
 // ldmatrix phase reads (and the cp.async writes) fall in 8 different bank groups.
 // Tiles past Sq/Sk are zero-filled (cp.async src-size 0) and masked to -inf; causal CTAs
 // skip the K tiles wholly above their diagonal and mask only the tiles that cross it.
@@ -19,6 +21,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace gks::kernels {
 
@@ -40,35 +43,43 @@ struct FlashAttentionFwdParams {
   float scale_log2;   // softmax_scale * log2(e)
 };
 
-// The tile shape of one kernel; the host plan reads the same numbers.
-template <int kHeadDim_, int kBlockM_, int kBlockN_, bool kQInRegisters_>
+// The tile shape of one kernel; the host plan reads the same numbers. Each warp owns
+// kWarpRows = kBlockM / kWarps query rows, in 16-row m-tiles: every K/V fragment a warp
+// loads from shared memory feeds kMTiles mma's, so more rows per warp means less shared
+// memory traffic per flop (and more registers per thread).
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, bool kQInRegisters_>
 struct FlashFwdTile {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
-  static constexpr int kWarps = kBlockM / 16;
+  static constexpr int kWarps = kWarps_;
   static constexpr int kThreads = kWarps * 32;
+  static constexpr int kWarpRows = kBlockM / kWarps;
+  static constexpr int kMTiles = kWarpRows / 16;
   static constexpr bool kQInRegisters = kQInRegisters_;
   static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;
   static constexpr int kSmemBytes = kQBytes + 4 * kKVBytes;  // Q + 2 stages x (K, V)
   static_assert(kHeadDim % 16 == 0, "head dim: k-steps of 16");
-  static_assert(kBlockM % 16 == 0 && kWarps >= 1, "16 query rows per warp");
+  static_assert(kBlockM % (16 * kWarps) == 0 && kMTiles >= 1, "whole 16-row m-tiles per warp");
   static_assert(kBlockN % 16 == 0, "keys: pairs of 8-wide n-tiles");
   static_assert(kChunks % 4 == 0, "the swizzle needs a multiple of 4 chunks per row");
   static_assert((kBlockM * kChunks) % kThreads == 0 && (kBlockN * kChunks) % kThreads == 0,
                 "tile copies: whole 16-byte chunks per thread");
 };
 
-// Tile per head dim (the FlashAttention-2 shapes, with 16 rows per warp). D <= 128 keeps
-// Q's fragments in registers; D = 256 reloads them from shared memory (register budget).
+// Tile per head dim: 4 warps of 32 query rows (D = 256: of 16 rows), the best of the shapes
+// timed on an H200 (32-row warps beat 16-row warps by 10-25%). D <= 64 keeps Q's fragments
+// in registers for the whole K loop; wider heads reload them from shared memory each tile.
+// The register budget sets kBlockN: O takes kMTiles * D / 2 fp32 registers per thread and
+// S kMTiles * kBlockN / 2, so D = 128 uses 32-key tiles (64 keys spill past 255 registers).
 template <int kHeadDim> struct FlashFwdConfig;
-template <> struct FlashFwdConfig<32> { using Tile = FlashFwdTile<32, 128, 128, true>; };
-template <> struct FlashFwdConfig<64> { using Tile = FlashFwdTile<64, 128, 128, true>; };
-template <> struct FlashFwdConfig<96> { using Tile = FlashFwdTile<96, 128, 64, true>; };
-template <> struct FlashFwdConfig<128> { using Tile = FlashFwdTile<128, 128, 64, true>; };
-template <> struct FlashFwdConfig<256> { using Tile = FlashFwdTile<256, 64, 32, false>; };
+template <> struct FlashFwdConfig<32> { using Tile = FlashFwdTile<32, 128, 64, 4, true>; };
+template <> struct FlashFwdConfig<64> { using Tile = FlashFwdTile<64, 128, 64, 4, true>; };
+template <> struct FlashFwdConfig<96> { using Tile = FlashFwdTile<96, 128, 32, 4, false>; };
+template <> struct FlashFwdConfig<128> { using Tile = FlashFwdTile<128, 128, 32, 4, false>; };
+template <> struct FlashFwdConfig<256> { using Tile = FlashFwdTile<256, 64, 32, 4, false>; };
 
 namespace flash {
 
@@ -168,41 +179,79 @@ __device__ __forceinline__ uint32_t tile_offset(int row, int chunk) {
 // Byte offsets, in a swizzled tile, of the 16-byte chunks one lane hands to ldmatrix:
 // (lane_row + row_const, chunk_const + lane_chunk) for a lane_chunk in {0, 1}, any row_const
 // that is a multiple of 8 and any even chunk_const. The swizzle depends only on the row
-// mod 8 and the low chunk bits, so each lane needs one register per residue of chunk_const
-// (4, or 2 for 4/12-chunk rows); everything else folds into the instruction's immediate.
+// mod 8 and the low chunk bits, so a lane keeps its row offset and the bits its row XORs
+// into the chunk; the rest folds into the instruction's immediate.
 template <int kChunks>
 struct LaneChunks {
   static constexpr int kLowMask = kChunks % 8 == 0 ? 7 : 3;  // chunk bits the swizzle touches
-  static constexpr int kVariants = (kLowMask + 1) / 2;
-  uint32_t offset[kVariants];
+  uint32_t row_offset;  // lane_row * row bytes
+  uint32_t xor_bytes;   // (lane_chunk ^ swizzle bits of lane_row) * 16
 
-  __device__ __forceinline__ LaneChunks(int lane_row, int lane_chunk) {
-    const int row_bits = swizzle<kChunks>(lane_row, 0);  // what the row XORs into the chunk
-#pragma unroll
-    for (int i = 0; i < kVariants; ++i)
-      offset[i] = uint32_t(lane_row * kChunks + ((2 * i) ^ lane_chunk ^ row_bits)) * 16u;
-  }
+  __device__ __forceinline__ LaneChunks(int lane_row, int lane_chunk)
+      : row_offset(uint32_t(lane_row * kChunks) * 16u),
+        xor_bytes(uint32_t(lane_chunk ^ swizzle<kChunks>(lane_row, 0)) * 16u) {}
   __device__ __forceinline__ uint32_t at(int row_const, int chunk_const) const {
-    return offset[(chunk_const & kLowMask) / 2] +
+    // chunk_const is even and lane_chunk < 2, so (chunk_const + lane_chunk) ^ bits splits
+    // into the untouched high part plus (low part of chunk_const) ^ lane_chunk ^ bits.
+    return row_offset + (xor_bytes ^ uint32_t((chunk_const & kLowMask) * 16)) +
            uint32_t(row_const * kChunks + (chunk_const & ~kLowMask)) * 16u;
   }
 };
 
-// Copies rows [row0, row0 + kRows) of a [rows, kChunks * 8] matrix into a swizzled tile with
-// cp.async; rows at or past `rows` are zero-filled and never read.
-template <int kRows, int kChunks, int kThreads, typename T>
-__device__ __forceinline__ void load_tile_async(uint32_t tile, const T* base, int64_t row_stride,
-                                                int row0, int rows, int tid) {
-  constexpr int kPerThread = kRows * kChunks / kThreads;
+// Copies rows [row0, row0 + kRows) of a [rows, kChunks * 8] matrix into a swizzled tile
+// with cp.async; rows at or past `rows` are zero-filled and never read (`rows` >= 1).
+// Where a thread count is a multiple of the chunks per row, each thread owns one chunk
+// column and every kRowStep-th row: its shared offsets are two registers (the swizzle has
+// period 2 in the row step) and its global addresses one base plus multiples of a stride.
+template <int kChunks, int kThreads>
+struct TileCopy {
+  static constexpr bool kColumnPerThread = kThreads % kChunks == 0;
+  static constexpr int kRowStep = kColumnPerThread ? kThreads / kChunks : 1;
+  static_assert(!kColumnPerThread || kRowStep % 4 == 0, "row step: the swizzle's period");
+  int row;               // first row this thread copies
+  int col;               // its chunk column
+  uint32_t smem_even;    // tile offset of (row + i * kRowStep, col) for even i ...
+  uint32_t smem_odd;     // ... and odd i, less i * kRowStep rows
+
+  __device__ __forceinline__ explicit TileCopy(int tid)
+      : row(tid / kChunks),
+        col(tid % kChunks),
+        smem_even(tile_offset<kChunks>(tid / kChunks, tid % kChunks)),
+        smem_odd(tile_offset<kChunks>(tid / kChunks + kRowStep, tid % kChunks) -
+                 uint32_t(kRowStep * kChunks * 16)) {}
+
+  template <int kRows, typename T>
+  __device__ __forceinline__ void operator()(uint32_t tile, const T* base, int64_t row_stride,
+                                             int row0, int rows, int tid) const {
+    static_assert((kRows * kChunks) % kThreads == 0, "whole chunks per thread");
+    constexpr int kPerThread = kRows * kChunks / kThreads;
+    if constexpr (kColumnPerThread) {
+      // A rolled loop: unrolled, the compiler keeps every copy's address in a register
+      // for the whole K loop, which the mma accumulators need.
+      const T* src = base + int64_t(row0 + row) * row_stride + col * 8;
+      const int64_t step = int64_t(kRowStep) * row_stride;
+      uint32_t dst = tile + smem_even;
+      const uint32_t to_odd = smem_odd - smem_even + uint32_t(kRowStep * kChunks * 16);
+      const uint32_t to_even = smem_even - smem_odd + uint32_t(kRowStep * kChunks * 16);
 #pragma unroll 1
-  for (int i = 0; i < kPerThread; ++i) {
-    const int idx = tid + i * kThreads;
-    const int r = idx / kChunks, c = idx % kChunks;
-    const bool valid = row0 + r < rows;
-    const T* src = base + int64_t(valid ? row0 + r : 0) * row_stride + c * 8;
-    cp_async_16(tile + tile_offset<kChunks>(r, c), src, valid);
+      for (int i = 0; i < kPerThread; ++i) {
+        const bool valid = row0 + row + i * kRowStep < rows;
+        cp_async_16(dst, valid ? src : base, valid);
+        src += step;
+        dst += i % 2 == 0 ? to_odd : to_even;
+      }
+    } else {  // 12 chunks per row (D = 96): a chunk index per copy
+#pragma unroll 1
+      for (int i = 0; i < kPerThread; ++i) {
+        const int idx = tid + i * kThreads;
+        const int r = idx / kChunks, c = idx % kChunks;
+        const bool valid = row0 + r < rows;
+        const T* src = base + int64_t(valid ? row0 + r : 0) * row_stride + c * 8;
+        cp_async_16(tile + tile_offset<kChunks>(r, c), src, valid);
+      }
+    }
   }
-}
+};
 
 }  // namespace flash
 
@@ -212,11 +261,11 @@ __global__ void __launch_bounds__(Tile::kThreads)
     flash_attention_fwd_kernel(const FlashAttentionFwdParams p) {
   using namespace flash;
   constexpr int kD = Tile::kHeadDim, kBM = Tile::kBlockM, kBN = Tile::kBlockN;
-  constexpr int kThreads = Tile::kThreads, kChunks = Tile::kChunks;
-  constexpr int kKSteps = kD / 16;   // k-steps of S = Q K^T
-  constexpr int kNTiles = kBN / 8;   // 8-key column tiles of S
-  constexpr int kDTiles = kD / 8;    // 8-wide column tiles of O
-  constexpr int kPVSteps = kBN / 16; // k-steps of O += P V
+  constexpr int kThreads = Tile::kThreads, kChunks = Tile::kChunks, kMT = Tile::kMTiles;
+  constexpr int kKSteps = kD / 16;    // k-steps of S = Q K^T
+  constexpr int kNTiles = kBN / 8;    // 8-key column tiles of S
+  constexpr int kDTiles = kD / 8;     // 8-wide column tiles of O
+  constexpr int kPVSteps = kBN / 16;  // k-steps of O += P V
 
   extern __shared__ __align__(128) unsigned char smem[];
   // Layout: Q tile, K stage 0, K stage 1, V stage 0, V stage 1.
@@ -235,8 +284,9 @@ __global__ void __launch_bounds__(Tile::kThreads)
   const T* q = static_cast<const T*>(p.q) + batch * p.q_batch + head * p.q_head;
   const T* k = static_cast<const T*>(p.k) + batch * p.k_batch + kv_head * p.k_head;
   const T* v = static_cast<const T*>(p.v) + batch * p.v_batch + kv_head * p.v_head;
-  T* o = static_cast<T*>(p.o) + batch * p.o_batch + head * p.o_head;
-  float* lse = p.lse + batch * p.lse_batch + head * p.lse_head;
+  // o and lse are only needed at the end; computed there to keep registers free.
+  const auto o_head = [&] { return static_cast<T*>(p.o) + batch * p.o_batch + head * p.o_head; };
+  const auto lse_head = [&] { return p.lse + batch * p.lse_batch + head * p.lse_head; };
 
   // Query row i sees keys j < i + 1 + (Sk - Sq) (causal) and j < Sk.
   const int diag_offset = seqlen_k - seqlen_q;
@@ -246,36 +296,46 @@ __global__ void __launch_bounds__(Tile::kThreads)
     n_blocks = visible_end <= 0 ? 0 : min(n_blocks, int((visible_end + kBN - 1) / kBN));
   }
   if (n_blocks == 0) {  // no row of this block sees a key: o = 0, lse = -inf
+    T* o = o_head();
+    float* lse = lse_head();
     for (int idx = tid; idx < kBM * kChunks; idx += kThreads) {
       const int row = m0 + idx / kChunks;
       if (row < seqlen_q)
-        *reinterpret_cast<uint4*>(o + row * p.o_row + (idx % kChunks) * 8) = make_uint4(0, 0, 0, 0);
+        *reinterpret_cast<uint4*>(o + int64_t(row) * p.o_row + (idx % kChunks) * 8) =
+            make_uint4(0, 0, 0, 0);
     }
     for (int r = tid; r < kBM; r += kThreads)
-      if (m0 + r < seqlen_q) lse[(m0 + r) * p.lse_row] = -INFINITY;
+      if (m0 + r < seqlen_q) lse[int64_t(m0 + r) * p.lse_row] = -INFINITY;
     return;
   }
 
   // Prologue: Q, then the first (highest) K/V tile into stage 0; one commit group each.
-  load_tile_async<kBM, kChunks, kThreads>(sQ, q, p.q_row, m0, seqlen_q, tid);
+  const TileCopy<kChunks, kThreads> copy(tid);
+  copy.template operator()<kBM>(sQ, q, p.q_row, m0, seqlen_q, tid);
   cp_async_commit();
-  load_tile_async<kBN, kChunks, kThreads>(sK0, k, p.k_row, (n_blocks - 1) * kBN, seqlen_k, tid);
+  copy.template operator()<kBN>(sK0, k, p.k_row, (n_blocks - 1) * kBN, seqlen_k, tid);
   cp_async_commit();
-  load_tile_async<kBN, kChunks, kThreads>(sV0, v, p.v_row, (n_blocks - 1) * kBN, seqlen_k, tid);
+  copy.template operator()<kBN>(sV0, v, p.v_row, (n_blocks - 1) * kBN, seqlen_k, tid);
   cp_async_commit();
 
-  // This thread's place in the mma fragments: row g (and g + 8) of the warp's 16, columns
-  // 2t and 2t + 1 of each 8-wide tile.
+  // This thread's place in the mma fragments: in m-tile mt, rows g and g + 8 of its 16,
+  // columns 2t and 2t + 1 of each 8-wide tile.
   const int g = lane / 4, t = lane % 4;
-  const int warp_row0 = warp * 16;
-  const int row_mine = m0 + warp_row0 + g;  // and row_mine + 8
+  const int warp_row0 = warp * Tile::kWarpRows;
+  const int row_mine = m0 + warp_row0 + g;  // + 16 * mt + 8 * h
 
-  float acc_o[kDTiles][4];
+  float acc_o[kMT][kDTiles][4];
 #pragma unroll
-  for (int j = 0; j < kDTiles; ++j) acc_o[j][0] = acc_o[j][1] = acc_o[j][2] = acc_o[j][3] = 0.f;
-  float row_max[2] = {-INFINITY, -INFINITY};  // running max of the raw scores
-  float row_sum[2] = {0.f, 0.f};               // this thread's part of the running sum
-  uint32_t q_frag[Tile::kQInRegisters ? kKSteps : 1][4];
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int j = 0; j < kDTiles; ++j)
+      acc_o[mt][j][0] = acc_o[mt][j][1] = acc_o[mt][j][2] = acc_o[mt][j][3] = 0.f;
+  float row_max[kMT][2], row_sum[kMT][2];  // running max of raw scores; this thread's sum
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+    row_max[mt][0] = row_max[mt][1] = -INFINITY;
+    row_sum[mt][0] = row_sum[mt][1] = 0.f;
+  }
 
   // ldmatrix x4 addresses: lane l points at row l % 16, chunk l / 16 of a 16x16 block for
   // the A operand (Q) and for V (transposed); for K (two 8-key n-tiles) at row
@@ -284,158 +344,197 @@ __global__ void __launch_bounds__(Tile::kThreads)
   const LaneChunks<kChunks> k_lane((lane / 16) * 8 + lane % 8, (lane / 8) % 2);
   const LaneChunks<kChunks> v_lane(lane % 16, lane / 16);
 
+  uint32_t q_frag[Tile::kQInRegisters ? kMT : 1][Tile::kQInRegisters ? kKSteps : 1][4];
   if constexpr (Tile::kQInRegisters) {
     cp_async_wait<2>();  // Q is in (the first K and V tiles may not be)
     __syncthreads();
 #pragma unroll
-    for (int kk = 0; kk < kKSteps; ++kk)
-      ldmatrix_x4(q_frag[kk], sQ + q_lane.at(0, kk * 2));
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int kk = 0; kk < kKSteps; ++kk)
+        ldmatrix_x4(q_frag[mt][kk], sQ + q_lane.at(mt * 16, kk * 2));
   }
 
-  for (int it = 0; it < n_blocks; ++it) {
+  // One pass over K/V tile n_block = n_blocks - 1 - it. kMasked passes apply the key
+  // bounds and the causal diagonal; the others (every key visible to every row of the
+  // block) skip that work entirely.
+  auto pass = [&](const int it, auto masked) {
+    constexpr bool kMasked = decltype(masked)::value;
     const int n_block = n_blocks - 1 - it;
     const uint32_t stage_bytes = (it & 1) * Tile::kKVBytes;
     const uint32_t sK = sK0 + stage_bytes, sV = sV0 + stage_bytes;
     const uint32_t next_stage_bytes = Tile::kKVBytes - stage_bytes;
-    cp_async_wait<1>();  // Q (first pass) and this K tile are in; this V tile may not be
+    // One barrier per pass: the K and V copies of this tile were issued a whole pass ago.
+    cp_async_wait<0>();  // this K and V tile (and Q) are in ...
     __syncthreads();     // ... for every thread; and every warp is done with tile it - 1
 
-    // Prefetch the next tile into the stage tile it - 1 used (commit even when empty, so
-    // the wait counts above and below hold on every pass).
-    if (n_block > 0)
-      load_tile_async<kBN, kChunks, kThreads>(sK0 + next_stage_bytes, k, p.k_row, (n_block - 1) * kBN,
-                                              seqlen_k, tid);
-    cp_async_commit();
-    if (n_block > 0)
-      load_tile_async<kBN, kChunks, kThreads>(sV0 + next_stage_bytes, v, p.v_row, (n_block - 1) * kBN,
-                                              seqlen_k, tid);
-    cp_async_commit();
+    // Prefetch the next tile into the stage tile it - 1 used.
+    if (n_block > 0) {
+      copy.template operator()<kBN>(sK0 + next_stage_bytes, k, p.k_row, (n_block - 1) * kBN,
+                                    seqlen_k, tid);
+      copy.template operator()<kBN>(sV0 + next_stage_bytes, v, p.v_row, (n_block - 1) * kBN,
+                                    seqlen_k, tid);
+      cp_async_commit();
+    }
 
-    // S = Q K^T for this warp's 16 rows and the tile's kBN keys.
-    float s[kNTiles][4];
+    // S = Q K^T for this warp's rows and the tile's kBN keys.
+    float s[kMT][kNTiles][4];
 #pragma unroll
-    for (int j = 0; j < kNTiles; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < kKSteps; ++kk) {
-      uint32_t a_reg[4];
-      if constexpr (Tile::kQInRegisters) {
+      uint32_t a_reg[kMT][4];
 #pragma unroll
-        for (int r = 0; r < 4; ++r) a_reg[r] = q_frag[kk][r];
-      } else {
-        ldmatrix_x4(a_reg, sQ + q_lane.at(0, kk * 2));
+      for (int mt = 0; mt < kMT; ++mt) {
+        if constexpr (Tile::kQInRegisters) {
+#pragma unroll
+          for (int r = 0; r < 4; ++r) a_reg[mt][r] = q_frag[mt][kk][r];
+        } else {
+          ldmatrix_x4(a_reg[mt], sQ + q_lane.at(mt * 16, kk * 2));
+        }
       }
 #pragma unroll
       for (int np = 0; np < kNTiles / 2; ++np) {
         uint32_t b[4];
         ldmatrix_x4(b, sK + k_lane.at(np * 16, kk * 2));
-        mma_16816<T>(s[2 * np], a_reg, b[0], b[1]);
-        mma_16816<T>(s[2 * np + 1], a_reg, b[2], b[3]);
-      }
-    }
-
-    // Mask keys past Sk and, causal, above the diagonal. Only tiles that reach past Sk or
-    // past the diagonal of this block's first row need it.
-    const int n0 = n_block * kBN;
-    const bool needs_mask =
-        n0 + kBN > seqlen_k || (kCausal && n0 + kBN - 1 > m0 + diag_offset);
-    if (needs_mask) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int limit = kCausal ? min(seqlen_k, (row_mine + 8 * h) + 1 + diag_offset) : seqlen_k;
-#pragma unroll
-        for (int j = 0; j < kNTiles; ++j) {
-          const int col = n0 + j * 8 + 2 * t;
-          if (col >= limit) s[j][2 * h] = -INFINITY;
-          if (col + 1 >= limit) s[j][2 * h + 1] = -INFINITY;
+        for (int mt = 0; mt < kMT; ++mt) {
+          mma_16816<T>(s[mt][2 * np], a_reg[mt], b[0], b[1]);
+          mma_16816<T>(s[mt][2 * np + 1], a_reg[mt], b[2], b[3]);
         }
       }
     }
 
-    // Online softmax, one row pair (g, g + 8) per thread; a row's 4 threads are a quad.
+    if constexpr (kMasked) {  // keys past Sk and, causal, above the diagonal -> -inf
+      const int n0 = n_block * kBN;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float mx = row_max[h];
+      for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
-      for (int j = 0; j < kNTiles; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * h], s[j][2 * h + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      // A row that has seen only masked keys keeps max -inf; shift by 0 so that
-      // exp2(-inf - shift) is 0 rather than NaN.
-      const float shift = mx == -INFINITY ? 0.f : mx * p.scale_log2;
-      const float correction = fast_exp2(row_max[h] * p.scale_log2 - shift);
-      row_max[h] = mx;
-      float sum = 0.f;
+        for (int h = 0; h < 2; ++h) {
+          const int row = row_mine + 16 * mt + 8 * h;
+          const int limit = kCausal ? min(seqlen_k, row + 1 + diag_offset) : seqlen_k;
 #pragma unroll
-      for (int j = 0; j < kNTiles; ++j) {
-        s[j][2 * h] = fast_exp2(fmaf(s[j][2 * h], p.scale_log2, -shift));
-        s[j][2 * h + 1] = fast_exp2(fmaf(s[j][2 * h + 1], p.scale_log2, -shift));
-        sum += s[j][2 * h] + s[j][2 * h + 1];
-      }
-      row_sum[h] = row_sum[h] * correction + sum;
-#pragma unroll
-      for (int j = 0; j < kDTiles; ++j) {
-        acc_o[j][2 * h] *= correction;
-        acc_o[j][2 * h + 1] *= correction;
+          for (int j = 0; j < kNTiles; ++j) {
+            const int col = n0 + j * 8 + 2 * t;
+            if (col >= limit) s[mt][j][2 * h] = -INFINITY;
+            if (col + 1 >= limit) s[mt][j][2 * h + 1] = -INFINITY;
+          }
+        }
       }
     }
 
-    // P as the A operand of P V: the accumulators of n-tiles 2kk and 2kk + 1 are exactly
-    // the A fragment of k-step kk (rows g / g + 8, keys 2t.. of each half).
-    uint32_t p_frag[kPVSteps][4];
+    // Online softmax, one row pair (g, g + 8) per m-tile and thread; a row's 4 threads are
+    // a quad (lanes 4g .. 4g + 3).
 #pragma unroll
-    for (int kk = 0; kk < kPVSteps; ++kk) {
-      p_frag[kk][0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
-      p_frag[kk][1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
-      p_frag[kk][2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      p_frag[kk][3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float mx = row_max[mt][h];
+#pragma unroll
+        for (int j = 0; j < kNTiles; ++j)
+          mx = fmaxf(mx, fmaxf(s[mt][j][2 * h], s[mt][j][2 * h + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        // In a masked pass a row may have seen only masked keys (max -inf): shift it by 0,
+        // so that exp2(-inf - shift) is 0 rather than NaN. Unmasked scores are finite.
+        const float shift = (kMasked && mx == -INFINITY) ? 0.f : mx * p.scale_log2;
+        const float correction = fast_exp2(row_max[mt][h] * p.scale_log2 - shift);
+        row_max[mt][h] = mx;
+        float sum = 0.f;
+#pragma unroll
+        for (int j = 0; j < kNTiles; ++j) {
+          s[mt][j][2 * h] = fast_exp2(fmaf(s[mt][j][2 * h], p.scale_log2, -shift));
+          s[mt][j][2 * h + 1] = fast_exp2(fmaf(s[mt][j][2 * h + 1], p.scale_log2, -shift));
+          sum += s[mt][j][2 * h] + s[mt][j][2 * h + 1];
+        }
+        row_sum[mt][h] = row_sum[mt][h] * correction + sum;
+        // Rescale O only when some row's max moved (after the first tiles it rarely does):
+        // a warp-uniform branch that mostly skips D / 2 multiplies per thread.
+        if (__any_sync(0xffffffffu, correction != 1.f)) {
+#pragma unroll
+          for (int j = 0; j < kDTiles; ++j) {
+            acc_o[mt][j][2 * h] *= correction;
+            acc_o[mt][j][2 * h + 1] *= correction;
+          }
+        }
+      }
     }
 
-    cp_async_wait<2>();  // this V tile is in (the next K and V may still be in flight)
-    __syncthreads();
-
 #pragma unroll
     for (int kk = 0; kk < kPVSteps; ++kk) {
+      // P as the A operand of P V: the accumulators of n-tiles 2kk and 2kk + 1 are exactly
+      // the A fragment of k-step kk (rows g / g + 8, keys 2t.. of each half).
+      uint32_t p_frag[kMT][4];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        p_frag[mt][0] = pack2<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        p_frag[mt][1] = pack2<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        p_frag[mt][2] = pack2<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        p_frag[mt][3] = pack2<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
 #pragma unroll
       for (int dp = 0; dp < kDTiles / 2; ++dp) {
         uint32_t b[4];
         ldmatrix_x4_trans(b, sV + v_lane.at(kk * 16, dp * 2));
-        mma_16816<T>(acc_o[2 * dp], p_frag[kk], b[0], b[1]);
-        mma_16816<T>(acc_o[2 * dp + 1], p_frag[kk], b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          mma_16816<T>(acc_o[mt][2 * dp], p_frag[mt], b[0], b[1]);
+          mma_16816<T>(acc_o[mt][2 * dp + 1], p_frag[mt], b[2], b[3]);
+        }
+      }
+    }
+  };
+
+  // Tile n needs masks when it reaches past Sk or (causal) past what the block's first
+  // row sees: (n + 1) * kBN > visible_to_all. The walk goes from the last tile down, so
+  // the masked passes come first.
+  const int visible_to_all = kCausal ? min(seqlen_k, m0 + diag_offset + 1) : seqlen_k;
+  const int first_masked = max(visible_to_all, 0) / kBN;
+  const int masked_passes = max(0, n_blocks - first_masked);
+  int it = 0;
+  for (; it < masked_passes; ++it) pass(it, std::true_type{});
+  for (; it < n_blocks; ++it) pass(it, std::false_type{});
+
+  // Epilogue: normalize, write lse, stage O through this warp's own rows of the Q tile
+  // (read only by this warp) and store it as 16-byte row chunks.
+  T* o = o_head();
+  float* lse = lse_head();
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float sum = row_sum[mt][h];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const int row = row_mine + 16 * mt + 8 * h;
+      if (t == 0 && row < seqlen_q) {
+        // lse = ln(sum_j 2^(s_j * scale_log2)) = ln2 * (max * scale_log2 + log2(sum)).
+        lse[int64_t(row) * p.lse_row] =
+            sum > 0.f ? (row_max[mt][h] * p.scale_log2 + __log2f(sum)) * 0.69314718055994531f
+                      : -INFINITY;
+      }
+      row_sum[mt][h] = sum > 0.f ? 1.f / sum : 0.f;  // now the normalizer
+    }
+  }
+  __syncwarp();
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int j = 0; j < kDTiles; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = warp_row0 + 16 * mt + g + 8 * h;
+        *reinterpret_cast<uint32_t*>(smem + tile_offset<kChunks>(r, j) + t * 4) =
+            pack2<T>(acc_o[mt][j][2 * h] * row_sum[mt][h], acc_o[mt][j][2 * h + 1] * row_sum[mt][h]);
       }
     }
   }
-  cp_async_wait<0>();  // nothing is left in flight at exit (the last groups are empty)
-
-  // Epilogue: normalize, write lse, stage O through this warp's own 16 rows of the Q tile
-  // (read only by this warp) and store it as 16-byte row chunks.
-  float inv_sum[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float sum = row_sum[h];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    inv_sum[h] = sum > 0.f ? 1.f / sum : 0.f;
-    if (t == 0 && (row_mine + 8 * h) < seqlen_q) {
-      // lse = ln(sum_j 2^(s_j * scale_log2)) = ln2 * (max * scale_log2 + log2(sum)).
-      lse[int64_t((row_mine + 8 * h)) * p.lse_row] =
-          sum > 0.f ? (row_max[h] * p.scale_log2 + __log2f(sum)) * 0.69314718055994531f
-                    : -INFINITY;
-    }
-  }
   __syncwarp();
+  static_assert((Tile::kWarpRows * kChunks) % 32 == 0, "O rows: whole chunks per lane");
 #pragma unroll
-  for (int j = 0; j < kDTiles; ++j) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = warp_row0 + g + 8 * h;
-      *reinterpret_cast<uint32_t*>(smem + tile_offset<kChunks>(row, j) + t * 4) =
-          pack2<T>(acc_o[j][2 * h] * inv_sum[h], acc_o[j][2 * h + 1] * inv_sum[h]);
-    }
-  }
-  __syncwarp();
-  static_assert((16 * kChunks) % 32 == 0, "O rows: whole chunks per lane");
-#pragma unroll
-  for (int i = 0; i < 16 * kChunks / 32; ++i) {
+  for (int i = 0; i < Tile::kWarpRows * kChunks / 32; ++i) {
     const int idx = lane + i * 32;
     const int r = warp_row0 + idx / kChunks, c = idx % kChunks;
     if (m0 + r < seqlen_q) {

@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: Apache-2.0
+// FlashAttention forward with the log-sum-exp of each query row:
+//   o[b, h, i] = softmax_j(scale * q[b, h, i] . k[b, h / G, j]) @ v[b, h / G]
+//   lse[b, h, i] = log(sum_j exp(scale * q[b, h, i] . k[b, h / G, j]))   (natural log, fp32)
+// with G = Hq / Hkv (grouped- and multi-query attention). Causal masks key j for query i
+// when j > i + (Sk - Sq) (aligned bottom-right). A row that sees no key gets o = 0 and
+// lse = -inf. Tensor Core matmuls (mma.sync) with fp32 accumulation; any Sq and Sk.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <optional>
+
+#include "gks/tensor.h"
+
+namespace gks {
+
+struct FlashAttentionFwdArgs {
+  TensorRef q;    // [B, Hq, Sq, D], fp16 or bf16, last dim contiguous, other strides free
+  TensorRef k;    // [B, Hkv, Sk, D], q's dtype, Hq % Hkv == 0
+  TensorRef v;    // k's shape, q's dtype
+  TensorRef o;    // q's shape and dtype, last dim contiguous, other strides free
+  TensorRef lse;  // [B, Hq, Sq], float32, any strides
+  bool causal = false;
+  std::optional<float> softmax_scale;  // unset: 1 / sqrt(D); otherwise finite and > 0
+};
+
+// Validates the arguments (throws gks::Error) and launches on `stream`.
+// q, k, v and o must be 16-byte aligned: base pointers at 16 bytes and the batch, head and
+// sequence strides multiples of 8 elements (always so for tensors allocated contiguous).
+void flash_attention_fwd(const FlashAttentionFwdArgs& args, cudaStream_t stream);
+
+// The head dims the kernels are instantiated for.
+inline constexpr int kFlashAttentionHeadDims[] = {32, 64, 96, 128, 256};
+
+namespace detail {
+// The tile a launch uses, chosen from the head dim alone (a pure function host tests check).
+struct FlashAttentionFwdPlan {
+  int block_m = 0;               // query rows per CTA (16 per warp)
+  int block_n = 0;               // keys per K/V tile
+  int warps = 0;                 // warps per CTA
+  bool q_in_registers = false;   // Q fragments held in registers for the whole K loop
+  int64_t smem_bytes = 0;        // Q tile + two stages of K and V tiles
+};
+// Throws gks::Error for a head dim that has no kernel.
+FlashAttentionFwdPlan plan_flash_attention_fwd(int64_t head_dim);
+}  // namespace detail
+
+}  // namespace gks

@@ -1,0 +1,196 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "gks/flash_attention_fwd.h"
+
+#include <cmath>
+#include <limits>
+
+#include "gks/kernels/flash_attention_fwd.cuh"
+#include "launch.h"
+
+namespace gks {
+namespace detail {
+
+namespace {
+template <int kHeadDim>
+FlashAttentionFwdPlan plan_for() {
+  using Tile = typename kernels::FlashFwdConfig<kHeadDim>::Tile;
+  FlashAttentionFwdPlan plan;
+  plan.block_m = Tile::kBlockM;
+  plan.block_n = Tile::kBlockN;
+  plan.warps = Tile::kWarps;
+  plan.q_in_registers = Tile::kQInRegisters;
+  plan.smem_bytes = Tile::kSmemBytes;
+  return plan;
+}
+}  // namespace
+
+FlashAttentionFwdPlan plan_flash_attention_fwd(int64_t head_dim) {
+  switch (head_dim) {
+    case 32: return plan_for<32>();
+    case 64: return plan_for<64>();
+    case 96: return plan_for<96>();
+    case 128: return plan_for<128>();
+    case 256: return plan_for<256>();
+    default:
+      GKS_CHECK(false, kInvalidArgument)
+          << "gks.flash_attention_fwd: head dim (the last dim of q, k and v) must be one of "
+             "32, 64, 96, 128, 256, got "
+          << head_dim;
+  }
+  return {};
+}
+
+namespace {
+
+using kernels::FlashAttentionFwdParams;
+
+template <typename T, int kHeadDim, bool kCausal>
+void launch(const FlashAttentionFwdParams& p, int64_t batch, int64_t heads_q, cudaStream_t stream) {
+  using Tile = typename kernels::FlashFwdConfig<kHeadDim>::Tile;
+  auto* kernel = kernels::flash_attention_fwd_kernel<T, Tile, kCausal>;
+  // Above 48 KiB of dynamic shared memory a kernel must opt in (a host-side attribute, so
+  // this is also allowed while a stream is being captured).
+  const cudaError_t attr = cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes);
+  GKS_CHECK(attr == cudaSuccess, kCudaError)
+      << "gks.flash_attention_fwd: cannot reserve " << Tile::kSmemBytes
+      << " bytes of shared memory per block: " << cudaGetErrorString(attr);
+  const dim3 grid(static_cast<unsigned>(ceil_div(p.seqlen_q, Tile::kBlockM)),
+                  static_cast<unsigned>(heads_q), static_cast<unsigned>(batch));
+  kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
+}
+
+template <typename T, bool kCausal>
+void dispatch_head_dim(int64_t head_dim, const FlashAttentionFwdParams& p, int64_t batch,
+                       int64_t heads_q, cudaStream_t stream) {
+  switch (head_dim) {
+    case 32: return launch<T, 32, kCausal>(p, batch, heads_q, stream);
+    case 64: return launch<T, 64, kCausal>(p, batch, heads_q, stream);
+    case 96: return launch<T, 96, kCausal>(p, batch, heads_q, stream);
+    case 128: return launch<T, 128, kCausal>(p, batch, heads_q, stream);
+    default: return launch<T, 256, kCausal>(p, batch, heads_q, stream);
+  }
+}
+
+void check_attention_tensor(const TensorRef& t, const char* op, const char* arg) {
+  GKS_CHECK(t.ndim == 4, kInvalidArgument)
+      << op << ": argument '" << arg << "' must have 4 dims [batch, heads, seq, head_dim], got "
+      << t.ndim << " dims " << t.shape_string();
+  GKS_CHECK(t.strides[3] == 1 || t.shape[3] <= 1, kInvalidArgument)
+      << op << ": argument '" << arg << "' must be contiguous in its last dim (stride 1), got "
+      << "stride " << t.strides[3];
+}
+
+// cp.async and the output stores move 16-byte chunks: the base and every row must start on
+// a 16-byte boundary.
+void check_aligned16(const TensorRef& t, const char* op, const char* arg) {
+  const int64_t elems = 16 / dtype_size(t.dtype);
+  bool ok = aligned16(t.data);
+  for (int d = 0; d < 3; ++d) ok = ok && (t.strides[d] % elems == 0 || t.shape[d] <= 1);
+  GKS_CHECK(ok, kInvalidArgument)
+      << op << ": argument '" << arg << "' must be 16-byte aligned (data pointer at a multiple "
+      << "of 16 bytes and batch, head and sequence strides multiples of " << elems
+      << " elements), got strides [" << t.strides[0] << ", " << t.strides[1] << ", "
+      << t.strides[2] << ", " << t.strides[3] << "]; pass a contiguous copy";
+}
+
+}  // namespace
+}  // namespace detail
+
+void flash_attention_fwd(const FlashAttentionFwdArgs& args, cudaStream_t stream) {
+  constexpr const char* kOp = "gks.flash_attention_fwd";
+  const TensorRef &q = args.q, &k = args.k, &v = args.v, &o = args.o, &lse = args.lse;
+  check_cuda(q, kOp, "q");
+  check_same_device(q, "q", k, "k", kOp);
+  check_same_device(q, "q", v, "v", kOp);
+  check_same_device(q, "q", o, "o", kOp);
+  check_same_device(q, "q", lse, "lse", kOp);
+  GKS_CHECK(q.dtype == DType::kFloat16 || q.dtype == DType::kBFloat16, kUnsupportedDtype)
+      << kOp << ": argument 'q' must be float16 or bfloat16, got " << dtype_name(q.dtype);
+  check_same_dtype(q, "q", k, "k", kOp);
+  check_same_dtype(q, "q", v, "v", kOp);
+  check_same_dtype(q, "q", o, "o", kOp);
+  GKS_CHECK(lse.dtype == DType::kFloat32, kUnsupportedDtype)
+      << kOp << ": argument 'lse' must be float32, got " << dtype_name(lse.dtype);
+  detail::check_attention_tensor(q, kOp, "q");
+  detail::check_attention_tensor(k, kOp, "k");
+  detail::check_attention_tensor(v, kOp, "v");
+  detail::check_attention_tensor(o, kOp, "o");
+  for (const TensorRef* t : {&q, &k, &v})
+    for (int d = 0; d < 4; ++d)
+      GKS_CHECK(t->shape[d] >= 0, kInvalidArgument)
+          << kOp << ": negative size in shape " << t->shape_string();
+
+  const int64_t batch = q.shape[0], heads_q = q.shape[1], seqlen_q = q.shape[2];
+  const int64_t head_dim = q.shape[3];
+  const int64_t heads_kv = k.shape[1], seqlen_k = k.shape[2];
+  GKS_CHECK(k.shape[0] == batch && k.shape[3] == head_dim, kInvalidArgument)
+      << kOp << ": argument 'k' must have shape [" << batch << ", Hkv, Sk, " << head_dim
+      << "] (q's batch and head dim), got " << k.shape_string();
+  check_same_shape(k, "k", v, "v", kOp);
+  check_same_shape(q, "q", o, "o", kOp);
+  GKS_CHECK(lse.ndim == 3 && lse.shape[0] == batch && lse.shape[1] == heads_q &&
+                lse.shape[2] == seqlen_q,
+            kInvalidArgument)
+      << kOp << ": argument 'lse' must have shape [" << batch << ", " << heads_q << ", "
+      << seqlen_q << "] (q's first three dims), got " << lse.shape_string();
+  detail::plan_flash_attention_fwd(head_dim);  // throws for a head dim with no kernel
+  GKS_CHECK(heads_kv > 0 ? heads_q % heads_kv == 0 : heads_q == 0, kInvalidArgument)
+      << kOp << ": the query heads (" << heads_q << ", dim 1 of q) must be a multiple of the "
+      << "key/value heads (" << heads_kv << ", dim 1 of k and v)";
+  float scale = 1.f / std::sqrt(float(head_dim));
+  if (args.softmax_scale.has_value()) {
+    scale = *args.softmax_scale;
+    GKS_CHECK(std::isfinite(scale) && scale > 0.f, kInvalidArgument)
+        << kOp << ": argument 'softmax_scale' must be a finite number > 0, got " << scale;
+  }
+  // Row indices are 32-bit inside the kernel (offsets are 64-bit); the grid's y and z dims
+  // hold heads and batch.
+  constexpr int64_t kMaxSeq = std::numeric_limits<int32_t>::max() - 1024;
+  GKS_CHECK(seqlen_q <= kMaxSeq && seqlen_k <= kMaxSeq, kInvalidArgument)
+      << kOp << ": sequence lengths up to " << kMaxSeq << " are supported, got Sq = " << seqlen_q
+      << ", Sk = " << seqlen_k;
+  GKS_CHECK(heads_q <= 65535 && batch <= 65535, kInvalidArgument)
+      << kOp << ": at most 65535 query heads and 65535 batches are supported, got "
+      << heads_q << " and " << batch;
+  if (batch == 0 || heads_q == 0 || seqlen_q == 0) return;  // nothing to write
+  // Sk = 0 still launches: every row sees no key, so the kernel writes o = 0, lse = -inf.
+  detail::check_aligned16(q, kOp, "q");
+  detail::check_aligned16(o, kOp, "o");
+  if (seqlen_k > 0) {
+    detail::check_aligned16(k, kOp, "k");
+    detail::check_aligned16(v, kOp, "v");
+  }
+
+  kernels::FlashAttentionFwdParams p{};
+  p.q = q.data;
+  p.k = k.data;
+  p.v = v.data;
+  p.o = o.data;
+  p.lse = static_cast<float*>(lse.data);
+  p.q_batch = q.strides[0], p.q_head = q.strides[1], p.q_row = q.strides[2];
+  p.k_batch = k.strides[0], p.k_head = k.strides[1], p.k_row = k.strides[2];
+  p.v_batch = v.strides[0], p.v_head = v.strides[1], p.v_row = v.strides[2];
+  p.o_batch = o.strides[0], p.o_head = o.strides[1], p.o_row = o.strides[2];
+  p.lse_batch = lse.strides[0], p.lse_head = lse.strides[1], p.lse_row = lse.strides[2];
+  p.seqlen_q = static_cast<int>(seqlen_q);
+  p.seqlen_k = static_cast<int>(seqlen_k);
+  p.group = static_cast<int>(heads_q / heads_kv);
+  p.scale_log2 = scale * 1.4426950408889634f;
+
+  const detail::DeviceGuard guard(q.device.index);
+  if (q.dtype == DType::kFloat16) {
+    if (args.causal)
+      detail::dispatch_head_dim<__half, true>(head_dim, p, batch, heads_q, stream);
+    else
+      detail::dispatch_head_dim<__half, false>(head_dim, p, batch, heads_q, stream);
+  } else {
+    if (args.causal)
+      detail::dispatch_head_dim<__nv_bfloat16, true>(head_dim, p, batch, heads_q, stream);
+    else
+      detail::dispatch_head_dim<__nv_bfloat16, false>(head_dim, p, batch, heads_q, stream);
+  }
+  detail::check_launch(kOp);
+}
+
+}  // namespace gks

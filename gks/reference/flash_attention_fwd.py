@@ -1,0 +1,62 @@
+# SPDX-License-Identifier: Apache-2.0
+from __future__ import annotations
+
+import math
+
+import torch
+
+HEAD_DIMS = (32, 64, 96, 128, 256)
+
+
+def flash_attention_fwd(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = False,
+    softmax_scale: float | None = None,
+    *,
+    precise: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention forward with the log-sum-exp of each query row.
+
+    q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D], Hq % Hkv == 0. Returns o [B, Hq, Sq, D] (q's
+    dtype; float64 when precise) and lse [B, Hq, Sq] (float32; float64 when precise), the
+    natural log of the sum of exp(scaled scores). Causal masks key j for query i when
+    j > i + (Sk - Sq); a row that sees no key gets o = 0 and lse = -inf.
+    """
+    compute = torch.float64 if precise else torch.float32
+    o, lse = attention_in(q, k, v, causal, softmax_scale, compute)
+    if precise:
+        return o, lse
+    return o.to(q.dtype), lse.to(torch.float32)
+
+
+def attention_in(q, k, v, causal, softmax_scale, dtype: torch.dtype):
+    """The same math done entirely in `dtype` (scores, softmax and P V). With the inputs'
+    own dtype this is "PyTorch in the input dtype", the yardstick the tests hold every
+    backend's error to."""
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError("flash_attention_fwd: q, k and v must have 4 dims [batch, heads, seq, head_dim]")
+    _, heads_q, seqlen_q, head_dim = q.shape
+    heads_kv, seqlen_k = k.shape[1], k.shape[2]
+    if heads_kv == 0 or heads_q % heads_kv != 0:
+        raise ValueError(
+            f"flash_attention_fwd: the query heads ({heads_q}) must be a multiple of the "
+            f"key/value heads ({heads_kv})"
+        )
+    scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
+    group = heads_q // heads_kv
+    qc, kc, vc = q.to(dtype), k.to(dtype), v.to(dtype)
+    if group > 1:
+        kc = kc.repeat_interleave(group, dim=1)
+        vc = vc.repeat_interleave(group, dim=1)
+    scores = torch.matmul(qc, kc.transpose(-1, -2)) * scale
+    if causal:
+        rows = torch.arange(seqlen_q, device=q.device)[:, None]
+        cols = torch.arange(seqlen_k, device=q.device)[None, :]
+        scores = scores.masked_fill(cols > rows + (seqlen_k - seqlen_q), float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)  # -inf for a row that sees no key (or Sk = 0)
+    # Shift by 0 where lse is -inf: every score there is -inf, so p = 0 and o = 0, not NaN.
+    shift = torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
+    p = torch.exp(scores - shift[..., None])
+    return torch.matmul(p, vc), lse

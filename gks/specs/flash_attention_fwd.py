@@ -1,0 +1,234 @@
+# SPDX-License-Identifier: Apache-2.0
+"""FlashAttention forward with lse: (o, lse) = attention(q, k, v, causal, softmax_scale).
+
+A shape is (B, Hq, Hkv, Sq, Sk, D, causal): q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D],
+causal 0 or 1.
+"""
+
+from __future__ import annotations
+
+import math
+
+from gks.registry import Backend, OpSpec, Peer, register
+
+_ELEM_BYTES = {"float16": 2, "bfloat16": 2}
+
+
+def make_inputs(shape, dtype, device, seed):
+    import torch
+
+    batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, causal = shape
+    gen = torch.Generator(device=device).manual_seed(seed)
+    dt = getattr(torch, dtype)
+
+    def randn(*size):
+        return torch.randn(size, generator=gen, device=device, dtype=torch.float32).to(dt)
+
+    return {
+        "q": randn(batch, heads_q, seqlen_q, head_dim),
+        "k": randn(batch, heads_kv, seqlen_k, head_dim),
+        "v": randn(batch, heads_kv, seqlen_k, head_dim),
+        "causal": bool(causal),
+        "softmax_scale": None,
+    }
+
+
+def visible_pairs(seqlen_q: int, seqlen_k: int, causal: bool) -> int:
+    """(query, key) pairs the mask leaves: row i sees min(Sk, max(0, i + 1 + Sk - Sq)) keys
+    when causal (aligned bottom-right), all Sk otherwise."""
+    if not causal:
+        return seqlen_q * seqlen_k
+    offset = seqlen_k - seqlen_q
+    # Rows with i + 1 + offset in [1, Sk) see a partial prefix; later rows see all Sk keys.
+    first = max(0, -offset)  # first row that sees a key
+    full_from = max(first, min(seqlen_q, seqlen_k - offset - 1))  # first row seeing all Sk
+    partial = sum_range(first + 1 + offset, full_from + offset)  # sum of i + 1 + offset
+    return partial + (seqlen_q - full_from) * seqlen_k
+
+
+def sum_range(lo: int, hi: int) -> int:
+    """lo + (lo + 1) + ... + hi (0 when hi < lo)."""
+    return (lo + hi) * (hi - lo + 1) // 2 if hi >= lo else 0
+
+
+def flops(shape) -> float:
+    batch, heads_q, _, seqlen_q, seqlen_k, head_dim, causal = shape
+    # Two matmuls (Q K^T and P V) of 2 flops per multiply-add over the unmasked pairs.
+    return 4.0 * batch * heads_q * head_dim * visible_pairs(seqlen_q, seqlen_k, bool(causal))
+
+
+def bytes_moved(shape, dtype) -> float:
+    batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, _ = shape
+    elem = _ELEM_BYTES[dtype]
+    # q, k, v read once, o written once, lse (fp32) written once.
+    return (elem * (2.0 * batch * heads_q * seqlen_q * head_dim + 2.0 * batch * heads_kv * seqlen_k * head_dim)
+            + 4.0 * batch * heads_q * seqlen_q)
+
+
+def _reference(q, k, v, causal=False, softmax_scale=None, *, precise=False):
+    from gks.reference import flash_attention_fwd
+
+    return flash_attention_fwd(q, k, v, causal, softmax_scale, precise=precise)
+
+
+# The output may be off by at most this multiple of PyTorch's own error in the input dtype
+# (the FlashAttention test criterion), plus the rounding of the output itself.
+ERROR_MULTIPLE = 2.0
+# lse is fp32 from fp32-accumulated scores: an absolute + relative bound.
+LSE_ATOL, LSE_RTOL = 2e-3, 1e-4
+
+
+def check(out, ref, dtype, inputs, what: str = "flash_attention_fwd") -> None:
+    """out = (o, lse) from a backend, ref = the float64 reference (o, lse)."""
+    import torch
+
+    from gks.reference.flash_attention_fwd import attention_in
+
+    o, lse = out
+    o_ref, lse_ref = ref
+    dt = getattr(torch, dtype)
+    assert o.shape == o_ref.shape, f"{what}: o shape {tuple(o.shape)} != {tuple(o_ref.shape)}"
+    assert o.dtype == dt, f"{what}: o dtype {o.dtype} != {dtype}"
+    assert lse.shape == lse_ref.shape, f"{what}: lse shape {tuple(lse.shape)} != {tuple(lse_ref.shape)}"
+    assert lse.dtype == torch.float32, f"{what}: lse dtype {lse.dtype} != float32"
+    if o.numel() == 0:
+        return
+    o64, o_ref = o.double().cpu(), o_ref.double().cpu()
+    lse64, lse_ref = lse.double().cpu(), lse_ref.double().cpu()
+    assert torch.isfinite(o64).all(), f"{what}: o has {(~torch.isfinite(o64)).sum().item()} non-finite values"
+
+    unseen = torch.isneginf(lse_ref)  # rows that see no key
+    assert torch.equal(torch.isneginf(lse64), unseen), (
+        f"{what}: lse is -inf on {torch.isneginf(lse64).sum().item()} rows, the reference on "
+        f"{unseen.sum().item()}"
+    )
+    assert (o64[unseen] == 0).all(), f"{what}: o must be 0 on rows that see no key"
+    seen = ~unseen
+    if seen.any():
+        lse_err = (lse64[seen] - lse_ref[seen]).abs()
+        lse_tol = LSE_ATOL + LSE_RTOL * lse_ref[seen].abs()
+        worst = (lse_err - lse_tol).argmax()
+        assert (lse_err <= lse_tol).all(), (
+            f"{what}: lse off by {lse_err[worst].item():.3g} (allowed {lse_tol[worst].item():.3g})"
+        )
+
+    # PyTorch doing the same math in the input dtype sets the scale of acceptable error.
+    q, k, v = inputs["q"], inputs["k"], inputs["v"]
+    o_same_dtype, _ = attention_in(q, k, v, inputs["causal"], inputs["softmax_scale"], dt)
+    base_err = (o_same_dtype.double().cpu() - o_ref).abs().max().item()
+    rounding = (o_ref.to(dt).double() - o_ref).abs().max().item()
+    err = (o64 - o_ref).abs().max().item()
+    allowed = ERROR_MULTIPLE * base_err + 2.0 * rounding + 1e-5
+    assert err <= allowed, (
+        f"{what}: o max error {err:.3g} > {allowed:.3g} ({ERROR_MULTIPLE} x PyTorch's "
+        f"{dtype} error {base_err:.3g} + 2 x output rounding {rounding:.3g})"
+    )
+
+
+def _sdpa(backend_name: str):
+    def make():
+        import torch.nn.functional as F
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        backend = getattr(SDPBackend, backend_name)
+
+        def run(q, k, v, causal=False, softmax_scale=None):
+            # SDPA aligns a causal mask top-left when Sq != Sk; the bench shapes have Sq = Sk.
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(
+                    q, k, v, is_causal=causal, scale=softmax_scale,
+                    enable_gqa=q.shape[1] != k.shape[1],
+                )
+
+        return run
+
+    return make
+
+
+def _jax_dot_product_attention():
+    import functools
+
+    import jax
+    import jax.numpy as jnp
+
+    from gks.pallas._bridge import via_jax
+
+    @functools.partial(jax.jit, static_argnames=("causal", "scale"))
+    def attend(q, k, v, *, causal, scale):
+        # jax takes [B, S, H, D]; the harness's tensors are [B, H, S, D].
+        out = jax.nn.dot_product_attention(
+            jnp.swapaxes(q, 1, 2), jnp.swapaxes(k, 1, 2), jnp.swapaxes(v, 1, 2),
+            scale=scale, is_causal=causal,
+        )
+        return jnp.swapaxes(out, 1, 2)
+
+    def run(q, k, v, causal=False, softmax_scale=None):
+        scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else float(softmax_scale)
+        return via_jax(functools.partial(attend, causal=bool(causal), scale=scale))(q, k, v)
+
+    return run
+
+
+def _bench_shapes():
+    shapes = []
+    tokens, hidden = 32768, 2048
+    for head_dim in (64, 128):
+        heads = hidden // head_dim
+        for seqlen in (1024, 4096, 16384):
+            for causal in (0, 1):
+                shapes.append((tokens // seqlen, heads, heads, seqlen, seqlen, head_dim, causal))
+    return tuple(shapes)
+
+
+SPEC = register(
+    OpSpec(
+        name="flash_attention_fwd",
+        summary="FlashAttention forward with log-sum-exp: causal, GQA/MQA, any Sq/Sk",
+        signature=(
+            "flash_attention_fwd(q[B, Hq, Sq, D], k[B, Hkv, Sk, D], v[B, Hkv, Sk, D], "
+            "causal=False, softmax_scale=None) -> (o[B, Hq, Sq, D] (q's dtype), lse[B, Hq, Sq] (fp32))"
+        ),
+        shape_names=("B", "Hq", "Hkv", "Sq", "Sk", "D", "causal"),
+        dtypes=("float16", "bfloat16"),
+        make_inputs=make_inputs,
+        reference=_reference,
+        # Only used where `check` is not: the bound of a plain comparison of o.
+        tolerance={"float16": (2e-3, 2e-3), "bfloat16": (1.6e-2, 1.6e-2)},
+        flops=flops,
+        bytes_moved=bytes_moved,
+        backends=(
+            Backend("cuda", "gks._torch_ops:flash_attention_fwd", archs=("sm_80", "sm_90a")),
+            Backend("triton", "gks.triton:flash_attention_fwd", archs=("sm_80", "sm_90"), interpreted=True),
+            Backend("pallas", "gks.pallas._bridge:flash_attention_fwd", archs=("sm_80", "sm_90"), interpreted=True),
+        ),
+        # Small enough for the CPU interpreters (each tensor <= 2^18 elements). test_ops skips
+        # a shape whose product passes 2^18 under an interpreter, so the causal shapes that
+        # must run there (product includes causal = 1) are the tiny ones; the rest run on GPU.
+        test_shapes=(
+            (1, 1, 1, 1, 1, 32, 0),
+            (2, 4, 1, 113, 113, 64, 0),      # MQA, prime lengths
+            (1, 8, 8, 64, 200, 128, 0),      # Sq < Sk
+            (1, 4, 2, 37, 1000, 32, 0),      # GQA, long Sk
+            (1, 2, 2, 130, 66, 96, 0),       # Sq > Sk, D = 96
+            (1, 2, 1, 65, 129, 256, 0),
+            (1, 1, 1, 0, 16, 64, 0),         # Sq = 0
+            (1, 2, 1, 5, 0, 64, 0),          # Sk = 0
+            (1, 1, 1, 64, 64, 64, 1),
+            (1, 2, 1, 37, 53, 32, 1),        # causal, Sq < Sk
+            (1, 2, 2, 53, 17, 32, 1),        # causal, Sq > Sk: fully masked rows
+            (1, 1, 1, 16, 40, 256, 1),
+            (1, 1, 1, 1, 1, 64, 1),
+            (2, 8, 1, 129, 129, 128, 1),     # GPU only under test_ops (see above)
+            (1, 4, 4, 200, 1000, 96, 1),
+        ),
+        bench_shapes=_bench_shapes(),
+        compute="tensor",
+        peers=(
+            Peer("sdpa-flash", _sdpa("FLASH_ATTENTION")),
+            Peer("sdpa-cudnn", _sdpa("CUDNN_ATTENTION")),
+            Peer("sdpa-efficient", _sdpa("EFFICIENT_ATTENTION")),
+            Peer("jax.nn.dot_product_attention", _jax_dot_product_attention),
+        ),
+        check=check,
+    )
+)

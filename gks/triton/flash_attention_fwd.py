@@ -1,0 +1,261 @@
+# SPDX-License-Identifier: Apache-2.0
+"""FlashAttention forward in Triton: one program per (query block, batch x head).
+
+Each program keeps its BLOCK_M query rows in registers and walks the keys in BLOCK_N
+tiles with the online softmax (base-2 exponentials on log2(e)-prescaled scores, fp32
+accumulators). The key range splits in two loops: tiles every row of the block sees in
+full (no masks, no bounds checks) and the tiles that cross the causal diagonal or the end
+of the keys (masked). Causal programs skip the tiles above the diagonal.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from gks.triton._common import check_device, check_same, next_pow2
+
+HEAD_DIMS = (32, 64, 96, 128, 256)
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _dot(a, b, UPCAST: tl.constexpr):
+    # Triton's CPU interpreter multiplies bfloat16 as raw 16-bit integers; there (only) the
+    # operands go up to fp32 first, which is exact, as the products on Tensor Cores are.
+    if UPCAST:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32))
+    return tl.dot(a, b)
+
+
+@triton.jit
+def _dot_acc(a, b, acc, UPCAST: tl.constexpr):
+    if UPCAST:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc)
+    return tl.dot(a, b, acc)
+
+
+@triton.jit
+def _online_softmax_step(acc, m_i, l_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, d_mask,
+                         seqlen_k, diag_offset, scale_log2,
+                         MASKED: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
+                         UPCAST: tl.constexpr):
+    cols = start_n + offs_n
+    kv_mask = cols[:, None] < seqlen_k
+    if not EVEN_D:
+        kv_mask = kv_mask & d_mask[None, :]
+    if MASKED:
+        k = tl.load(k_ptrs, mask=kv_mask, other=0.0)
+    elif EVEN_D:
+        k = tl.load(k_ptrs)
+    else:
+        k = tl.load(k_ptrs, mask=d_mask[None, :], other=0.0)
+    s = _dot(q, tl.trans(k), UPCAST)  # raw scores, fp32
+    if MASKED:
+        visible = cols[None, :] < seqlen_k
+        if CAUSAL:
+            visible = visible & (cols[None, :] <= offs_m[:, None] + diag_offset)
+        s = tl.where(visible, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1) * scale_log2)
+        # A row that has seen only masked keys keeps max -inf: shift it by 0 instead, so
+        # exp2(-inf - shift) is 0, not NaN.
+        shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        m_new = tl.maximum(m_i, tl.max(s, 1) * scale_log2)
+        shift = m_new
+    # Scores stay raw (scale > 0 commutes with max); the scale folds into one FMA here.
+    p = tl.math.exp2(s * scale_log2 - shift[:, None])
+    correction = tl.math.exp2(m_i - shift)
+    l_i = l_i * correction + tl.sum(p, 1)
+    acc = acc * correction[:, None]
+    if MASKED:
+        v = tl.load(v_ptrs, mask=kv_mask, other=0.0)
+    elif EVEN_D:
+        v = tl.load(v_ptrs)
+    else:
+        v = tl.load(v_ptrs, mask=d_mask[None, :], other=0.0)
+    acc = _dot_acc(p.to(v.dtype), v, acc, UPCAST)
+    return acc, m_new, l_i
+
+
+@triton.jit
+def _flash_attention_fwd_kernel(
+    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
+    q_sb, q_sh, q_sm,
+    k_sb, k_sh, k_sn,
+    v_sb, v_sh, v_sn,
+    o_sb, o_sh, o_sm,
+    lse_sb, lse_sh,
+    heads_q, group, seqlen_q, seqlen_k, scale_log2,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, UPCAST: tl.constexpr,
+):
+    if CAUSAL:  # longest rows first: the last query blocks see the most keys
+        start_m = tl.num_programs(0) - 1 - tl.program_id(0)
+    else:
+        start_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    batch = (bh // heads_q).to(tl.int64)
+    head = (bh % heads_q).to(tl.int64)
+    kv_head = head // group
+    q_base = q_ptr + batch * q_sb + head * q_sh
+    k_base = k_ptr + batch * k_sb + kv_head * k_sh
+    v_base = v_ptr + batch * v_sb + kv_head * v_sh
+
+    EVEN_D: tl.constexpr = HEAD_DIM == BLOCK_D
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_mask = offs_d < HEAD_DIM
+
+    q_mask = offs_m[:, None] < seqlen_q
+    if not EVEN_D:
+        q_mask = q_mask & d_mask[None, :]
+    q = tl.load(q_base + offs_m[:, None].to(tl.int64) * q_sm + offs_d[None, :], mask=q_mask, other=0.0)
+    k_ptrs = k_base + offs_n[:, None].to(tl.int64) * k_sn + offs_d[None, :]
+    v_ptrs = v_base + offs_n[:, None].to(tl.int64) * v_sn + offs_d[None, :]
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+
+    # Row i sees key j when j < seqlen_k and (causal) j <= i + diag_offset.
+    diag_offset = seqlen_k - seqlen_q
+    m0 = start_m * BLOCK_M
+    if CAUSAL:
+        # Keys every row of the block sees: j <= m0 + diag_offset; the last row sees up to
+        # m0 + BLOCK_M - 1 + diag_offset.
+        full_end = tl.minimum(tl.maximum(m0 + diag_offset + 1, 0), seqlen_k)
+        hi = tl.minimum(tl.maximum(m0 + BLOCK_M + diag_offset, 0), seqlen_k)
+    else:
+        full_end = seqlen_k
+        hi = seqlen_k
+    full_end = (full_end // BLOCK_N) * BLOCK_N
+
+    # The pointers advance one tile per pass (64-bit pointer arithmetic, no start * stride
+    # products); the second loop starts where the first stopped.
+    for start_n in tl.range(0, full_end, BLOCK_N):
+        acc, m_i, l_i = _online_softmax_step(
+            acc, m_i, l_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, d_mask,
+            seqlen_k, diag_offset, scale_log2, MASKED=False, CAUSAL=CAUSAL, EVEN_D=EVEN_D, UPCAST=UPCAST,
+        )
+        k_ptrs += BLOCK_N * k_sn
+        v_ptrs += BLOCK_N * v_sn
+    for start_n in tl.range(full_end, hi, BLOCK_N):
+        acc, m_i, l_i = _online_softmax_step(
+            acc, m_i, l_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, d_mask,
+            seqlen_k, diag_offset, scale_log2, MASKED=True, CAUSAL=CAUSAL, EVEN_D=EVEN_D, UPCAST=UPCAST,
+        )
+        k_ptrs += BLOCK_N * k_sn
+        v_ptrs += BLOCK_N * v_sn
+
+    seen = l_i > 0.0
+    inv_l = tl.where(seen, 1.0 / tl.where(seen, l_i, 1.0), 0.0)
+    o = acc * inv_l[:, None]
+    # lse = ln(sum_j 2^(s_j)) with s in log2 units = ln2 * (max + log2(sum)).
+    lse = tl.where(seen, (m_i + tl.math.log2(tl.where(seen, l_i, 1.0))) * 0.6931471805599453,
+                   float("-inf"))
+    row_ok = offs_m < seqlen_q
+    o_mask = row_ok[:, None]
+    if not EVEN_D:
+        o_mask = o_mask & d_mask[None, :]
+    o_base = o_ptr + batch * o_sb + head * o_sh
+    tl.store(o_base + offs_m[:, None].to(tl.int64) * o_sm + offs_d[None, :], o.to(o_ptr.dtype.element_ty),
+             mask=o_mask)
+    tl.store(lse_ptr + batch * lse_sb + head * lse_sh + offs_m, lse, mask=row_ok)
+
+
+def _config(head_dim: int, causal: bool) -> dict:
+    """Tile and launch shape per head dim. First choices (the tutorial's shapes for Hopper);
+    not yet swept on the H200 for this kernel."""
+    if head_dim <= 64:
+        return dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3)
+    if head_dim <= 128:
+        return dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)
+    return dict(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2)
+
+
+def _check_inputs(q, k, v, op):
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_device(t, op, name)
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        raise TypeError(f"{op}: argument 'q' must be float16 or bfloat16, got {q.dtype}")
+    check_same(q, "q", k, "k", op)
+    check_same(q, "q", v, "v", op)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 4:
+            raise ValueError(
+                f"{op}: argument '{name}' must have 4 dims [batch, heads, seq, head_dim], "
+                f"got {t.dim()} dims {list(t.shape)}"
+            )
+        if t.shape[-1] > 1 and t.stride(-1) != 1:
+            raise ValueError(
+                f"{op}: argument '{name}' must be contiguous in its last dim (stride 1), "
+                f"got stride {t.stride(-1)}"
+            )
+    batch, heads_q, _, head_dim = q.shape
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(
+            f"{op}: head dim (the last dim of q, k and v) must be one of 32, 64, 96, 128, 256, "
+            f"got {head_dim}"
+        )
+    if k.shape[0] != batch or k.shape[3] != head_dim:
+        raise ValueError(
+            f"{op}: argument 'k' must have shape [{batch}, Hkv, Sk, {head_dim}] (q's batch "
+            f"and head dim), got {list(k.shape)}"
+        )
+    if v.shape != k.shape:
+        raise ValueError(f"{op}: argument 'v' must have the shape of 'k' {list(k.shape)}, got {list(v.shape)}")
+    heads_kv = k.shape[1]
+    if heads_kv == 0 or heads_q % heads_kv != 0:
+        raise ValueError(
+            f"{op}: the query heads ({heads_q}, dim 1 of q) must be a multiple of the key/value "
+            f"heads ({heads_kv}, dim 1 of k and v)"
+        )
+
+
+def flash_attention_fwd(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = False,
+    softmax_scale: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention forward with lse; the meaning of gks.flash_attention_fwd.
+
+    q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D] (fp16/bf16, last dim contiguous, other strides
+    free). Returns o [B, Hq, Sq, D] (q's dtype) and lse [B, Hq, Sq] (float32).
+    """
+    op = "gks.triton.flash_attention_fwd"
+    _check_inputs(q, k, v, op)
+    batch, heads_q, seqlen_q, head_dim = q.shape
+    heads_kv, seqlen_k = k.shape[1], k.shape[2]
+    scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
+    if not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"{op}: argument 'softmax_scale' must be a finite number > 0, got {scale}")
+    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device)
+    if o.numel() == 0:
+        return o, lse
+    if seqlen_k == 0:  # no keys: every row sees none (and k, v may have no storage at all)
+        return o.zero_(), lse.fill_(float("-inf"))
+    cfg = _config(head_dim, causal)
+    if batch * heads_q > 65535:
+        raise ValueError(f"{op}: at most 65535 (batch x query heads) are supported, got {batch * heads_q}")
+    grid = (triton.cdiv(seqlen_q, cfg["BLOCK_M"]), batch * heads_q)
+    _flash_attention_fwd_kernel[grid](
+        q, k, v, o, lse,
+        q.stride(0), q.stride(1), q.stride(2),
+        k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2),
+        o.stride(0), o.stride(1), o.stride(2),
+        lse.stride(0), lse.stride(1),
+        heads_q, heads_q // heads_kv, seqlen_q, seqlen_k, scale * LOG2E,
+        HEAD_DIM=head_dim, BLOCK_D=next_pow2(head_dim), CAUSAL=bool(causal),
+        UPCAST=q.dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET") == "1", **cfg,
+    )
+    return o, lse

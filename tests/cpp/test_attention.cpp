@@ -1,0 +1,167 @@
+// SPDX-License-Identifier: Apache-2.0
+// Host-side logic of gks::flash_attention_fwd: validation messages and the tile plan. No
+// GPU is touched (every case is refused, or empty, before a launch).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "gks/gks.h"
+
+#include "test_util.h"
+
+namespace {
+
+using gks_test::expect_error;
+using gks_test::kCpu;
+using gks_test::kGpu;
+
+// Never dereferenced: every case below is refused (or empty) before a launch.
+alignas(16) char g_buffer[64];
+
+gks::FlashAttentionFwdArgs valid_args(int64_t head_dim = 64, int64_t heads_q = 8,
+                                      int64_t heads_kv = 2) {
+  gks::FlashAttentionFwdArgs a;
+  const auto f16 = gks::DType::kFloat16;
+  a.q = gks::TensorRef::make(g_buffer, f16, {2, heads_q, 100, head_dim}, kGpu);
+  a.k = gks::TensorRef::make(g_buffer, f16, {2, heads_kv, 130, head_dim}, kGpu);
+  a.v = gks::TensorRef::make(g_buffer, f16, {2, heads_kv, 130, head_dim}, kGpu);
+  a.o = gks::TensorRef::make(g_buffer, f16, {2, heads_q, 100, head_dim}, kGpu);
+  a.lse = gks::TensorRef::make(g_buffer, gks::DType::kFloat32, {2, heads_q, 100}, kGpu);
+  return a;
+}
+
+void run(const gks::FlashAttentionFwdArgs& a) { gks::flash_attention_fwd(a, nullptr); }
+
+using gks::ErrorKind;
+
+TEST(FlashAttentionFwd, RejectsCpuTensor) {
+  auto a = valid_args();
+  a.q.device = {gks::DeviceType::kCPU, 0};
+  expect_error([&] { run(a); }, ErrorKind::kInvalidArgument,
+               "gks.flash_attention_fwd: argument 'q' must be a CUDA tensor, got a tensor on cpu");
+}
+
+TEST(FlashAttentionFwd, RejectsOtherDevice) {
+  auto a = valid_args();
+  a.v.device.index = 1;
+  expect_error([&] { run(a); }, ErrorKind::kInvalidArgument,
+               "argument 'v' must be on the device of 'q' (cuda:0), got cuda:1");
+}
+
+TEST(FlashAttentionFwd, RejectsUnsupportedHeadDims) {
+  for (int64_t d : {16, 48, 80, 160, 512}) {
+    auto a = valid_args(d);
+    expect_error([&] { run(a); }, ErrorKind::kInvalidArgument,
+                 "head dim (the last dim of q, k and v) must be one of 32, 64, 96, 128, 256, got " +
+                     std::to_string(d));
+  }
+}
+
+TEST(FlashAttentionFwd, RejectsHeadsNotAMultiple) {
+  auto a = valid_args(64, 8, 3);
+  expect_error([&] { run(a); }, ErrorKind::kInvalidArgument,
+               "the query heads (8, dim 1 of q) must be a multiple of the key/value heads (3, "
+               "dim 1 of k and v)");
+}
+
+TEST(FlashAttentionFwd, RejectsDtypes) {
+  auto a = valid_args();
+  a.k.dtype = gks::DType::kBFloat16;
+  expect_error([&] { run(a); }, ErrorKind::kUnsupportedDtype,
+               "argument 'k' must have the dtype of 'q' (float16), got bfloat16");
+  a = valid_args();
+  a.q.dtype = a.k.dtype = a.v.dtype = a.o.dtype = gks::DType::kFloat32;
+  expect_error([&] { run(a); }, ErrorKind::kUnsupportedDtype,
+               "argument 'q' must be float16 or bfloat16, got float32");
+  a = valid_args();
+  a.lse.dtype = gks::DType::kFloat16;
+  expect_error([&] { run(a); }, ErrorKind::kUnsupportedDtype,
+               "argument 'lse' must be float32, got float16");
+}
+
+TEST(FlashAttentionFwd, RejectsNonContiguousLastDim) {
+  auto a = valid_args();
+  a.k.strides[3] = 2;
+  expect_error([&] { run(a); }, ErrorKind::kInvalidArgument,
+               "argument 'k' must be contiguous in its last dim (stride 1), got stride 2");
+}
+
+TEST(FlashAttentionFwd, RejectsWrongShapes) {
+  auto a = valid_args();
+  a.q.ndim = 3;
+  expect_error([&] { run(a); }, ErrorKind::kInvalidArgument,
+               "argument 'q' must have 4 dims [batch, heads, seq, head_dim], got 3 dims");
+  a = valid_args();
+  a.k.shape[3] = 32;
+  a.v.shape[3] = 32;
+  expect_error([&] { run(a); }, ErrorKind::kInvalidArgument,
+               "argument 'k' must have shape [2, Hkv, Sk, 64] (q's batch and head dim)");
+  a = valid_args();
+  a.v.shape[2] = 129;
+  expect_error([&] { run(a); }, ErrorKind::kInvalidArgument,
+               "argument 'v' must have the shape of 'k' [2, 2, 130, 64]");
+  a = valid_args();
+  a.o.shape[2] = 99;
+  expect_error([&] { run(a); }, ErrorKind::kInvalidArgument, "argument 'o' must have the shape of 'q'");
+  a = valid_args();
+  a.lse.shape[2] = 101;
+  expect_error([&] { run(a); }, ErrorKind::kInvalidArgument,
+               "argument 'lse' must have shape [2, 8, 100] (q's first three dims), got [2, 8, 101]");
+}
+
+TEST(FlashAttentionFwd, RejectsBadSoftmaxScale) {
+  for (float s : {0.f, -0.5f, std::nanf(""), INFINITY}) {
+    auto a = valid_args();
+    a.softmax_scale = s;
+    expect_error([&] { run(a); }, ErrorKind::kInvalidArgument,
+                 "argument 'softmax_scale' must be a finite number > 0");
+  }
+}
+
+TEST(FlashAttentionFwd, RejectsUnalignedRows) {
+  auto a = valid_args();
+  a.q.strides[2] = 65;  // rows 130 bytes apart
+  a.q.strides[1] = 65 * 100;
+  a.q.strides[0] = 65 * 100 * 8;
+  expect_error([&] { run(a); }, ErrorKind::kInvalidArgument,
+               "argument 'q' must be 16-byte aligned");
+  a = valid_args();
+  a.o.data = g_buffer + 2;
+  expect_error([&] { run(a); }, ErrorKind::kInvalidArgument,
+               "argument 'o' must be 16-byte aligned");
+}
+
+TEST(FlashAttentionFwd, EmptyQueriesLaunchNothing) {
+  auto a = valid_args();
+  a.q.shape[2] = a.o.shape[2] = a.lse.shape[2] = 0;
+  EXPECT_NO_THROW(run(a));  // returns before any CUDA call: fine without a GPU
+  a = valid_args();
+  a.q.shape[0] = a.k.shape[0] = a.v.shape[0] = a.o.shape[0] = a.lse.shape[0] = 0;
+  EXPECT_NO_THROW(run(a));
+}
+
+TEST(FlashAttentionFwdPlan, EveryHeadDimHasATile) {
+  for (int d : gks::kFlashAttentionHeadDims) {
+    const auto p = gks::detail::plan_flash_attention_fwd(d);
+    EXPECT_EQ(p.block_m % (16 * p.warps), 0) << d;  // whole 16-row m-tiles per warp
+    EXPECT_EQ(p.block_n % 16, 0) << d;
+    EXPECT_GE(p.block_m, 64) << d;
+    // Q tile + 2 stages of K and V, within one SM's 227 KiB and small enough for 2 CTAs.
+    EXPECT_EQ(p.smem_bytes, 2 * d * (p.block_m + 4 * p.block_n)) << d;
+    EXPECT_LE(p.smem_bytes, 113 * 1024) << d;
+    EXPECT_EQ(p.q_in_registers, d <= 64) << d;
+  }
+  // D = 128: 4 warps of 32 query rows, 32-key tiles (the register budget's limit).
+  const auto p128 = gks::detail::plan_flash_attention_fwd(128);
+  EXPECT_EQ(p128.block_m, 128);
+  EXPECT_EQ(p128.block_n, 32);
+  EXPECT_EQ(p128.warps, 4);
+}
+
+TEST(FlashAttentionFwdPlan, RejectsOtherHeadDims) {
+  expect_error([] { gks::detail::plan_flash_attention_fwd(100); }, ErrorKind::kInvalidArgument,
+               "must be one of 32, 64, 96, 128, 256, got 100");
+}
+
+}  // namespace
