@@ -18,7 +18,10 @@ __version__ = "0.1.0"
 
 _SUBMODULES = ("cuda", "pallas", "reference", "registry", "triton")
 # The CUDA-backed torch ops; kept in step with gks._torch_ops.__all__ by a test.
-_TORCH_OPS = ("rmsnorm",)
+_TORCH_OPS = (
+    "rmsnorm", "softmax", "softmax_rmsnorm", "quantize_int8", "dequantize_int8",
+    "sgemm", "wmma_gemm", "int8_gemm", "gemm", "flash_attention_fwd",
+)
 
 
 def __getattr__(name: str) -> Any:

@@ -56,3 +56,69 @@ def flash_attention_fwd_out(q, k, v, o, lse, causal: bool = False, softmax_scale
     gks.flash_attention_fwd for the meaning."""
     scale = None if softmax_scale is None else float(softmax_scale)
     _native.module().flash_attention_fwd(q, k, v, o, lse, bool(causal), scale)
+
+
+def sgemm_out(a, b, c, config: int = -1) -> None:
+    """c = a @ b in fp32 (FFMA, no TF32), written into c [M, N] float32. a [M, K] and
+    b [K, N] are float32, row-major with any leading dimension (transposed views are
+    rejected). config: an index into sgemm_configs(), or -1 for the heuristic."""
+    _native.module().sgemm(a, b, c, int(config))
+
+
+def wmma_gemm_out(a, b, c, config: int = -1) -> None:
+    """c = a @ b on Tensor Cores: a [M, K], b [K, N] float16 or bfloat16 (row-major, any
+    leading dimension), fp32 accumulation, c [M, N] float32 or a's dtype."""
+    _native.module().wmma_gemm(a, b, c, int(config))
+
+
+def int8_gemm_out(a_q, b_q, a_scale, b_scale, c, config: int = -1) -> None:
+    """c = float(a_q @ b_q) * a_scale * b_scale: a_q [M, K], b_q [K, N] int8 (row-major,
+    any leading dimension), int32 accumulation; a_scale [M, 1] (or [M]), b_scale [1, N]
+    (or [N]) float32; c [M, N] float16, bfloat16 or float32."""
+    _native.module().int8_gemm(a_q, b_q, a_scale, b_scale, c, int(config))
+
+
+GEMM_KERNELS = ("sgemm", "wmma_gemm", "int8_gemm", "gemm")
+
+
+def gemm_config_names(kernel: str) -> list[str]:
+    """The names of the tile configs compiled for 'sgemm', 'wmma_gemm', 'int8_gemm' or 'gemm'
+    (the Hopper kernel), in index order (the `config` argument indexes this list)."""
+    if kernel not in GEMM_KERNELS:
+        raise ValueError(f"gemm_config_names: unknown GEMM '{kernel}'")
+    return [str(name) for name in getattr(_native.module(), f"{kernel}_configs")()]
+
+
+def gemm_heuristic(kernel: str, m: int, n: int, k: int, num_sms: int) -> int:
+    """The config index the C++ heuristic picks for an M x N x K problem on num_sms SMs."""
+    if kernel not in GEMM_KERNELS:
+        raise ValueError(f"gemm_heuristic: unknown GEMM '{kernel}'")
+    return int(getattr(_native.module(), f"{kernel}_heuristic")(m, n, k, num_sms))
+
+
+def gemm_out(a, b, c, config: int = -1) -> None:
+    """c = a @ b: a [M, K], b [K, N] float16 or bfloat16 (row-major, any leading dimension),
+    fp32 accumulation, c [M, N] float32 or a's dtype. The Hopper kernel on sm_90 (config:
+    an index into gemm_config_names(), or -1 for the heuristic), else the WMMA fallback;
+    see gemm_path."""
+    _native.module().gemm(a, b, c, int(config))
+
+
+def gemm_path(a, b, c) -> str:
+    """'hopper' or 'wmma': the kernel gemm_out(a, b, c) runs on this GPU (after the same
+    argument checks). WMMA is the fallback off sm_90, or when a or b is not 16-byte aligned
+    (base pointer, or leading dimension in bytes) so TMA cannot load it."""
+    return str(_native.module().gemm_path(a, b, c))
+
+
+def quantize_int8_out(x, q, scale) -> None:
+    """Symmetric per-row INT8 quantization of x [..., N] (fp32/fp16/bf16) into q (int8, x's
+    shape) and scale (fp32, x's shape with its last dim 1): scale = absmax(row) / 127,
+    q = rint(x / scale) clamped to [-127, 127] (see gks.reference.quantize_int8)."""
+    _native.module().quantize_int8(x, q, scale)
+
+
+def dequantize_int8_out(q, scale, out) -> None:
+    """out = q * scale (an fp32 product, then out's dtype: fp32/fp16/bf16), for q int8
+    [..., N] and scale fp32 [..., 1]."""
+    _native.module().dequantize_int8(q, scale, out)

@@ -7,6 +7,25 @@ a CUDA graph. Validation happens once, in the C++ API, which raises ValueError/T
 naming the bad argument. ``gks.<name>`` re-exports everything in ``__all__``.
 """
 
-from gks._torch_ops.rmsnorm import rmsnorm
 
-__all__ = ["rmsnorm"]
+from gks._torch_ops.flash_attention_fwd import flash_attention_fwd
+from gks._torch_ops.gemm import gemm
+from gks._torch_ops.int8_gemm import int8_gemm
+from gks._torch_ops.quantize_int8 import dequantize_int8, quantize_int8
+from gks._torch_ops.rmsnorm import rmsnorm
+from gks._torch_ops.sgemm import sgemm
+from gks._torch_ops.softmax import softmax, softmax_rmsnorm
+from gks._torch_ops.wmma_gemm import wmma_gemm
+
+__all__ = [
+    "rmsnorm",
+    "softmax",
+    "softmax_rmsnorm",
+    "quantize_int8",
+    "dequantize_int8",
+    "sgemm",
+    "wmma_gemm",
+    "int8_gemm",
+    "gemm",
+    "flash_attention_fwd",
+]

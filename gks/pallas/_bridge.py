@@ -38,3 +38,9 @@ def via_jax(fn):
 
 
 rmsnorm = via_jax(pallas.rmsnorm)
+softmax = via_jax(pallas.softmax)
+softmax_rmsnorm = via_jax(pallas.softmax_rmsnorm)
+quantize_int8 = via_jax(pallas.quantize_int8)
+dequantize_int8 = via_jax(pallas.dequantize_int8)
+sgemm = via_jax(pallas.sgemm)
+flash_attention_fwd = via_jax(pallas.flash_attention_fwd)
