@@ -15,7 +15,10 @@ from gks import pallas
 
 def _to_jax(value):
     if isinstance(value, torch.Tensor):
-        return jax.dlpack.from_dlpack(value.contiguous())
+        value = value.contiguous()
+        if value.data_ptr() % 16:  # JAX refuses buffers that are not 16-byte aligned
+            value = value.clone()
+        return jax.dlpack.from_dlpack(value)
     return value
 
 
