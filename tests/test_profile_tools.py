@@ -1,0 +1,107 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The pure parts of the profiling tools: roofline math, the bench table's inputs, baseline
+pinning. None needs a GPU."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gks.profile import roofline
+
+ROOT = Path(__file__).resolve().parent.parent
+CEIL = {"source": "test", "copy_gbps": 4000.0, "fp32_tflops": 50.0, "fp16_tflops": 700.0,
+        "bf16_tflops": 740.0, "int8_tops": 1500.0}
+
+
+def _row(op, variant, kind, shape, dtype, us, tflops=1.0, gbps=1000.0):
+    return {"op": op, "variant": variant, "kind": kind, "shape": list(shape), "dtype": dtype,
+            "median_us": us, "p20_us": us, "p80_us": us, "gbps": gbps, "tflops": tflops,
+            "checked": "ok" if kind == "gks" else "n/a", "vs_peers": {}}
+
+
+def test_attainable_is_the_lower_of_the_two_roofs():
+    assert roofline.attainable_tflops(1.0, 700.0, 4000.0) == pytest.approx(4.0)  # 1 FLOP/B x 4 TB/s
+    assert roofline.attainable_tflops(1e4, 700.0, 4000.0) == 700.0
+
+
+def test_compute_peak_by_unit_and_dtype():
+    assert roofline.compute_peak(CEIL, "fp32", "float32") == 50.0
+    assert roofline.compute_peak(CEIL, "tensor", "bfloat16") == 740.0
+    assert roofline.compute_peak(CEIL, "tensor", "float16") == 700.0
+    assert roofline.compute_peak(CEIL, "int8", "float16") == 1500.0
+
+
+def test_analyse_places_rows_on_the_roofline():
+    rows = [_row("rmsnorm", "gks.cuda", "gks", (32768, 4096), "bfloat16", 140.0, tflops=3.8),
+            _row("sgemm", "gks.cuda", "gks", (4096, 4096, 4096), "float32", 3300.0, tflops=41.6),
+            {"op": "rmsnorm", "variant": "x", "kind": "gks", "shape": [1, 1], "dtype": "float32",
+             "checked": "FAILED to run"}]
+    out = roofline.analyse(rows, CEIL)
+    assert len(out) == 2  # the row that did not run is left out
+    norm, gemm = out
+    assert norm["bound"] == "memory" and norm["intensity"] == pytest.approx(1.0, rel=1e-3)
+    assert norm["frac_roof"] == pytest.approx(3.8 / 4.0, rel=1e-3)
+    assert gemm["bound"] == "compute" and gemm["frac_roof"] == pytest.approx(41.6 / 50.0)
+
+
+def test_datasheet_ceilings_and_unknown_device():
+    c = roofline.ceilings(datasheet=True, device_name="NVIDIA H200")
+    assert c["source"] == "datasheet" and c["copy_gbps"] == 4800
+    with pytest.raises(KeyError, match="no datasheet figures"):
+        roofline.ceilings(datasheet=True, device_name="Some GPU")
+
+
+def test_cli_roofline_without_gpu_asks_for_datasheet():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    out = subprocess.run([sys.executable, "-m", "gks", "roofline"], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 2 and "--datasheet" in out.stderr
+
+
+def test_baseline_pins_fastest_peer(tmp_path):
+    sys.path.insert(0, str(ROOT / "tools"))
+    import make_baseline
+
+    doc = {"device": {"name": "NVIDIA H200", "capability": "9.0", "sms": 132, "driver": "580",
+                      "clocks_start": {"sm_mhz": "345"}, "clocks_end": {"sm_mhz": "1980"}},
+           "versions": {"torch": "2.11", "triton": "3.6", "jax": "0.11.2"}, "copy_gbps": 4250.0,
+           "rows": [_row("rmsnorm", "gks.cuda", "gks", (8, 8), "float32", 10.0),
+                    _row("rmsnorm", "F.rms_norm", "peer", (8, 8), "float32", 15.0),
+                    _row("rmsnorm", "torch.compile", "peer", (8, 8), "float32", 12.0)]}
+    src = tmp_path / "bench.json"
+    src.write_text(json.dumps(doc))
+    assert make_baseline.main([str(src), "--out-dir", str(tmp_path)]) == 0
+    pinned = json.loads((tmp_path / "baseline.json").read_text())["rows"]
+    assert pinned == [{"op": "rmsnorm", "backend": "cuda", "shape": [8, 8], "dtype": "float32",
+                       "ours_us": 10.0, "gbps": 1000, "tflops": 1.0, "fastest_ref": "torch.compile",
+                       "ref_us": 12.0, "ref_over_ours": 1.2, "checked": "ok"}]
+    assert "| rmsnorm | cuda | 8x8 | float32 | 10.0 |" in (tmp_path / "baseline.md").read_text()
+
+
+def test_roofline_plot_writes_a_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    doc = {"device": {"name": "NVIDIA H200"}, "ceilings": CEIL, "copy_gbps": 4000.0,
+           "rows": [_row("rmsnorm", "gks.cuda", "gks", (32768, 4096), "bfloat16", 140.0, tflops=3.8)]}
+    src = tmp_path / "bench.json"
+    src.write_text(json.dumps(doc))
+    out = subprocess.run([sys.executable, str(ROOT / "tools" / "roofline_plot.py"), str(src), "-o",
+                          str(tmp_path / "r.png")], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "r.png").stat().st_size > 1000
+    assert "memory" in out.stdout
+
+
+def test_dump_triton_ir_without_a_gpu(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "tools" / "dump_triton_ir.py"), "--kernel", "rmsnorm",
+                          "--dtype", "float32", "--shape", "4x256", "--out", str(tmp_path)],
+                         capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert out.returncode == 0, out.stderr
+    for ext in ("ttir", "ttgir", "llir", "ptx"):
+        assert list(tmp_path.glob(f"_rmsnorm_kernel_*.{ext}")), ext
