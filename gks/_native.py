@@ -1,16 +1,15 @@
 # SPDX-License-Identifier: Apache-2.0
 """Loads the gks CUDA library (the apache-tvm-ffi module built from csrc/).
 
-The module is found, in order: at $GKS_LIBRARY; in this package's lib/ folder (a wheel or
-a regular install); in gks/lib/ under any sys.path entry (an editable install puts the
-built library in site-packages while the Python files stay in the source tree).
+The module is found, in order: at $GKS_LIBRARY; in the lib/ folder of any directory of
+this package's __path__ (a wheel or regular install has one; an editable install has two,
+the source tree and the site-packages folder that holds the built library).
 """
 
 from __future__ import annotations
 
 import functools
 import os
-import sys
 from pathlib import Path
 
 LIBRARY_NAME = "libgks_tvm_ffi.so"
@@ -25,8 +24,9 @@ def library_path() -> Path | None:
     env = os.environ.get("GKS_LIBRARY")
     if env:
         return Path(env)
-    candidates = [Path(__file__).parent / "lib" / LIBRARY_NAME]
-    candidates += [Path(p) / "gks" / "lib" / LIBRARY_NAME for p in sys.path if p]
+    import gks
+
+    candidates = [Path(p) / "lib" / LIBRARY_NAME for p in gks.__path__]
     return next((c for c in candidates if c.is_file()), None)
 
 

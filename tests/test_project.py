@@ -123,3 +123,31 @@ def test_timing_cold_l2_rotation():
     assert sets_for_cold_l2(1 << 30, 60 << 20) == 1
     assert sets_for_cold_l2(20 << 20, 60 << 20) == 9
     assert sets_for_cold_l2(1, 60 << 20) == 32  # capped
+
+
+def test_pure_python_install_imports_and_explains_missing_cuda(tmp_path):
+    """GKS_SKIP_CUDA_BUILD=1 builds no native code; gks imports and the CUDA ops say why
+    they cannot run."""
+    import os
+
+    pytest.importorskip("scikit_build_core")
+    target = tmp_path / "site"
+    env = {**os.environ, "GKS_SKIP_CUDA_BUILD": "1"}
+    env.pop("GKS_LIBRARY", None)
+    build = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                            "-t", str(target), str(ROOT)], capture_output=True, text=True, env=env, timeout=900)
+    assert build.returncode == 0, build.stderr[-2000:]
+    assert not list(target.rglob("libgks_tvm_ffi.so"))
+    probe = ("import gks, torch\n"
+             "try:\n    gks.rmsnorm(torch.randn(2, 8), torch.ones(8))\n"
+             "except gks._native.NativeLibraryUnavailable as e:\n    print('unavailable:', e)\n")
+    # -S skips site's .pth files, so an editable install of gks cannot shadow the one under
+    # test; site-packages is put back by hand for torch.
+    import sysconfig
+
+    env["PYTHONPATH"] = os.pathsep.join([str(target), sysconfig.get_paths()["purelib"]])
+    probe = f"import gks; assert gks.__file__.startswith({str(target)!r}), gks.__file__\n" + probe
+    run = subprocess.run([sys.executable, "-S", "-c", probe], capture_output=True, text=True, env=env,
+                         cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "unavailable: the gks CUDA backend is not built" in run.stdout
