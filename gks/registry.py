@@ -16,6 +16,9 @@ import importlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+# Bytes per element of the dtypes the specs name (for their bytes_moved formulas).
+ELEM_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "int8": 1, "int32": 4}
+
 # Compute-capability names used in `Backend.archs`.
 ARCH_NAMES = {"sm_80": (8, 0), "sm_90": (9, 0), "sm_90a": (9, 0)}
 

@@ -7,9 +7,7 @@ product."""
 
 from __future__ import annotations
 
-from gks.registry import Backend, OpSpec, Peer, register
-
-_ELEM_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+from gks.registry import Backend, ELEM_BYTES, OpSpec, Peer, register
 
 # Against the exact (float64) product: the fp32 product is within 2^-24 relative, the cast
 # to fp16/bf16 adds half an ulp (2^-11 / 2^-8 relative); atol covers fp16 subnormals.
@@ -83,7 +81,7 @@ SPEC = register(
         # one multiply per element (the int8 -> fp32 conversion not counted).
         flops=lambda s: 1.0 * s[0] * s[1],
         # read q (1 byte per element) and one fp32 scale per row, write out once.
-        bytes_moved=lambda s, dt: (1.0 + _ELEM_BYTES[dt]) * s[0] * s[1] + 4.0 * s[0],
+        bytes_moved=lambda s, dt: (1.0 + ELEM_BYTES[dt]) * s[0] * s[1] + 4.0 * s[0],
         backends=(
             Backend("cuda", "gks._torch_ops:dequantize_int8", archs=("sm_80", "sm_90a")),
             Backend("triton", "gks.triton:dequantize_int8", archs=("sm_80", "sm_90"), interpreted=True),

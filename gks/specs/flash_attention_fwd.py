@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import math
 
-from gks.registry import Backend, OpSpec, Peer, register
-
-_ELEM_BYTES = {"float16": 2, "bfloat16": 2}
+from gks.registry import Backend, ELEM_BYTES, OpSpec, Peer, register
 
 
 def make_inputs(shape, dtype, device, seed):
@@ -59,7 +57,7 @@ def flops(shape) -> float:
 
 def bytes_moved(shape, dtype) -> float:
     batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, _ = shape
-    elem = _ELEM_BYTES[dtype]
+    elem = ELEM_BYTES[dtype]
     # q, k, v read once, o written once, lse (fp32) written once.
     return (elem * (2.0 * batch * heads_q * seqlen_q * head_dim + 2.0 * batch * heads_kv * seqlen_k * head_dim)
             + 4.0 * batch * heads_q * seqlen_q)

@@ -7,10 +7,8 @@ Shapes are (M, N, K): c [M, N] = a [M, K] @ b [K, N], c in a's dtype.
 
 from __future__ import annotations
 
-from gks.registry import Backend, OpSpec, Peer, register
+from gks.registry import Backend, ELEM_BYTES, OpSpec, Peer, register
 from gks.specs import _gemm
-
-_ELEM_BYTES = {"float16": 2, "bfloat16": 2}
 
 # Every operand stays within 2^18 elements. The Hopper kernel needs rows of a and b that
 # are 16-byte aligned (K and N multiples of 8 for contiguous operands); the other shapes
@@ -84,7 +82,7 @@ SPEC = register(
         # Nominal (atol, rtol); `check` applies the K-aware bound instead.
         tolerance={"float16": (1e-3, 2e-3), "bfloat16": (1e-2, 8e-3)},
         flops=_gemm.flops,
-        bytes_moved=lambda s, dt: _ELEM_BYTES[dt] * (s[0] * s[2] + s[2] * s[1] + s[0] * s[1]),
+        bytes_moved=lambda s, dt: ELEM_BYTES[dt] * (s[0] * s[2] + s[2] * s[1] + s[0] * s[1]),
         backends=(Backend("cuda", "gks._torch_ops:gemm", archs=("sm_80", "sm_90a")),),
         test_shapes=TEST_SHAPES,
         bench_shapes=BENCH_SHAPES,

@@ -7,9 +7,7 @@ every backend matches it bit for bit: q and scale are checked for equality, not 
 
 from __future__ import annotations
 
-from gks.registry import Backend, OpSpec, Peer, register
-
-_ELEM_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+from gks.registry import Backend, ELEM_BYTES, OpSpec, Peer, register
 
 
 def make_inputs(shape, dtype, device, seed):
@@ -95,7 +93,7 @@ SPEC = register(
         # |x|, max, divide, round (clamp): about 4 flops per element.
         flops=lambda s: 4.0 * s[0] * s[1],
         # read x once, write q (1 byte per element) and one fp32 scale per row.
-        bytes_moved=lambda s, dt: (_ELEM_BYTES[dt] + 1.0) * s[0] * s[1] + 4.0 * s[0],
+        bytes_moved=lambda s, dt: (ELEM_BYTES[dt] + 1.0) * s[0] * s[1] + 4.0 * s[0],
         backends=(
             Backend("cuda", "gks._torch_ops:quantize_int8", archs=("sm_80", "sm_90a")),
             Backend("triton", "gks.triton:quantize_int8", archs=("sm_80", "sm_90"), interpreted=True),

@@ -3,19 +3,18 @@
 
 from __future__ import annotations
 
-from gks.registry import Backend, OpSpec, Peer, register
-
-_ELEM_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+from gks.registry import Backend, ELEM_BYTES, OpSpec, Peer, register
 
 
-def make_inputs(shape, dtype, device, seed):
+def make_inputs(shape, dtype, device, seed, weight_spread=0.1):
+    """x [M, N] ~ N(0, 1) and weight [N] ~ 1 + weight_spread * N(0, 1), in `dtype`."""
     import torch
 
     m, n = shape
     gen = torch.Generator(device=device).manual_seed(seed)
     dt = getattr(torch, dtype)
     x = torch.randn((m, n), generator=gen, device=device, dtype=torch.float32).to(dt)
-    weight = (1.0 + 0.1 * torch.randn((n,), generator=gen, device=device)).to(dt)
+    weight = (1.0 + weight_spread * torch.randn((n,), generator=gen, device=device)).to(dt)
     return {"x": x, "weight": weight, "eps": 1e-6}
 
 
@@ -53,7 +52,7 @@ SPEC = register(
         # square, sum, scale by inv_rms, scale by weight: about 4 flops per element.
         flops=lambda s: 4.0 * s[0] * s[1],
         # read x and write y once; the weight is N elements, counted once.
-        bytes_moved=lambda s, dt: _ELEM_BYTES[dt] * (2.0 * s[0] * s[1] + s[1]),
+        bytes_moved=lambda s, dt: ELEM_BYTES[dt] * (2.0 * s[0] * s[1] + s[1]),
         backends=(
             Backend("cuda", "gks._torch_ops:rmsnorm", archs=("sm_80", "sm_90a")),
             Backend("triton", "gks.triton:rmsnorm", archs=("sm_80", "sm_90"), interpreted=True),

@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-from gks.registry import Backend, OpSpec, Peer, register
-
-_ELEM_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+from gks.registry import Backend, ELEM_BYTES, OpSpec, Peer, register
 
 
 def make_inputs(shape, dtype, device, seed):
@@ -64,7 +62,7 @@ SPEC = register(
         # max, subtract the max, exp, add to the sum, scale by 1/sum: 5 flops per element.
         flops=lambda s: 5.0 * s[0] * s[1],
         # read x and write y once.
-        bytes_moved=lambda s, dt: _ELEM_BYTES[dt] * 2.0 * s[0] * s[1],
+        bytes_moved=lambda s, dt: ELEM_BYTES[dt] * 2.0 * s[0] * s[1],
         backends=(
             Backend("cuda", "gks._torch_ops:softmax", archs=("sm_80", "sm_90a")),
             Backend("triton", "gks.triton:softmax", archs=("sm_80", "sm_90"), interpreted=True),

@@ -4,22 +4,14 @@ no round trip of the normalized row through memory (it stays fp32, never rounded
 
 from __future__ import annotations
 
-from gks.registry import Backend, OpSpec, Peer, register
+from gks.registry import Backend, ELEM_BYTES, OpSpec, Peer, register
+from gks.specs.rmsnorm import make_inputs as rmsnorm_inputs
 from gks.specs.softmax import TEST_SHAPES
-
-_ELEM_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
 def make_inputs(shape, dtype, device, seed):
-    import torch
-
-    m, n = shape
-    gen = torch.Generator(device=device).manual_seed(seed)
-    dt = getattr(torch, dtype)
-    x = torch.randn((m, n), generator=gen, device=device, dtype=torch.float32).to(dt)
     # A spread-out weight makes the normalized logits span a few units, like real ones.
-    weight = (1.0 + 0.5 * torch.randn((n,), generator=gen, device=device)).to(dt)
-    return {"x": x, "weight": weight, "eps": 1e-6}
+    return rmsnorm_inputs(shape, dtype, device, seed, weight_spread=0.5)
 
 
 def _reference(x, weight, eps=1e-6, *, precise=False):
@@ -61,7 +53,7 @@ SPEC = register(
         # 5 (max, subtract, exp, add, scale): 9 flops per element.
         flops=lambda s: 9.0 * s[0] * s[1],
         # read x and write y once; the weight is N elements, counted once.
-        bytes_moved=lambda s, dt: _ELEM_BYTES[dt] * (2.0 * s[0] * s[1] + s[1]),
+        bytes_moved=lambda s, dt: ELEM_BYTES[dt] * (2.0 * s[0] * s[1] + s[1]),
         backends=(
             Backend("cuda", "gks._torch_ops:softmax_rmsnorm", archs=("sm_80", "sm_90a")),
             Backend("triton", "gks.triton:softmax_rmsnorm", archs=("sm_80", "sm_90"), interpreted=True),

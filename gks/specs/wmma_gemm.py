@@ -3,10 +3,8 @@
 
 from __future__ import annotations
 
-from gks.registry import Backend, OpSpec, Peer, register
+from gks.registry import Backend, ELEM_BYTES, OpSpec, Peer, register
 from gks.specs import _gemm
-
-_ELEM_BYTES = {"float16": 2, "bfloat16": 2}
 
 
 def make_inputs(shape, dtype, device, seed):
@@ -60,7 +58,7 @@ SPEC = register(
         tolerance={"float16": (1e-4, 1e-5), "bfloat16": (1e-4, 1e-5)},
         flops=_gemm.flops,
         # a and b in their dtype, c in float32 (the default output)
-        bytes_moved=lambda s, dt: _ELEM_BYTES[dt] * (s[0] * s[2] + s[2] * s[1]) + 4.0 * s[0] * s[1],
+        bytes_moved=lambda s, dt: ELEM_BYTES[dt] * (s[0] * s[2] + s[2] * s[1]) + 4.0 * s[0] * s[1],
         backends=(
             Backend("cuda", "gks._torch_ops:wmma_gemm", archs=("sm_80", "sm_90a")),
             Backend("triton", "gks.triton:wmma_gemm", archs=("sm_80", "sm_90"), interpreted=True),
