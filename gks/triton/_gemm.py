@@ -56,8 +56,8 @@ def _gemm_kernel(
             acc = tl.dot(a, b, acc, out_dtype=tl.int32)
         else:
             acc = tl.dot(a, b, acc, out_dtype=tl.float32)
-        a_ptrs += BLOCK_K * stride_ak.to(tl.int64)
-        b_ptrs += BLOCK_K * stride_bk.to(tl.int64)
+        a_ptrs += tl.cast(stride_ak, tl.int64) * BLOCK_K  # a stride of 1 arrives as a plain int
+        b_ptrs += tl.cast(stride_bk, tl.int64) * BLOCK_K
 
     if MODE == "int8":
         sa = tl.load(sa_ptr + rm.to(tl.int64) * stride_sa, mask=rm < M, other=0.0)
