@@ -22,12 +22,12 @@ from pathlib import Path
 
 METRICS = {
     "dram__throughput.avg.pct_of_peak_sustained_elapsed": "DRAM throughput (% of peak)",
-    "dram__bytes.sum.per_second": "DRAM bandwidth (bytes/s)",
+    "dram__bytes.sum.per_second": "DRAM bandwidth",
     "sm__warps_active.avg.pct_of_peak_sustained_active": "achieved occupancy (%)",
     "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum": "shared-memory bank conflicts",
     "lts__t_sector_hit_rate.pct": "L2 hit rate (%)",
     "smsp__sass_average_data_bytes_per_sector_mem_global_op_ld.pct": "global load efficiency (%)",
-    "gpu__time_duration.sum": "kernel time (ns)",
+    "gpu__time_duration.sum": "kernel time",
     "sm__throughput.avg.pct_of_peak_sustained_elapsed": "SM throughput (% of peak)",
 }
 WARMUP_CALLS = 3
@@ -81,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
     table = subprocess.run([ncu, "--import", f"{report}.ncu-rep", "--csv", "--page", "raw",
                             "--metrics", ",".join(METRICS)], capture_output=True, text=True)
     rows = list(csv.DictReader(io.StringIO(table.stdout)))
+    # The raw page's first row gives each metric's unit (ncu scales them: Tbyte/s, usecond).
+    units = rows[0] if rows and not rows[0].get("Kernel Name") else {}
     rows = [r for r in rows if r.get("Kernel Name") and not r["Kernel Name"].startswith("void at::")]
     if not rows:
         print("gks profile: ncu recorded no gks kernel (see the raw report)", file=sys.stderr)
@@ -89,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
     for r in rows[-calls:]:
         print(f"kernel: {r['Kernel Name'][:120]}")
         for key, label in METRICS.items():
-            print(f"  {label:<34} {r.get(key, 'n/a')}")
+            unit = units.get(key, "")
+            unit = "" if unit in ("", "%") else f" {unit}"
+            print(f"  {label:<34} {r.get(key, 'n/a')}{unit}")
     print(f"raw report: {report}.ncu-rep")
     return 0
