@@ -7,9 +7,12 @@
 #   scripts/gpu_check.sh OUTDIR [bench args...]     (default bench args: --all --with-references)
 #
 # Environment: GKS_CUDA_ARCHS (default 90a here, for build time; CI builds 80;90a),
-# GKS_CHECK_STEPS (default "build ctest example pytest sanitize bench"), GKS_OPS (build only
-# these kernel families, e.g. "rmsnorm"), GKS_PYTEST_ARGS (default "tests"),
-# GKS_SANITIZE_ARGS (arguments of scripts/sanitize_cases.py).
+# GKS_CHECK_STEPS (default "build ctest example pytest sanitize bench"; also available:
+# pyexample (examples/python/transformer_block.py), ceilings (gks roofline --measure),
+# profile (gks profile under ncu, GKS_PROFILE_ARGS)), GKS_OPS (build only these kernel
+# families, e.g. "rmsnorm"), GKS_PYTEST_ARGS (default "tests"), GKS_SANITIZE_ARGS (arguments
+# of scripts/sanitize_cases.py), GKS_STEP_TIMEOUT (seconds any one step may run, default
+# 3600: a step past it is stopped so the later steps and the summary still run).
 # Wheels in .whl/ (e.g. apache-tvm-ffi, absent from the GPU image) are installed first.
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_check.sh OUTDIR [bench args...]}
@@ -24,6 +27,8 @@ ARCHS=${GKS_CUDA_ARCHS:-90a}
 PY=${PYTHON:-python3}
 BUILD=$ROOT/build-gpu
 export PYTHONUNBUFFERED=1 GKS_LIBRARY=$BUILD/libgks_tvm_ffi.so
+# JAX would otherwise take 75% of the GPU's memory in each process (pytest -n workers too).
+export XLA_PYTHON_CLIENT_PREALLOCATE=${XLA_PYTHON_CLIENT_PREALLOCATE:-false}
 
 if compgen -G ".whl/*.whl" > /dev/null; then
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/gks-site .whl/*.whl \
@@ -37,7 +42,7 @@ run_step() {  # name, command...: runs it, logs to $OUT/name.log, records status
   case " $STEPS " in *" $name "*) ;; *) return 0 ;; esac
   local t0=$SECONDS
   echo "== $name: $*" | tee -a "$OUT/steps.log"
-  "$@" > "$OUT/$name.log" 2>&1
+  timeout "${GKS_STEP_TIMEOUT:-3600}" "$@" > "$OUT/$name.log" 2>&1
   local rc=$?
   local tail_line
   tail_line=$(grep -E "passed|failed|FAILED|error|Error|tests passed|ERROR SUMMARY" "$OUT/$name.log" | tail -1 | cut -c1-90)
@@ -54,6 +59,9 @@ run_step ctest ctest --test-dir "$BUILD" --output-on-failure
 run_step example "$BUILD/examples/cpp/rmsnorm_example"
 run_step pytest $PY -m pytest ${GKS_PYTEST_ARGS:-tests} -q -p no:cacheprovider --junitxml="$OUT/pytest.xml"
 run_step sanitize bash -c "compute-sanitizer --tool memcheck --error-exitcode 1 '$BUILD/examples/cpp/rmsnorm_example' && compute-sanitizer --tool memcheck --error-exitcode 1 $PY scripts/sanitize_cases.py ${GKS_SANITIZE_ARGS:-}"
+run_step pyexample $PY examples/python/transformer_block.py
+run_step ceilings $PY -m gks roofline --measure
+run_step profile $PY -m gks profile ${GKS_PROFILE_ARGS:---kernel rmsnorm --shape 8192x32768 --dtype bfloat16 --report /tmp/gks-profile-rmsnorm}
 run_step bench $PY -m gks bench "${BENCH_ARGS[@]}" --json "$OUT/bench.json"
 
 echo
@@ -62,3 +70,5 @@ sed -n '/gks bench/,$p' "$OUT/bench.log" 2>/dev/null | head -200
 echo
 echo "== gks GPU check summary ($(head -2 "$OUT/gpu.txt" | tail -1))"
 printf '%s\n' "${SUMMARY[@]}"
+# The logs travel as one archive (the device tool returns at most 8 files); JSON stays apart.
+(cd "$OUT" && tar czf logs.tgz --remove-files $(ls | grep -v -e '\.json$' -e '^logs.tgz$'))

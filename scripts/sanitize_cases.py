@@ -40,6 +40,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--max-elements", type=int, default=1 << 16)
     p.add_argument("--kernel", action="append")
+    p.add_argument("--each-config", action="store_true",
+                   help="also run every config of the spec (CUDA config=i) on its own, not only the heuristic's")
     args = p.parse_args()
     failures = runs = 0
     specs = [registry.get(k) for k in args.kernel] if args.kernel else registry.ops()
@@ -57,15 +59,17 @@ def main() -> int:
                                           ("strided", _row_strided)):
                     inputs = {k: transform(v) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
                               for k, v in base.items()}
-                    what = f"{spec.name} {dtype} {shape} {layout}"
-                    runs += 1
-                    try:
-                        out = fn(**inputs)
-                        torch.cuda.synchronize()
-                        check_output(spec, out, inputs, dtype, what)
-                    except Exception as e:  # noqa: BLE001 - report every failure, keep going
-                        failures += 1
-                        print(f"FAILED {what}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+                    configs = [None] + (list(range(len(spec.configs))) if args.each_config else [])
+                    for config in configs:
+                        what = f"{spec.name} {dtype} {shape} {layout}" + (f" config {config}" if config is not None else "")
+                        runs += 1
+                        try:
+                            out = fn(**inputs) if config is None else fn(**inputs, config=config)
+                            torch.cuda.synchronize()
+                            check_output(spec, out, inputs, dtype, what)
+                        except Exception as e:  # noqa: BLE001 - report every failure, keep going
+                            failures += 1
+                            print(f"FAILED {what}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
     print(f"sanitize cases: {runs - failures} passed, {failures} failed")
     return 1 if failures else 0
 
