@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gks/tensor.h"
 
+#include <cstdint>
+
 #include <sstream>
 
 namespace gks {
@@ -131,6 +133,10 @@ RowLayout row_layout(const TensorRef& x, const char* op, const char* arg) {
       << "stride " << x.strides[x.ndim - 1];
   layout.rows = 1;
   for (int d = 0; d < x.ndim - 1; ++d) layout.rows *= x.shape[d];
+  // Kernels index rows in 32 bits (row_offset divides in 32 bits: 64-bit division is a
+  // register-hungry subroutine call in every kernel that splits a row index).
+  GKS_CHECK(layout.rows <= int64_t(INT32_MAX), kInvalidArgument)
+      << op << ": argument '" << arg << "': at most 2^31 - 1 rows are supported, got " << layout.rows;
   // Keep the leading dims of size > 1, merging each into the one before it when the two
   // are contiguous with each other (outer stride == inner stride * inner size).
   for (int d = 0; d < x.ndim - 1; ++d) {

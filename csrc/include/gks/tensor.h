@@ -59,12 +59,15 @@ struct RowLayout {
   int64_t sizes[kMaxDims - 1] = {};
   int64_t strides[kMaxDims - 1] = {};
 
+  // Element offset of row `row` (< rows, which row_layout keeps below 2^31).
   GKS_HOST_DEVICE int64_t row_offset(int64_t row) const {
     if (ndims <= 1) return ndims == 0 ? 0 : row * strides[0];
     int64_t offset = 0;
+    auto r = static_cast<uint32_t>(row);
     for (int d = ndims - 1; d >= 0; --d) {
-      offset += (row % sizes[d]) * strides[d];
-      row /= sizes[d];
+      const auto size = static_cast<uint32_t>(sizes[d]);
+      offset += int64_t(r % size) * strides[d];
+      r /= size;
     }
     return offset;
   }
