@@ -77,17 +77,10 @@ int max_active_clusters(int device, int num_sms, int smem_bytes) {
       const int known = cached[device].load(std::memory_order_relaxed);
       if (known > 0) return known;
     }
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(unsigned(num_sms / kClusterM * kClusterM), 1, 1);
-    config.blockDim = dim3(hk::kThreads, 1, 1);
-    config.dynamicSmemBytes = size_t(smem_bytes);
     cudaLaunchAttribute attribute;
-    attribute.id = cudaLaunchAttributeClusterDimension;
-    attribute.val.clusterDim.x = kClusterM;
-    attribute.val.clusterDim.y = 1;
-    attribute.val.clusterDim.z = 1;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
+    const cudaLaunchConfig_t config =
+        cluster_launch_config(dim3(unsigned(num_sms / kClusterM * kClusterM)), dim3(hk::kThreads),
+                              size_t(smem_bytes), nullptr, kClusterM, attribute);
     int clusters = 0;
     if (cudaOccupancyMaxActiveClusters(&clusters, kKernel, &config) != cudaSuccess || clusters <= 0) {
       (void)cudaGetLastError();  // not fatal: fall back to what the SM count allows
@@ -138,18 +131,10 @@ void launch_config(const HopperGemmLaunch& L, cudaStream_t stream) {
       std::sqrt(double(clusters) * Cfg::kBlockN / double(Cfg::kBlockM * Cfg::kClusterM));
   p.group_m = int(std::clamp<int64_t>(std::llround(rows_in_flight), 1, unit_rows));
 
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(unsigned(clusters * Cfg::kClusterM), 1, 1);
-  config.blockDim = dim3(hk::kThreads, 1, 1);
-  config.dynamicSmemBytes = size_t(Cfg::kSmemBytes);
-  config.stream = stream;
   cudaLaunchAttribute attribute;
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = Cfg::kClusterM;
-  attribute.val.clusterDim.y = 1;
-  attribute.val.clusterDim.z = 1;
-  config.attrs = &attribute;
-  config.numAttrs = Cfg::kClusterM > 1 ? 1 : 0;
+  const cudaLaunchConfig_t config =
+      cluster_launch_config(dim3(unsigned(clusters * Cfg::kClusterM)), dim3(hk::kThreads),
+                            size_t(Cfg::kSmemBytes), stream, Cfg::kClusterM, attribute);
   const cudaError_t err = cudaLaunchKernelEx(&config, kernel, map_a, map_b, p);
   GKS_CHECK(err == cudaSuccess, kCudaError)
       << kOp << ": launching the Hopper kernel (config " << kConfig.name

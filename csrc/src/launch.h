@@ -40,6 +40,27 @@ class DeviceGuard {
   int previous_ = 0;
 };
 
+// A launch configuration for 1-D thread block clusters of `cluster` CTAs along x (sm_90+;
+// cluster 1 launches plain CTAs). `attr` is the attribute the config points to: it must
+// outlive the cudaLaunchKernelEx call.
+inline cudaLaunchConfig_t cluster_launch_config(dim3 grid, dim3 block, size_t smem_bytes,
+                                                cudaStream_t stream, unsigned cluster,
+                                                cudaLaunchAttribute& attr) {
+  attr = {};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = cluster;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem_bytes;
+  config.stream = stream;
+  config.attrs = &attr;
+  config.numAttrs = cluster > 1 ? 1 : 0;
+  return config;
+}
+
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }

@@ -11,6 +11,7 @@ struct DeviceLimits {
   int sms = 132;
   int64_t l2_bytes = 50 << 20;
   int max_threads_per_sm = 2048;
+  bool clusters = true;  // thread block clusters (compute capability 9.0 and later)
 };
 
 // The limits of CUDA device `device`, read on first use and cached. Throws gks::Error.

@@ -2,6 +2,10 @@
 // Warp-shuffle and block reductions over fp32.
 #pragma once
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#include <cooperative_groups.h>
+#endif
+
 namespace gks::kernels {
 
 struct SumOp {
@@ -38,6 +42,38 @@ __device__ __forceinline__ float group_reduce(float v, Op op, float* scratch) {
     __syncthreads();
   }
   return v;
+}
+
+
+
+// Sums one value per CTA over the kCluster CTAs of a thread block cluster (sm_90+); every
+// thread of every CTA gets the same total, added in rank order (deterministic). `slot` is
+// one float of this CTA's shared memory. Every thread of the CTA must call this, and later
+// cluster_release_wait() before it exits: the other CTAs read this CTA's slot through
+// distributed shared memory, so it must outlive their reads.
+template <int kCluster>
+__device__ __forceinline__ float cluster_sum(float cta_total, float* slot) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  if (threadIdx.x == 0 && threadIdx.y == 0) *slot = cta_total;
+  cg::this_cluster().sync();  // every slot written (release/acquire across the cluster)
+  float total = 0.f;
+#pragma unroll
+  for (int r = 0; r < kCluster; ++r) total += *cg::this_cluster().map_shared_rank(slot, r);
+  cg::this_cluster().barrier_arrive();  // done reading the others' slots
+  return total;
+#else
+  __trap();  // the host launches clusters only on sm_90+
+  return cta_total;
+#endif
+}
+
+// The wait that pairs with cluster_sum's final arrive: returns once every CTA of the
+// cluster has read its slots, after which this CTA's shared memory may go away.
+__device__ __forceinline__ void cluster_release_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cooperative_groups::this_cluster().barrier_wait();
+#endif
 }
 
 }  // namespace gks::kernels

@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace gks::kernels {
 
@@ -69,6 +70,28 @@ __device__ __forceinline__ void load_row_vec(const T* row, int64_t col, int64_t 
   } else {
 #pragma unroll
     for (int j = 0; j < kN; ++j) out[j] = col + j < cols ? to_float(row[col + j]) : fill;
+  }
+}
+
+// A row's vector access as held in registers by kernels that keep rows there. 16-byte
+// accesses are kept as four raw 32-bit words, so 16-bit elements stay two to a register
+// (a struct of eight 16-bit members gets split into eight registers); narrower ones as Vec.
+template <typename T, int kN>
+using Held = std::conditional_t<sizeof(T) * kN == 16, uint4, Vec<T, kN>>;
+
+// Element j (a compile-time index once unrolled) of a held access, in fp32.
+template <typename T, int kN>
+__device__ __forceinline__ float held_at(const Vec<T, kN>& v, int j) { return to_float(v.v[j]); }
+template <typename T>
+__device__ __forceinline__ float held_at(const uint4& r, int j) {
+  const uint32_t word = j * sizeof(T) / 4 == 0 ? r.x : j * sizeof(T) / 4 == 1 ? r.y
+                        : j * sizeof(T) / 4 == 2 ? r.z : r.w;
+  if constexpr (sizeof(T) == 4) {
+    return __uint_as_float(word);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __uint_as_float(j % 2 == 0 ? word << 16 : word & 0xffff0000u);  // bf16 = top half of fp32
+  } else {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(j % 2 == 0 ? word : word >> 16)));
   }
 }
 
