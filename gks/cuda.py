@@ -25,8 +25,9 @@ from gks import _native
 def rmsnorm_out(x, weight, y, eps: float = 1e-6, config: int = -1) -> None:
     """y = rmsnorm(x, weight, eps), written into y (same shape and dtype as x).
 
-    config: -1 picks the kernel by heuristic; 0 holds rows in registers; 1 loops over
-    rows twice (second pass from L2). See gks/specs/rmsnorm.py."""
+    config: -1 picks the kernel by heuristic, else an index into the spec's configs
+    (gks.registry.get("rmsnorm").configs: registers-8x16B, looped, registers-4x16B,
+    cluster-256t; csrc/include/gks/rmsnorm.h says what each is)."""
     _native.module().rmsnorm(x, weight, y, float(eps), int(config))
 
 

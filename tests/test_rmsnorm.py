@@ -240,9 +240,9 @@ def test_cupy_and_jax_through_dlpack():
 
 @requires_gpu
 @requires_native
-@pytest.mark.parametrize("config", [0, 1], ids=["registers", "looped"])
+@pytest.mark.parametrize("config", range(len(SPEC.configs)), ids=[c["name"] for c in SPEC.configs])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("shape", [(5, 1), (7, 1000), (3, 4097), (4, 32768), (2, 70000)])
+@pytest.mark.parametrize("shape", [(5, 1), (7, 1000), (3, 4097), (4, 32768), (2, 70000), (3, 262144)])
 def test_each_config(config, dtype, shape):
     # Every kernel shape on its own, not only the one the heuristic picks.
     x = _rand(shape, dtype, seed_for("config", config, str(dtype), shape))

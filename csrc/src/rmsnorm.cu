@@ -9,33 +9,53 @@
 namespace gks {
 namespace detail {
 
-// Register-resident rows need at most this many 16-byte accesses per thread.
-constexpr int kMaxVecsPerThread = 8;
+namespace {
+constexpr int kLoopedConfig = 1;
+
+// The fewest threads per CTA (64 up to max_threads), then the fewest CTAs per cluster (up to
+// max_cluster), for which `vecs` accesses a thread cover the row. False if they cannot.
+bool fit_registers(int64_t accesses, int vecs, int max_threads, int max_cluster, RmsNormPlan& plan) {
+  int threads = 64, cluster = 1;
+  while (threads < max_threads && int64_t(threads) * vecs < accesses) threads *= 2;
+  while (cluster < max_cluster && int64_t(threads) * vecs * cluster < accesses) cluster *= 2;
+  if (int64_t(threads) * vecs * cluster < accesses) return false;
+  plan.threads_per_row = threads;
+  plan.vecs_per_thread = vecs;
+  plan.cluster = cluster;
+  return true;
+}
+}  // namespace
 
 RmsNormPlan plan_rmsnorm(int64_t cols, DType dtype, bool aligned16, int config,
                          const DeviceLimits& limits) {
   RmsNormPlan plan;
   plan.vec = aligned16 ? int(16 / dtype_size(dtype)) : 1;
   const int64_t accesses = ceil_div(std::max<int64_t>(cols, 1), plan.vec);
-  const bool fits_registers = accesses <= 1024 * kMaxVecsPerThread;
-  // Short rows: a warp per row, four rows per block, read once, no block barrier.
-  if (accesses <= 32 * kMaxVecsPerThread && config != 1) {
-    plan.threads_per_row = 32;
-    plan.rows_per_block = 4;
-    plan.vecs_per_thread = accesses <= 32 ? 1 : accesses <= 64 ? 2 : accesses <= 128 ? 4 : 8;
-    return plan;
-  }
-  // Longer rows. Measured on the H200 (2026-11-29, bench --configs): fp32 rows run best
-  // looped (32768x4096: 96% of copy bandwidth vs 90% in registers; 8192x32768: 90% vs 72%),
-  // 16-bit rows best in registers (32768x4096: 92% vs 83%; 8192x32768: 75% vs 58%).
-  const bool prefer_registers = config == 0 || (config == -1 && dtype_size(dtype) == 2);
-  if (prefer_registers && fits_registers) {
-    // A block per row, as few threads as keep each thread at <= 8 accesses.
-    int threads = 64;
-    while (int64_t(threads) * kMaxVecsPerThread < accesses) threads *= 2;
-    plan.threads_per_row = threads;
-    plan.vecs_per_thread = kMaxVecsPerThread;
-    return plan;
+  if (config != kLoopedConfig) {
+    // Registers: `vecs` 16-byte accesses a thread (4 raw registers each), CTAs of up to
+    // `max_threads`, split over a cluster beyond that (sm_90, 16-byte aligned rows only).
+    const int vecs = config == 0 ? 8 : 4;
+    const int max_threads = config == 3 ? 256 : 1024;
+    const int max_cluster = aligned16 && limits.clusters ? 8 : 1;
+    // Short rows: a warp per row, four rows per block, no block barrier.
+    if (accesses <= 32 * vecs) {
+      plan.threads_per_row = 32;
+      plan.rows_per_block = 4;
+      plan.vecs_per_thread = accesses <= 32 ? 1 : accesses <= 64 ? 2 : accesses <= 128 ? 4 : 8;
+      return plan;
+    }
+    // The heuristic keeps a row in one CTA while it can (4, then 8 accesses a thread), then
+    // splits it over a cluster. Measured on an H200 (2026-11-29, bench --configs): one CTA
+    // beat a cluster at every bench shape it fits, e.g. fp32 8192x32768: 1024 threads x 8
+    // accesses 553 us, a 2-CTA cluster of 1024 x 4 614 us, 8 CTAs of 256 x 4 572 us;
+    // bf16 8192x32768: 1024 x 4 265 us, 4 CTAs of 256 x 4 289 us, looped 304 us.
+    if (config == -1 && (fit_registers(accesses, 4, 1024, 1, plan) || fit_registers(accesses, 8, 1024, 1, plan)))
+      return plan;
+    // Rows too long for the config's shape try wider ones before looping.
+    if (fit_registers(accesses, vecs, max_threads, max_cluster, plan) ||
+        fit_registers(accesses, vecs, 1024, max_cluster, plan) ||
+        fit_registers(accesses, 8, 1024, max_cluster, plan))
+      return plan;
   }
   // Looped: the fewest threads per row (so the most rows per SM) for which every row in
   // flight still fits in half the L2, so the second pass reads from L2.
@@ -53,11 +73,48 @@ namespace {
 
 using kernels::RmsNormParams;
 
-template <typename T, int kVec, int kThreads, int kVecs, int kRows>
+template <typename T, int kVec, int kThreads, int kVecs, int kRows, int kCluster = 1>
 void launch_registers(const RmsNormParams& p, cudaStream_t stream) {
+  const auto kernel = kernels::rmsnorm_registers_kernel<T, kVec, kThreads, kVecs, kRows, kCluster>;
   const dim3 block(kThreads, kRows);
-  const auto grid = static_cast<unsigned>(ceil_div(p.rows, kRows));
-  kernels::rmsnorm_registers_kernel<T, kVec, kThreads, kVecs, kRows><<<grid, block, 0, stream>>>(p);
+  const auto grid = static_cast<unsigned>(ceil_div(p.rows, kRows) * kCluster);
+  if constexpr (kCluster == 1) {
+    kernel<<<grid, block, 0, stream>>>(p);
+  } else {
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t config = cluster_launch_config(dim3(grid), block, 0, stream, kCluster, attr);
+    cudaLaunchKernelEx(&config, kernel, p);  // errors surface in check_launch
+  }
+}
+
+// CTAs of kThreads threads with kVecs accesses each, split over `cluster` CTAs a row.
+template <typename T, int kVec, int kThreads, int kVecs>
+void launch_cluster(int cluster, const RmsNormParams& p, cudaStream_t stream) {
+  switch (cluster) {
+    case 1: return launch_registers<T, kVec, kThreads, kVecs, 1, 1>(p, stream);
+    case 2: return launch_registers<T, kVec, kThreads, kVecs, 1, 2>(p, stream);
+    case 4: return launch_registers<T, kVec, kThreads, kVecs, 1, 4>(p, stream);
+    default: return launch_registers<T, kVec, kThreads, kVecs, 1, 8>(p, stream);
+  }
+}
+
+template <typename T, int kVec, int kVecs>
+void launch_block(const RmsNormPlan& plan, const RmsNormParams& p, cudaStream_t stream) {
+  // Clusters come only with 16-byte accesses and CTAs of 256 or 1024 threads (plan_rmsnorm
+  // grows a cluster only once a config's thread limit is reached).
+  if constexpr (kVec > 1) {
+    if (plan.cluster > 1) {
+      if (plan.threads_per_row == 256) return launch_cluster<T, kVec, 256, kVecs>(plan.cluster, p, stream);
+      return launch_cluster<T, kVec, 1024, kVecs>(plan.cluster, p, stream);
+    }
+  }
+  switch (plan.threads_per_row) {
+    case 64: return launch_registers<T, kVec, 64, kVecs, 1>(p, stream);
+    case 128: return launch_registers<T, kVec, 128, kVecs, 1>(p, stream);
+    case 256: return launch_registers<T, kVec, 256, kVecs, 1>(p, stream);
+    case 512: return launch_registers<T, kVec, 512, kVecs, 1>(p, stream);
+    default: return launch_registers<T, kVec, 1024, kVecs, 1>(p, stream);
+  }
 }
 
 template <typename T, int kVec>
@@ -79,13 +136,8 @@ void launch_plan(const RmsNormPlan& plan, const RmsNormParams& p, cudaStream_t s
       default: return launch_registers<T, kVec, 32, 8, 4>(p, stream);
     }
   }
-  switch (plan.threads_per_row) {
-    case 64: return launch_registers<T, kVec, 64, 8, 1>(p, stream);
-    case 128: return launch_registers<T, kVec, 128, 8, 1>(p, stream);
-    case 256: return launch_registers<T, kVec, 256, 8, 1>(p, stream);
-    case 512: return launch_registers<T, kVec, 512, 8, 1>(p, stream);
-    default: return launch_registers<T, kVec, 1024, 8, 1>(p, stream);
-  }
+  if (plan.vecs_per_thread == 4) return launch_block<T, kVec, 4>(plan, p, stream);
+  return launch_block<T, kVec, 8>(plan, p, stream);
 }
 
 }  // namespace
@@ -110,17 +162,17 @@ void rmsnorm(const RmsNormArgs& args, cudaStream_t stream) {
       << kOp << ": argument 'weight' must be contiguous, got stride " << w.strides[0];
   GKS_CHECK(args.eps >= 0.f, kInvalidArgument)
       << kOp << ": argument 'eps' must be >= 0, got " << args.eps;
-  GKS_CHECK(args.config >= -1 && args.config <= 1, kInvalidArgument)
-      << kOp << ": argument 'config' must be -1 (heuristic), 0 (registers) or 1 (looped), got "
-      << args.config;
-  GKS_CHECK(x_rows.rows <= int64_t(INT32_MAX), kInvalidArgument)
-      << kOp << ": at most 2^31 - 1 rows are supported, got " << x_rows.rows;
+  GKS_CHECK(args.config >= -1 && args.config < kRmsNormConfigCount, kInvalidArgument)
+      << kOp << ": argument 'config' must be -1 (heuristic) or an index below "
+      << kRmsNormConfigCount << " into kRmsNormConfigs, got " << args.config;
   if (x_rows.rows == 0 || x_rows.cols == 0) return;
 
   const int64_t vec = 16 / dtype_size(x.dtype);
+  // 16-byte accesses need 16-byte aligned rows of a whole number of vectors (each access
+  // then lies wholly inside a row or wholly past it); anything else goes element by element.
   const bool aligned = detail::aligned16(x.data) && detail::aligned16(y.data) &&
                        detail::aligned16(w.data) && x_rows.rows_aligned_to(vec) &&
-                       y_rows.rows_aligned_to(vec);
+                       y_rows.rows_aligned_to(vec) && x_rows.cols % vec == 0;
   const detail::RmsNormPlan plan =
       detail::plan_rmsnorm(x_rows.cols, x.dtype, aligned, args.config, detail::device_limits(x.device.index));
   const kernels::RmsNormParams params{x.data, w.data,         y.data, x_rows,

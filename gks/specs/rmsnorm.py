@@ -64,7 +64,7 @@ SPEC = register(
         ),
         bench_shapes=((32768, 4096), (8192, 32768), (65536, 1024)),
         peers=(Peer("F.rms_norm", _torch_rms_norm), Peer("torch.compile", _torch_compile)),
-        # RmsNormArgs::config: 0 keeps each row in registers, 1 walks it twice (2nd from L2).
-        configs=({"name": "registers"}, {"name": "looped"}),
+        # RmsNormArgs::config indexes these (kRmsNormConfigs in csrc/include/gks/rmsnorm.h).
+        configs=tuple({"name": n} for n in ("registers-8x16B", "looped", "registers-4x16B", "cluster-256t")),
     )
 )

@@ -110,6 +110,14 @@ TEST(RmsNorm, RejectsOtherDevice) {
                "argument 'weight' must be on the device of 'x' (cuda:0), got cuda:1");
 }
 
+TEST(RmsNorm, RejectsUnknownConfig) {
+  char buf[64];
+  auto a = valid_args(buf);
+  a.config = gks::kRmsNormConfigCount;
+  expect_error([&] { gks::rmsnorm(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "argument 'config' must be -1 (heuristic) or an index below 4");
+}
+
 TEST(RmsNorm, RejectsNegativeEps) {
   char buf[64];
   auto a = valid_args(buf);
@@ -127,38 +135,65 @@ TEST(RmsNormPlan, WarpPerRowForShortRows) {
   EXPECT_EQ(p.rows_per_block, 4);
 }
 
-TEST(RmsNormPlan, RegistersConfigCoversTheRow) {
-  for (int64_t cols : {1025, 4096, 8191, 32768}) {
-    for (auto dtype : {gks::DType::kFloat32, gks::DType::kBFloat16}) {
-      const auto p = gks::detail::plan_rmsnorm(cols, dtype, true, /*config=*/0);
-      ASSERT_EQ(p.kind, gks::detail::RmsNormPlan::Kind::kRegisters) << cols;
-      EXPECT_GE(int64_t(p.threads_per_row) * p.vecs_per_thread * p.vec, cols) << cols;
-      EXPECT_EQ(p.rows_per_block, p.threads_per_row > 32 ? 1 : 4);
+TEST(RmsNormPlan, RegistersConfigsCoverTheRow) {
+  for (int config : {0, 2, 3}) {
+    for (int64_t cols : {1025, 4096, 8191, 32768, 262144}) {
+      for (auto dtype : {gks::DType::kFloat32, gks::DType::kBFloat16}) {
+        const auto p = gks::detail::plan_rmsnorm(cols, dtype, true, config);
+        ASSERT_EQ(p.kind, gks::detail::RmsNormPlan::Kind::kRegisters) << cols;
+        EXPECT_GE(int64_t(p.threads_per_row) * p.vecs_per_thread * p.vec * p.cluster, cols) << cols;
+        EXPECT_EQ(p.rows_per_block, p.threads_per_row > 32 ? 1 : 4);
+        EXPECT_LE(p.cluster, 8);
+        if (cols > 32768) continue;  // 262144: past every config's shape, the widest one
+        // A cluster only once a CTA has its config's most threads.
+        if (p.cluster > 1) EXPECT_EQ(p.threads_per_row, config == 3 ? 256 : 1024) << cols;
+        EXPECT_LE(p.vecs_per_thread, config == 0 ? 8 : 4) << cols;
+      }
     }
   }
 }
 
+TEST(RmsNormPlan, HeuristicKeepsARowInOneCtaWhileItFits) {
+  using gks::detail::plan_rmsnorm;
+  const auto f = plan_rmsnorm(32768, gks::DType::kFloat32, true);  // 8192 accesses
+  EXPECT_EQ(f.threads_per_row, 1024);
+  EXPECT_EQ(f.vecs_per_thread, 8);
+  EXPECT_EQ(f.cluster, 1);
+  const auto b = plan_rmsnorm(32768, gks::DType::kBFloat16, true);  // 4096 accesses
+  EXPECT_EQ(b.threads_per_row, 1024);
+  EXPECT_EQ(b.vecs_per_thread, 4);
+  EXPECT_EQ(b.cluster, 1);
+  const auto s = plan_rmsnorm(4096, gks::DType::kFloat32, true);
+  EXPECT_EQ(s.threads_per_row, 256);
+  EXPECT_EQ(s.vecs_per_thread, 4);
+  const auto l = plan_rmsnorm(65536, gks::DType::kFloat32, true);  // past one CTA: a cluster
+  EXPECT_EQ(l.kind, gks::detail::RmsNormPlan::Kind::kRegisters);
+  EXPECT_EQ(l.cluster, 4);
+  EXPECT_EQ(int64_t(l.threads_per_row) * l.vecs_per_thread * l.vec * l.cluster, 65536);
+}
+
+TEST(RmsNormPlan, ClustersNeedSm90AndAlignedRows) {
+  gks::detail::DeviceLimits a100{108, 40 << 20, 2048, /*clusters=*/false};
+  const auto p = gks::detail::plan_rmsnorm(32768, gks::DType::kFloat32, true, 3, a100);
+  EXPECT_EQ(p.cluster, 1);
+  EXPECT_GE(int64_t(p.threads_per_row) * p.vecs_per_thread * p.vec, 32768);
+  EXPECT_EQ(gks::detail::plan_rmsnorm(32768, gks::DType::kFloat32, false, 3).cluster, 1);
+  // Without clusters, rows past 1024 threads x 8 accesses loop.
+  EXPECT_EQ(gks::detail::plan_rmsnorm(65536, gks::DType::kFloat32, true, 0, a100).kind,
+            gks::detail::RmsNormPlan::Kind::kLooped);
+}
+
 TEST(RmsNormPlan, LongOrUnalignedRowsLoop) {
-  const auto p = gks::detail::plan_rmsnorm(262144, gks::DType::kFloat32, true);
+  const auto p = gks::detail::plan_rmsnorm(524288, gks::DType::kFloat32, true);
   EXPECT_EQ(p.kind, gks::detail::RmsNormPlan::Kind::kLooped);
   EXPECT_EQ(p.threads_per_row, 1024);
-  const auto q = gks::detail::plan_rmsnorm(4097, gks::DType::kFloat32, false);
+  const auto q = gks::detail::plan_rmsnorm(16385, gks::DType::kFloat32, false);
   EXPECT_EQ(q.vec, 1);
   EXPECT_EQ(q.kind, gks::detail::RmsNormPlan::Kind::kLooped);
   const auto h = gks::detail::plan_rmsnorm(4097, gks::DType::kFloat16, false);
   EXPECT_EQ(h.vec, 1);
+  EXPECT_EQ(h.cluster, 1);
   EXPECT_GE(int64_t(h.threads_per_row) * h.vecs_per_thread, 4097);
-  // Rows too long for registers loop even when registers are asked for.
-  EXPECT_EQ(gks::detail::plan_rmsnorm(65536, gks::DType::kFloat32, true, 0).kind,
-            gks::detail::RmsNormPlan::Kind::kLooped);
-}
-
-TEST(RmsNormPlan, HeuristicLoopsFp32AndHoldsHalfInRegisters) {
-  // The measured choice (see plan_rmsnorm): long fp32 rows loop, 16-bit rows stay in registers.
-  EXPECT_EQ(gks::detail::plan_rmsnorm(4096, gks::DType::kFloat32, true).kind,
-            gks::detail::RmsNormPlan::Kind::kLooped);
-  EXPECT_EQ(gks::detail::plan_rmsnorm(32768, gks::DType::kBFloat16, true).kind,
-            gks::detail::RmsNormPlan::Kind::kRegisters);
   EXPECT_EQ(gks::detail::plan_rmsnorm(32768, gks::DType::kFloat16, true, /*config=*/1).kind,
             gks::detail::RmsNormPlan::Kind::kLooped);
 }
@@ -166,7 +201,7 @@ TEST(RmsNormPlan, HeuristicLoopsFp32AndHoldsHalfInRegisters) {
 TEST(RmsNormPlan, LoopedRowsInFlightFitHalfTheL2) {
   gks::detail::DeviceLimits h200{132, 60 << 20, 2048};
   for (int64_t cols : {2048, 4096, 16384}) {
-    const auto p = gks::detail::plan_rmsnorm(cols, gks::DType::kFloat32, true, -1, h200);
+    const auto p = gks::detail::plan_rmsnorm(cols, gks::DType::kFloat32, true, /*config=*/1, h200);
     ASSERT_EQ(p.kind, gks::detail::RmsNormPlan::Kind::kLooped);
     const int64_t in_flight = int64_t(h200.sms) * (h200.max_threads_per_sm / p.threads_per_row);
     EXPECT_LE(in_flight * cols * 4, h200.l2_bytes / 2) << cols;

@@ -14,13 +14,21 @@ struct RmsNormArgs {
   TensorRef weight;  // [N], x's dtype, contiguous
   TensorRef y;       // x's shape and dtype, last dim contiguous, any row strides
   float eps = 1e-6f;
-  // Kernel shape: -1 picks by heuristic; 0 holds each row in registers (read once);
-  // 1 walks each row twice, the second time from L2 (see kernels/rmsnorm.cuh).
+  // Kernel shape: -1 picks by heuristic, else an index into kRmsNormConfigs (see
+  // kernels/rmsnorm.cuh for the two kernels).
   int config = -1;
 };
 
-// Names of the configs `RmsNormArgs::config` selects, in index order.
-inline constexpr const char* kRmsNormConfigs[] = {"registers", "looped"};
+// Names of the configs `RmsNormArgs::config` selects, in index order:
+//  registers-8x16B  rows in registers, each thread holding up to 8 16-byte accesses;
+//  looped           each row walked twice, the second time from L2;
+//  registers-4x16B  rows in registers, up to 4 accesses a thread (more threads per row);
+//  cluster-256t     as registers-4x16B, but CTAs of at most 256 threads, a row split over
+//                   a thread block cluster of up to 8 CTAs beyond that (sm_90).
+// Rows that do not fit a config's shape fall back to a wider one, and then to looped.
+inline constexpr const char* kRmsNormConfigs[] = {"registers-8x16B", "looped", "registers-4x16B",
+                                                  "cluster-256t"};
+inline constexpr int kRmsNormConfigCount = 4;
 
 // Validates the arguments (throws gks::Error) and launches on `stream`.
 void rmsnorm(const RmsNormArgs& args, cudaStream_t stream);
@@ -35,6 +43,7 @@ struct RmsNormPlan {
   int threads_per_row = 32;
   int vecs_per_thread = 1;  // kRegisters: accesses each thread keeps in registers
   int rows_per_block = 1;
+  int cluster = 1;          // kRegisters: CTAs (a thread block cluster) sharing one row
 };
 RmsNormPlan plan_rmsnorm(int64_t cols, DType dtype, bool aligned16, int config = -1,
                          const DeviceLimits& limits = DeviceLimits{});

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // RMSNorm device code. Two shapes of kernel:
-//  - registers: a row (or a warp's row) is read once into registers, reduced, scaled and
-//    written; used whenever the row fits in the registers of one block.
+//  - registers: a row is read once into registers, reduced, scaled and written; a warp, a
+//    block or (sm_90) a cluster of blocks holds each row. Used whenever the row fits.
 //  - looped: a block walks a long row twice (sum of squares, then scale); the second pass
 //    mostly hits L2. Also the path for rows that are not 16-byte aligned (vec = 1).
 #pragma once
@@ -26,44 +26,83 @@ struct RmsNormParams {
 };
 
 // Block: kThreadsPerRow x kRowsPerBlock threads; threadIdx.y picks the row in the block.
-template <typename T, int kVec, int kThreadsPerRow, int kVecsPerThread, int kRowsPerBlock>
-__global__ void __launch_bounds__(kThreadsPerRow* kRowsPerBlock)
+// With kCluster > 1 a row is split over the kCluster CTAs of a thread block cluster (sm_90),
+// each holding a contiguous kThreadsPerRow * kVecsPerThread accesses of it, and the partial
+// sums of squares meet through distributed shared memory. That keeps long rows in
+// registers while each CTA stays small enough for several per SM, so one CTA's loads
+// overlap another's reduction and stores.
+template <typename T, int kVec, int kThreadsPerRow, int kVecsPerThread, int kRowsPerBlock,
+          int kCluster = 1>
+// Up to 4 accesses a thread fit in 32 registers, which lets an SM hold 2048 threads.
+__global__ void __launch_bounds__(kThreadsPerRow* kRowsPerBlock,
+                                  (kVecsPerThread <= 4 ? 2048 : 1024) / (kThreadsPerRow * kRowsPerBlock))
     rmsnorm_registers_kernel(const RmsNormParams p) {
   static_assert(kRowsPerBlock == 1 || kThreadsPerRow <= 32, "several rows only per warp");
+  static_assert(kCluster == 1 || kRowsPerBlock == 1, "clusters split one row");
   __shared__ float scratch[kThreadsPerRow / 32 > 0 ? kThreadsPerRow / 32 : 1];
-  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.y;
-  if (row >= p.rows) return;  // only for warp-per-row blocks, which have no block barrier
-  const T* x = static_cast<const T*>(p.x) + p.x_rows.row_offset(row);
-  const int tid = threadIdx.x;
+  __shared__ float cluster_slot;
+  const int rank = kCluster > 1 ? int(blockIdx.x % kCluster) : 0;  // 1-D clusters along x
+  const int64_t row = int64_t(blockIdx.x / kCluster) * kRowsPerBlock + threadIdx.y;
+  // Only warp-per-row blocks (no block barrier, no cluster) can have rows past the end.
+  if (kRowsPerBlock > 1 && row >= p.rows) return;
+  // This thread's accesses are i = 0 .. kVecsPerThread-1, kThreadsPerRow vectors apart,
+  // starting at vector `first`; the row is a whole number of vectors (the host picks kVec
+  // so), so each access is wholly inside the row or wholly past it.
+  using V = Vec<T, kVec>;
+  const int64_t first = int64_t(rank) * kVecsPerThread * kThreadsPerRow + threadIdx.x;
+  const int64_t row_vecs = p.cols / kVec;
+  const int live = first >= row_vecs ? 0
+                   : int(min(int64_t(kVecsPerThread), (row_vecs - first + kThreadsPerRow - 1) / kThreadsPerRow));
 
-  float v[kVecsPerThread][kVec];
+  // The row stays as loaded (Held) and is converted to fp32 where it is used.
+  using H = Held<T, kVec>;
+  const H* x = reinterpret_cast<const H*>(static_cast<const T*>(p.x) + p.x_rows.row_offset(row)) + first;
+  H v[kVecsPerThread];
+#pragma unroll
+  for (int i = 0; i < kVecsPerThread; ++i) v[i] = i < live ? x[i * kThreadsPerRow] : H{};
+  // Long fp32 rows (8 accesses a thread, one 1024-thread CTA an SM) load the weight with x
+  // and hold x * w (as many registers as x), so the weight's loads overlap x's instead of
+  // trailing the reduction. 16-bit rows would need twice the registers for the products,
+  // and 4-access fp32 threads would spill at the 32 registers that 2048 threads an SM allow.
+  constexpr bool kWeightFirst = sizeof(T) == 4 && kVecsPerThread > 4;
+  const H* w = reinterpret_cast<const H*>(p.weight) + first;
+  float xw[kWeightFirst ? kVecsPerThread : 1][kVec];
   float sumsq = 0.f;
 #pragma unroll
   for (int i = 0; i < kVecsPerThread; ++i) {
-    const int64_t col = (int64_t(i) * kThreadsPerRow + tid) * kVec;
-    load_row_vec<kVec>(x, col, p.cols, v[i]);
+    H wv{};
+    if constexpr (kWeightFirst) wv = i < live ? w[i * kThreadsPerRow] : H{};
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) sumsq += v[i][j] * v[i][j];
+    for (int j = 0; j < kVec; ++j) {
+      const float a = held_at<T>(v[i], j);
+      sumsq += a * a;
+      if constexpr (kWeightFirst) xw[i][j] = a * held_at<T>(wv, j);
+    }
   }
   if constexpr (kThreadsPerRow <= 32) {
     sumsq = warp_reduce<kThreadsPerRow>(sumsq, SumOp{});
   } else {
     sumsq = group_reduce<kThreadsPerRow>(sumsq, SumOp{}, scratch);
   }
+  if constexpr (kCluster > 1) sumsq = cluster_sum<kCluster>(sumsq, &cluster_slot);
   const float inv_rms = rsqrtf(sumsq / float(p.cols) + p.eps);
 
-  const T* w = static_cast<const T*>(p.weight);
-  T* y = static_cast<T*>(p.y) + p.y_rows.row_offset(row);
+  V* y = reinterpret_cast<V*>(static_cast<T*>(p.y) + p.y_rows.row_offset(row)) + first;
 #pragma unroll
   for (int i = 0; i < kVecsPerThread; ++i) {
-    const int64_t col = (int64_t(i) * kThreadsPerRow + tid) * kVec;
-    if (col >= p.cols) break;
-    float wv[kVec];
-    load_row_vec<kVec>(w, col, p.cols, wv);
+    if (i >= live) break;
+    V out;
+    if constexpr (kWeightFirst) {
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) v[i][j] = v[i][j] * inv_rms * wv[j];
-    store_row_vec<kVec>(y, col, p.cols, v[i]);
+      for (int j = 0; j < kVec; ++j) out.v[j] = from_float<T>(xw[i][j] * inv_rms);
+    } else {
+      const H wv = w[i * kThreadsPerRow];
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) out.v[j] = from_float<T>(held_at<T>(v[i], j) * inv_rms * held_at<T>(wv, j));
+    }
+    y[i * kThreadsPerRow] = out;
   }
+  if constexpr (kCluster > 1) cluster_release_wait();
 }
 
 // One row per kThreads-thread block; the row is walked twice, kUnroll accesses in flight.
@@ -74,41 +113,46 @@ __global__ void __launch_bounds__(kThreadsPerRow* kRowsPerBlock)
 template <typename T, int kVec, int kThreads>
 __global__ void __launch_bounds__(kThreads) rmsnorm_looped_kernel(const RmsNormParams p) {
   constexpr int kUnroll = 4;
-  constexpr int64_t kStep = int64_t(kThreads) * kVec;       // elements one sweep covers
-  constexpr int64_t kChunk = kStep * kUnroll;                // elements one iteration covers
+  constexpr int kChunk = kThreads * kUnroll;  // vectors one iteration covers
+  using H = Held<T, kVec>;
+  using V = Vec<T, kVec>;
   __shared__ float scratch[kThreads / 32];
   const int64_t row = blockIdx.x;
-  const T* x = static_cast<const T*>(p.x) + p.x_rows.row_offset(row);
-  const int64_t first = int64_t(threadIdx.x) * kVec;
+  const int64_t row_vecs = p.cols / kVec;  // a whole number (the host picks kVec so)
+  const H* x = reinterpret_cast<const H*>(static_cast<const T*>(p.x) + p.x_rows.row_offset(row));
 
   float sumsq = 0.f;
-  for (int64_t base = 0; base < p.cols; base += kChunk) {
-    float v[kUnroll][kVec];
+  for (int64_t base = threadIdx.x; base < row_vecs; base += kChunk) {
+    H v[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) load_row_vec<kVec>(x, base + u * kStep + first, p.cols, v[u]);
+    for (int u = 0; u < kUnroll; ++u) v[u] = base + u * kThreads < row_vecs ? x[base + u * kThreads] : H{};
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) sumsq += v[u][j] * v[u][j];
+      for (int j = 0; j < kVec; ++j) sumsq += held_at<T>(v[u], j) * held_at<T>(v[u], j);
   }
   sumsq = group_reduce<kThreads>(sumsq, SumOp{}, scratch);
   const float inv_rms = rsqrtf(sumsq / float(p.cols) + p.eps);
 
-  const T* w = static_cast<const T*>(p.weight);
-  T* y = static_cast<T*>(p.y) + p.y_rows.row_offset(row);
-  const int64_t last_chunk = (p.cols - 1) / kChunk * kChunk;
-  for (int64_t base = last_chunk; base >= 0; base -= kChunk) {
-    float v[kUnroll][kVec], wv[kUnroll][kVec];
+  const H* w = reinterpret_cast<const H*>(p.weight);
+  V* y = reinterpret_cast<V*>(static_cast<T*>(p.y) + p.y_rows.row_offset(row));
+  const int64_t last = threadIdx.x + (row_vecs - 1) / kChunk * kChunk;
+  for (int64_t base = last; base >= 0; base -= kChunk) {
+    H v[kUnroll], wv[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      load_row_vec<kVec, CacheHint::kLastUse>(x, base + u * kStep + first, p.cols, v[u]);
-      load_row_vec<kVec>(w, base + u * kStep + first, p.cols, wv[u]);
+      if (base + u * kThreads < row_vecs) {
+        v[u] = load_vec<CacheHint::kLastUse>(x + base + u * kThreads);
+        wv[u] = w[base + u * kThreads];
+      }
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
+      if (base + u * kThreads >= row_vecs) break;
+      V out;
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) v[u][j] = v[u][j] * inv_rms * wv[u][j];
-      store_row_vec<kVec, CacheHint::kStreaming>(y, base + u * kStep + first, p.cols, v[u]);
+      for (int j = 0; j < kVec; ++j) out.v[j] = from_float<T>(held_at<T>(v[u], j) * inv_rms * held_at<T>(wv[u], j));
+      store_vec<CacheHint::kStreaming>(y + base + u * kThreads, out);
     }
   }
 }
