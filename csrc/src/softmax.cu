@@ -9,45 +9,69 @@
 namespace gks {
 namespace detail {
 
-// A thread keeps at most this many fp32 values of a row in registers: 32 values plus
-// addressing fit the 64 registers a 1024-thread block allows each thread. (16 a thread
-// measured slower: 3680 vs 4057 GB/s for fp16 32768x4096 on an H200.) Unaligned rows (one
-// element an access) keep 8 accesses a thread, as RMSNorm does.
-constexpr int kMaxValuesPerThread = 32;
-constexpr int kMaxScalarAccessesPerThread = 8;
-// The widest register-resident block. A 1024-thread block fills an SM, so its loads, its
-// reductions and its stores do not overlap with another block's. fp32 rows still gain from
-// being read once (H200, 8192x32768: 4152 GB/s vs 2844 looped); 16-bit rows, which move
-// half the bytes for the same work, do better looped with several blocks an SM (3750 vs
-// 3463 GB/s fp16; fused 2882 vs 2515), so for them blocks stop at 512 threads (16384 values).
-constexpr int kMaxRegisterThreads32 = 1024;
-constexpr int kMaxRegisterThreads16 = 512;
+// How many of a row's accesses a thread holds in registers. They are held as loaded
+// (16 bytes: 4 registers, whatever the dtype) and converted to fp32 at each use, so that a
+// thread needs about 32 registers and an SM holds 2048 threads: one row's loads then
+// overlap other rows' reductions and stores. (Held as fp32, 32 values a thread took 64
+// registers or more: 1024 threads an SM or fewer, which left 16-bit rows of 32768 and the
+// fused op well short of copy bandwidth.) The unfused kernel holds 4 accesses a thread; the
+// fused one 2, its weight loads and products taking the registers the other 2 would.
+// Rows longer than 1024 threads' worth take more a thread in a 1024-thread block, one to an
+// SM (fp32 rows of 32768, 8 a thread: 4152 GB/s on an H200 at 8192x32768, vs 2844 looped),
+// up to 8 fp32 or 4 16-bit accesses (so rows of up to 32768 elements; 16-bit ones of 32768
+// did better looped while rows were held as fp32: 3750 vs 3463 GB/s fp16, fused 2882 vs
+// 2515). Unaligned rows (one element an access) keep 8 accesses a thread, as RMSNorm does,
+// and 16-bit ones at most 512 threads.
+constexpr int kVecsPerThread = 4;
+constexpr int kFusedVecsPerThread = 2;
+constexpr int kMaxVecsPerThread32 = 8;
+constexpr int kMaxVecsPerThread16 = 4;
+constexpr int kScalarAccessesPerThread = 8;
+constexpr int kMaxRegisterThreads = 1024;
+constexpr int kMaxScalarThreads16 = 512;
 constexpr int kLoopedThreads = 512;
 
-SoftmaxPlan plan_softmax(int64_t cols, DType dtype, bool aligned16, int config) {
+constexpr int base_vecs(int vec, bool fused) {
+  return vec == 1 ? kScalarAccessesPerThread : fused ? kFusedVecsPerThread : kVecsPerThread;
+}
+constexpr int max_vecs(int vec, int elem_size) {
+  return vec == 1 ? kScalarAccessesPerThread
+                  : elem_size == 4 ? kMaxVecsPerThread32 : kMaxVecsPerThread16;
+}
+
+SoftmaxPlan plan_softmax(int64_t cols, DType dtype, bool aligned16, int config, bool fused) {
   SoftmaxPlan plan;
-  plan.vec = aligned16 ? int(16 / dtype_size(dtype)) : 1;
-  const int max_vecs = plan.vec == 1 ? kMaxScalarAccessesPerThread : kMaxValuesPerThread / plan.vec;
+  const int elem_size = int(dtype_size(dtype));
+  plan.vec = aligned16 ? 16 / elem_size : 1;
+  const int base = base_vecs(plan.vec, fused);
+  const int max_threads = plan.vec == 1 && elem_size != 4 ? kMaxScalarThreads16 : kMaxRegisterThreads;
   const int64_t accesses = ceil_div(std::max<int64_t>(cols, 1), plan.vec);
-  const int max_threads = dtype_size(dtype) == 4 ? kMaxRegisterThreads32 : kMaxRegisterThreads16;
-  if (config != 1 && accesses <= 32 * int64_t(max_vecs)) {
+  if (config != 1 && accesses <= 32 * int64_t(base)) {
     // Short rows: a warp per row, four rows per block, no block barrier.
     plan.threads_per_row = 32;
     plan.rows_per_block = 4;
     int vecs = 1;
     while (32 * int64_t(vecs) < accesses) vecs *= 2;
     plan.vecs_per_thread = vecs;
-  } else if (config != 1 && accesses <= int64_t(max_threads) * max_vecs) {
-    // A block per row, as few threads as hold the row with max_vecs accesses each (more
-    // loads in flight per thread, more blocks per SM).
-    int threads = 64;
-    while (int64_t(threads) * max_vecs < accesses) threads *= 2;
-    plan.threads_per_row = threads;
-    plan.vecs_per_thread = max_vecs;
-  } else {
-    plan.kind = SoftmaxPlan::Kind::kLooped;
-    plan.threads_per_row = kLoopedThreads;
+    return plan;
   }
+  if (config != 1 && accesses <= int64_t(max_threads) * max_vecs(plan.vec, elem_size)) {
+    // A block per row: as few threads as hold the row with `base` accesses each, or failing
+    // that the widest block with as few accesses each as hold it.
+    int threads = 64, vecs = base;
+    while (int64_t(threads) * vecs < accesses) {
+      if (threads < max_threads) {
+        threads *= 2;
+      } else {
+        vecs *= 2;
+      }
+    }
+    plan.threads_per_row = threads;
+    plan.vecs_per_thread = vecs;
+    return plan;
+  }
+  plan.kind = SoftmaxPlan::Kind::kLooped;
+  plan.threads_per_row = kLoopedThreads;
   return plan;
 }
 
@@ -59,50 +83,71 @@ template <typename T, int kVec, int kThreads, int kVecs, int kRows, bool kFused>
 void launch_registers(const SoftmaxParams& p, cudaStream_t stream) {
   const dim3 block(kThreads, kRows);
   const auto grid = static_cast<unsigned>(ceil_div(p.rows, kRows));
-  kernels::softmax_registers_kernel<T, kVec, kThreads, kVecs, kRows, kFused>
+  if constexpr (kVec > 1) {
+    if (p.cols % kVec != 0) {
+      kernels::softmax_registers_kernel<T, kVec, kThreads, kVecs, kRows, kFused, true>
+          <<<grid, block, 0, stream>>>(p);
+      return;
+    }
+  }
+  kernels::softmax_registers_kernel<T, kVec, kThreads, kVecs, kRows, kFused, false>
       <<<grid, block, 0, stream>>>(p);
 }
 
-// The largest vecs_per_thread plan_softmax picks for an access width (fewer instances).
-template <int kVec>
-constexpr int kMaxVecs = kVec == 1 ? kMaxScalarAccessesPerThread : kMaxValuesPerThread / kVec;
-
-template <typename T, int kVec, bool kFused>
-void launch_plan(const SoftmaxPlan& plan, const SoftmaxParams& p, cudaStream_t stream) {
-  constexpr int kVecs = kMaxVecs<kVec>;
-  static_assert(kVecs == 8 || kVecs == 4, "plan_softmax and these instances disagree");
-  if (plan.kind == SoftmaxPlan::Kind::kLooped) {
-    kernels::softmax_looped_kernel<T, kVec, kLoopedThreads, kFused>
-        <<<static_cast<unsigned>(p.rows), kLoopedThreads, 0, stream>>>(p);
-    return;
-  }
-  if (plan.threads_per_row == 32) {
-    switch (plan.vecs_per_thread) {
-      case 1: return launch_registers<T, kVec, 32, 1, 4, kFused>(p, stream);
-      case 2: return launch_registers<T, kVec, 32, 2, 4, kFused>(p, stream);
-      case 4: return launch_registers<T, kVec, 32, 4, 4, kFused>(p, stream);
-      case 8:
-        if constexpr (kVecs == 8) return launch_registers<T, kVec, 32, 8, 4, kFused>(p, stream);
-        break;
-      default: break;
-    }
-    GKS_CHECK(false, kInvalidArgument)
-        << "gks.softmax: internal error: no warp-per-row kernel for " << plan.vecs_per_thread
-        << " accesses a thread";
-  }
-  switch (plan.threads_per_row) {
+template <typename T, int kVec, int kVecs, bool kFused>
+void launch_block_per_row(int threads, const SoftmaxParams& p, cudaStream_t stream) {
+  switch (threads) {
     case 64: return launch_registers<T, kVec, 64, kVecs, 1, kFused>(p, stream);
     case 128: return launch_registers<T, kVec, 128, kVecs, 1, kFused>(p, stream);
     case 256: return launch_registers<T, kVec, 256, kVecs, 1, kFused>(p, stream);
     case 512: return launch_registers<T, kVec, 512, kVecs, 1, kFused>(p, stream);
     case 1024:
-      if constexpr (sizeof(T) == 4) return launch_registers<T, kVec, 1024, kVecs, 1, kFused>(p, stream);
+      if constexpr (kVec > 1 || sizeof(T) == 4)
+        return launch_registers<T, kVec, 1024, kVecs, 1, kFused>(p, stream);
       break;
     default: break;
   }
+  GKS_CHECK(false, kInvalidArgument) << "gks.softmax: internal error: no block-per-row kernel of "
+                                     << threads << " threads x " << kVecs << " accesses";
+}
+
+template <typename T, int kVec, bool kFused>
+void launch_plan(const SoftmaxPlan& plan, const SoftmaxParams& p, cudaStream_t stream) {
+  // The accesses a thread holds: kBase as plan_softmax picks them, up to kMax for the
+  // longest rows (1024-thread blocks only).
+  constexpr int kBase = base_vecs(kVec, kFused);
+  constexpr int kMax = max_vecs(kVec, int(sizeof(T)));
+  if (plan.kind == SoftmaxPlan::Kind::kLooped) {
+    kernels::softmax_looped_kernel<T, kVec, kLoopedThreads, kFused>
+        <<<static_cast<unsigned>(p.rows), kLoopedThreads, 0, stream>>>(p);
+    return;
+  }
+  const int vecs = plan.vecs_per_thread, threads = plan.threads_per_row;
+  if (threads == 32) {
+    switch (vecs) {
+      case 1: return launch_registers<T, kVec, 32, 1, 4, kFused>(p, stream);
+      case 2: return launch_registers<T, kVec, 32, 2, 4, kFused>(p, stream);
+      case 4:
+        if constexpr (kBase >= 4) return launch_registers<T, kVec, 32, 4, 4, kFused>(p, stream);
+        break;
+      case 8:
+        if constexpr (kBase >= 8) return launch_registers<T, kVec, 32, 8, 4, kFused>(p, stream);
+        break;
+      default: break;
+    }
+  } else if (vecs == kBase) {
+    return launch_block_per_row<T, kVec, kBase, kFused>(threads, p, stream);
+  } else if (threads == kMaxRegisterThreads) {
+    if constexpr (2 * kBase <= kMax) {
+      if (vecs == 2 * kBase) return launch_registers<T, kVec, 1024, 2 * kBase, 1, kFused>(p, stream);
+    }
+    if constexpr (4 * kBase <= kMax) {
+      if (vecs == 4 * kBase) return launch_registers<T, kVec, 1024, 4 * kBase, 1, kFused>(p, stream);
+    }
+  }
   GKS_CHECK(false, kInvalidArgument)
-      << "gks.softmax: internal error: no block-per-row kernel of " << plan.threads_per_row
-      << " threads";
+      << "gks.softmax: internal error: no registers kernel of " << threads << " threads x "
+      << vecs << " accesses";
 }
 
 // Checks shared by both ops; returns the row layouts of x and y.
@@ -132,7 +177,7 @@ void check_config(int config, const char* op) {
 template <bool kFused>
 void launch(const TensorRef& x, const TensorRef& y, const void* weight, const Rows& rows,
             float eps, bool aligned, int config, const char* op, cudaStream_t stream) {
-  const SoftmaxPlan plan = plan_softmax(rows.x.cols, x.dtype, aligned, config);
+  const SoftmaxPlan plan = plan_softmax(rows.x.cols, x.dtype, aligned, config, kFused);
   const SoftmaxParams params{x.data, weight, y.data, rows.x, rows.y, rows.x.rows, rows.x.cols, eps};
   const DeviceGuard guard(x.device.index);
   GKS_DISPATCH_FLOAT(x.dtype, {

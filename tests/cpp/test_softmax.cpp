@@ -208,54 +208,70 @@ TEST(SoftmaxRmsNorm, EmptyTensorsReturnWithoutTouchingTheGpu) {
 // ---------------------------------------------------------------- plans
 
 TEST(SoftmaxPlan, WarpPerRowForShortRows) {
-  const auto p = gks::detail::plan_softmax(1024, DType::kFloat32, true);
+  const auto p = gks::detail::plan_softmax(512, DType::kFloat32, true);
   EXPECT_EQ(p.kind, Plan::Kind::kRegisters);
   EXPECT_EQ(p.vec, 4);
   EXPECT_EQ(p.threads_per_row, 32);
-  EXPECT_EQ(p.vecs_per_thread, 8);  // 1024 / 4 = 256 accesses = 32 lanes x 8
+  EXPECT_EQ(p.vecs_per_thread, 4);  // 512 / 4 = 128 accesses = 32 lanes x 4
   EXPECT_EQ(p.rows_per_block, 4);
   const auto q = gks::detail::plan_softmax(31, DType::kBFloat16, true);
   EXPECT_EQ(q.threads_per_row, 32);
   EXPECT_EQ(q.vecs_per_thread, 1);
+  // The fused op holds 2 accesses a thread: 1024 bf16 = 128 accesses = 64 threads x 2.
+  const auto f = gks::detail::plan_softmax(1024, DType::kBFloat16, true, -1, /*fused=*/true);
+  EXPECT_EQ(f.threads_per_row, 64);
+  EXPECT_EQ(f.vecs_per_thread, 2);
+  EXPECT_EQ(f.rows_per_block, 1);
 }
 
 TEST(SoftmaxPlan, BenchShapesReadTheRowOnce) {
-  // N = 1024 and 4096 in every dtype, and 32768 in fp32, stay in registers: one read of x,
-  // one write of y. 16-bit rows of 32768 take the looped kernel (faster there, measured).
-  for (int64_t cols : {1024, 4096, 32768}) {
-    for (auto dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
-      const auto p = gks::detail::plan_softmax(cols, dtype, true);
-      const bool registers = cols <= 4096 || dtype == DType::kFloat32;
-      EXPECT_EQ(p.kind, registers ? Plan::Kind::kRegisters : Plan::Kind::kLooped) << cols;
-      EXPECT_EQ(p.vec * gks::dtype_size(dtype), 16) << cols;
+  // N = 1024, 4096 and 32768 in every dtype, both ops, stay in registers: one read of x,
+  // one write of y, with 4 accesses a thread (2 fused) up to 1024-thread blocks.
+  for (bool fused : {false, true}) {
+    for (int64_t cols : {1024, 4096, 32768}) {
+      for (auto dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+        const auto p = gks::detail::plan_softmax(cols, dtype, true, -1, fused);
+        EXPECT_EQ(p.kind, Plan::Kind::kRegisters) << cols;
+        EXPECT_EQ(p.vec * gks::dtype_size(dtype), 16) << cols;
+        if (cols < 32768) EXPECT_EQ(p.vecs_per_thread, fused ? 2 : 4) << cols;
+      }
     }
   }
   const auto p = gks::detail::plan_softmax(32768, DType::kFloat32, true);
   EXPECT_EQ(p.threads_per_row, 1024);
   EXPECT_EQ(p.vecs_per_thread, 8);
-  const auto q = gks::detail::plan_softmax(16384, DType::kBFloat16, true);
-  EXPECT_EQ(q.kind, Plan::Kind::kRegisters);
-  EXPECT_EQ(q.threads_per_row, 512);
+  const auto q = gks::detail::plan_softmax(32768, DType::kBFloat16, true);
+  EXPECT_EQ(q.threads_per_row, 1024);
+  EXPECT_EQ(q.vecs_per_thread, 4);
+  const auto r = gks::detail::plan_softmax(4096, DType::kFloat32, true);
+  EXPECT_EQ(r.threads_per_row, 256);
+  const auto f = gks::detail::plan_softmax(32768, DType::kBFloat16, true, -1, /*fused=*/true);
+  EXPECT_EQ(f.threads_per_row, 1024);
+  EXPECT_EQ(f.vecs_per_thread, 4);
 }
 
 TEST(SoftmaxPlan, RegisterPlansCoverTheRowWithinTheRegisterBudget) {
-  for (auto dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
-    for (bool aligned : {true, false}) {
-      for (int64_t cols = 1; cols <= 70000; cols += cols < 300 ? 1 : 97) {
-        const auto p = gks::detail::plan_softmax(cols, dtype, aligned);
-        if (p.kind == Plan::Kind::kLooped) {
-          EXPECT_EQ(p.threads_per_row % 32, 0);
-          continue;
+  for (bool fused : {false, true}) {
+    for (auto dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+      for (bool aligned : {true, false}) {
+        for (int64_t cols = 1; cols <= 70000; cols += cols < 300 ? 1 : 97) {
+          const auto p = gks::detail::plan_softmax(cols, dtype, aligned, -1, fused);
+          if (p.kind == Plan::Kind::kLooped) {
+            EXPECT_EQ(p.threads_per_row % 32, 0);
+            continue;
+          }
+          const int64_t covered = int64_t(p.threads_per_row) * p.vecs_per_thread * p.vec;
+          ASSERT_GE(covered, cols) << cols;
+          EXPECT_LE(p.vec * p.vecs_per_thread, aligned ? 32 : 8) << cols;
+          EXPECT_LE(p.threads_per_row, aligned || dtype == DType::kFloat32 ? 1024 : 512) << cols;
+          // More than the base accesses a thread only in 1024-thread blocks.
+          if (aligned && p.vecs_per_thread > (fused ? 2 : 4)) EXPECT_EQ(p.threads_per_row, 1024);
+          EXPECT_EQ(p.threads_per_row & (p.threads_per_row - 1), 0);
+          EXPECT_EQ(p.vecs_per_thread & (p.vecs_per_thread - 1), 0);
+          EXPECT_EQ(p.rows_per_block, p.threads_per_row == 32 ? 4 : 1);
+          // The smallest such plan: half the threads (or half the accesses) would not do.
+          if (p.threads_per_row > 64) EXPECT_LT(covered / 2, cols) << cols;
         }
-        const int64_t covered = int64_t(p.threads_per_row) * p.vecs_per_thread * p.vec;
-        ASSERT_GE(covered, cols) << cols;
-        EXPECT_LE(p.vec * p.vecs_per_thread, aligned ? 32 : 8) << cols;
-        EXPECT_LE(p.threads_per_row, dtype == DType::kFloat32 ? 1024 : 512) << cols;
-        EXPECT_EQ(p.threads_per_row & (p.threads_per_row - 1), 0);
-        EXPECT_EQ(p.vecs_per_thread & (p.vecs_per_thread - 1), 0);
-        EXPECT_EQ(p.rows_per_block, p.threads_per_row == 32 ? 4 : 1);
-        // The smallest such plan: half the threads (or half the accesses) would not do.
-        if (p.threads_per_row > 64) EXPECT_LT(covered / 2, cols) << cols;
       }
     }
   }
@@ -263,8 +279,12 @@ TEST(SoftmaxPlan, RegisterPlansCoverTheRowWithinTheRegisterBudget) {
 
 TEST(SoftmaxPlan, LongOrUnalignedRowsLoop) {
   for (int64_t cols : {32769, 65536, 262144, 1 << 22}) {
-    const auto p = gks::detail::plan_softmax(cols, DType::kFloat32, true);
-    EXPECT_EQ(p.kind, Plan::Kind::kLooped) << cols;
+    for (auto dtype : {DType::kFloat32, DType::kBFloat16}) {
+      for (bool fused : {false, true}) {
+        const auto p = gks::detail::plan_softmax(cols, dtype, true, -1, fused);
+        EXPECT_EQ(p.kind, Plan::Kind::kLooped) << cols;
+      }
+    }
   }
   const auto q = gks::detail::plan_softmax(4096, DType::kFloat16, false);
   EXPECT_EQ(q.vec, 1);

@@ -39,8 +39,8 @@ struct SoftmaxRmsNormArgs {
 void softmax_rmsnorm(const SoftmaxRmsNormArgs& args, cudaStream_t stream);
 
 namespace detail {
-// How a launch covers the rows. A pure function of the row length, dtype and alignment,
-// so host tests can check it without a GPU.
+// How a launch covers the rows. A pure function of the row length, dtype, alignment and op
+// (fused: softmax_rmsnorm), so host tests can check it without a GPU.
 struct SoftmaxPlan {
   // kRegisters: the row is read once and held in registers (one read, one write).
   // kLooped: a block walks the row twice (online max/sum, then normalize and write), the
@@ -49,10 +49,11 @@ struct SoftmaxPlan {
   Kind kind = Kind::kRegisters;
   int vec = 1;              // elements per memory access (16 bytes' worth, or 1 when unaligned)
   int threads_per_row = 32;
-  int vecs_per_thread = 1;  // kRegisters: accesses each thread keeps in registers
+  int vecs_per_thread = 1;  // kRegisters: accesses each thread keeps in registers (as loaded)
   int rows_per_block = 1;
 };
-SoftmaxPlan plan_softmax(int64_t cols, DType dtype, bool aligned16, int config = -1);
+SoftmaxPlan plan_softmax(int64_t cols, DType dtype, bool aligned16, int config = -1,
+                         bool fused = false);
 }  // namespace detail
 
 }  // namespace gks

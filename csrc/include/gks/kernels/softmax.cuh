@@ -1,20 +1,23 @@
 // SPDX-License-Identifier: Apache-2.0
 // Softmax device code, and its fusion with RMSNorm (kFused: the values are
 // x * inv_rms * weight, computed in fp32 and never stored). Two shapes of kernel:
-//  - registers: a row (a warp's or a block's) is read once into registers; each thread
-//    takes the max of its values, exponentiates them in place against that max and sums
-//    them; one reduction merges the (max, sum) pairs; each thread rescales its
-//    exponentials to the row's max and writes them. One read, one write, one exp a value.
+//  - registers: a row (a warp's or a block's) is read once into registers, where it stays
+//    as loaded (16-byte vectors, converted to fp32 at each use: see Raw); each thread takes
+//    the max of its values, then the sum of their exps against it; one reduction merges
+//    the (max, sum) pairs; each thread writes exp(v - M) / S. One read, one write, two exps
+//    a value (the fused kernel first reduces the sum of squares, and folds (max, sum) an
+//    access at a time). About 32 registers a thread, so an SM holds 2048 threads.
 //  - looped: a block walks a long row twice: an online max and rescaled sum, then
 //    normalize and write (the second read mostly hits L2). The fused kernel first walks it
 //    once more for the sum of squares. Also the path for long rows not 16-byte aligned.
 //    (RMSNorm's reversed second pass with evict-first hints was tried here: fp32 gained,
-//    3942 vs 2844 GB/s at 8192x32768 on an H200, but 16-bit rows, the ones this kernel
-//    serves by default, lost: 2626 vs 3750. Not adopted.)
-// Both come in two variants, picked per launch: rows whose length is a multiple of the
-// access width (every access is wholly inside the row or wholly past it: one predicated
-// vector access, the lean code the 16-bit kernels need to keep up with memory), and ragged
-// rows (the access that straddles the end goes element by element).
+//    3942 vs 2844 GB/s at 8192x32768 on an H200, but 16-bit rows lost: 2626 vs 3750. Not
+//    adopted.)
+// Both come in two variants: rows whose length is a multiple of the access width (every
+// access is wholly inside the row or wholly past it: one predicated vector access, the lean
+// code the 16-bit kernels need to keep up with memory), and ragged rows (the access that
+// straddles the end goes element by element). The registers kernel has one instance for
+// each, picked by the host; the looped kernel branches once per launch.
 //
 // Non-finite values. The pair (m, s) kept for a set of values is m = their max (NaN is
 // ignored, -inf for an empty or all -inf set) and s = sum of exp(v - offset(m)) where
@@ -26,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "gks/kernels/reduce.cuh"
 #include "gks/kernels/vec.cuh"
@@ -42,6 +46,8 @@ struct SoftmaxParams {
   int64_t rows;
   int64_t cols;
   float eps;  // kFused only
+  // Always 0, but not known to the compiler: see opaque.
+  uint32_t zero = 0;
 };
 
 // exp(v) = 2^(v * log2(e)), one MUFU.EX2 (ex2.approx: relative error ~2^-22). ftz flushes
@@ -127,217 +133,393 @@ __device__ __forceinline__ void row_reduce_softmax(float& m, float& s, float* sc
   }
 }
 
-// Elements [col, col + kVec) of a row of `cols` elements, in fp32, `fill` past the end.
-// kRagged: cols may not be a multiple of kVec (load_row_vec goes element by element at
-// the end). Otherwise an access is wholly in or wholly out: one predicated vector load.
-template <bool kRagged, int kVec, typename T>
-__device__ __forceinline__ void load_values(const T* row, int64_t col, int64_t cols,
-                                            float (&out)[kVec], float fill) {
-  if constexpr (kRagged) {
-    load_row_vec<kVec>(row, col, cols, out, fill);
-  } else if (col < cols) {
-    const Vec<T, kVec> v = *reinterpret_cast<const Vec<T, kVec>*>(row + col);
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) out[j] = to_float(v.v[j]);
+// An access as loaded, in 32-bit words: a 16-byte vector (4 words) or one element (a 16-bit
+// one in the low half of its word). Rows are held in registers in this form and converted
+// to fp32 at each use: a 16-bit row takes half the registers it would as fp32 values (and
+// its bits stay packed two a register, which 16-bit element types do not ensure), so more
+// rows fit an SM; a conversion is an instruction or two a use.
+template <typename T, int kVec>
+struct Raw {
+  static_assert(kVec == 1 || kVec * sizeof(T) == 16, "a 16-byte vector or one element");
+  static constexpr int kPerWord = kVec == 1 ? 1 : int(4 / sizeof(T));  // elements a word
+  static constexpr int kWords = kVec / kPerWord;
+  uint32_t w[kWords];
+};
+
+template <typename T>
+__device__ __forceinline__ uint32_t bits_of(T v) {
+  if constexpr (sizeof(T) == 4) {
+    return __float_as_uint(v);
+  } else if constexpr (std::is_same_v<T, __half>) {
+    return __half_as_ushort(v);
   } else {
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) out[j] = fill;
+    return __bfloat16_as_ushort(v);
   }
 }
 
-template <bool kRagged, int kVec, typename T>
-__device__ __forceinline__ void store_values(T* row, int64_t col, int64_t cols,
-                                             const float (&in)[kVec]) {
-  if constexpr (kRagged) {
-    if (col < cols) store_row_vec<kVec>(row, col, cols, in);
-  } else if (col < cols) {
+// The bits of the element that stands for the columns past a row's end: -inf (neutral for
+// the max and the sum) or 0 (neutral for the fused kernel's sum of squares).
+template <typename T>
+__device__ __forceinline__ uint32_t fill_bits(bool neg_inf) {
+  if (!neg_inf) return 0u;
+  if constexpr (sizeof(T) == 4) {
+    return 0xff800000u;
+  } else if constexpr (std::is_same_v<T, __half>) {
+    return 0xfc00u;
+  } else {
+    return 0xff80u;
+  }
+}
+
+// Element j of an access, in fp32.
+template <typename T, int kVec>
+__device__ __forceinline__ float elem(const Raw<T, kVec>& r, int j) {
+  constexpr int kPerWord = Raw<T, kVec>::kPerWord;
+  const uint32_t w = r.w[j / kPerWord];
+  const bool high = j % kPerWord != 0;
+  if constexpr (sizeof(T) == 4) {
+    return __uint_as_float(w);
+  } else if constexpr (std::is_same_v<T, __half>) {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(high ? w >> 16 : w)));
+  } else {
+    return __uint_as_float(high ? w & 0xffff0000u : w << 16);
+  }
+}
+
+// Gives a held access a value the compiler cannot relate to its last one, so that it
+// converts the access afresh at the next use instead of keeping the previous use's fp32
+// values live (ptxas merges identical conversions, which would undo holding the row as
+// loaded; likewise x * inv_rms in the fused kernel). `zero` is SoftmaxParams::zero: one
+// integer add a 32-bit word.
+template <typename T, int kVec>
+__device__ __forceinline__ void opaque(Raw<T, kVec>& r, uint32_t zero) {
+#pragma unroll
+  for (int k = 0; k < Raw<T, kVec>::kWords; ++k)
+    asm volatile("add.u32 %0, %0, %1;" : "+r"(r.w[k]) : "r"(zero));
+}
+template <int kN, typename T, int kVec>
+__device__ __forceinline__ void opaque(Raw<T, kVec> (&r)[kN], uint32_t zero) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) opaque(r[i], zero);
+}
+
+// Elements [col, col + kVec) of a row of `cols` elements, as loaded, the fill (-inf or 0)
+// past the end. kRagged: cols may not be a multiple of kVec, and the access that straddles
+// the end goes element by element. Otherwise an access is wholly in or wholly out: one
+// predicated vector load. I: the index type (int where the host bounds the row).
+template <bool kRagged, int kVec, typename T, typename I>
+__device__ __forceinline__ Raw<T, kVec> load_raw(const T* row, I col, I cols, bool neg_inf) {
+  using R = Raw<T, kVec>;
+  R r;
+  if (kRagged ? col + kVec <= cols : col < cols) {
+    if constexpr (kVec == 1) {
+      r.w[0] = bits_of(row[col]);
+    } else {
+      const uint4 v = *reinterpret_cast<const uint4*>(row + col);
+      r.w[0] = v.x, r.w[1] = v.y, r.w[2] = v.z, r.w[3] = v.w;
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < R::kWords; ++k) r.w[k] = 0u;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      const uint32_t bits = kRagged && col + j < cols ? bits_of(row[col + j]) : fill_bits<T>(neg_inf);
+      r.w[j / R::kPerWord] |= bits << (16 * (j % R::kPerWord));
+    }
+  }
+  return r;
+}
+
+// Writes the elements of [col, col + kVec) that lie in the row, rounded to T.
+template <bool kRagged, int kVec, typename T, typename I>
+__device__ __forceinline__ void store_values(T* row, I col, I cols, const float (&in)[kVec]) {
+  if (kRagged ? col + kVec <= cols : col < cols) {
     Vec<T, kVec> v;
 #pragma unroll
     for (int j = 0; j < kVec; ++j) v.v[j] = from_float<T>(in[j]);
     *reinterpret_cast<Vec<T, kVec>*>(row + col) = v;
+  } else if constexpr (kRagged) {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j)
+      if (col + j < cols) row[col + j] = from_float<T>(in[j]);
   }
 }
 
-// kFused: v[j] <- v[j] * inv_rms * weight[col + j] for the columns of the row, and -inf
-// for the columns past its end (so they drop out of the max and the sum).
-template <bool kRagged, int kVec, typename T>
-__device__ __forceinline__ void apply_rmsnorm(const T* weight, int64_t col, int64_t cols,
-                                              float inv_rms, float (&v)[kVec]) {
-  float w[kVec];
-  load_values<kRagged, kVec>(weight, col, cols, w, 0.f);
-  if (col + kVec <= cols) {
+// The fp32 values of an access: kFused, x * inv_rms * weight for the columns of the row
+// and -inf past its end (so they drop out of the max and the sum); otherwise x as is
+// (already -inf past the end).
+template <bool kFused, bool kRagged, int kVec, typename T, typename I>
+__device__ __forceinline__ void values_of(const Raw<T, kVec>& x, const Raw<T, kVec>& w, I col,
+                                          I cols, float inv_rms, float (&v)[kVec]) {
+  const bool access_in_row = col < cols;  // kRagged: its first element
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) v[j] = v[j] * inv_rms * w[j];
+  for (int j = 0; j < kVec; ++j) {
+    if constexpr (kFused) {
+      // A select, not a branch: a branch would hold the access's values across it.
+      const bool in_row = kRagged ? col + j < cols : access_in_row;
+      const float value = elem(x, j) * inv_rms * elem(w, j);
+      v[j] = in_row ? value : -INFINITY;
+    } else {
+      v[j] = elem(x, j);
+    }
+  }
+}
+
+// Folds kN held accesses of x (unfused) into a pair (m, s): one rescale of s to the new
+// max, then one exp a value. The accesses are converted once for the max and again for
+// the exps.
+template <int kN, typename T, int kVec>
+__device__ __forceinline__ void softmax_fold(float& m, float& s, Raw<T, kVec> (&r)[kN],
+                                             uint32_t zero) {
+  float step_max = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < kN; ++i)
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) step_max = fmaxf(step_max, elem(r[i], j));
+  const float m_new = fmaxf(m, step_max);
+  const float offset = softmax_offset(m_new);
+  s *= exp_via_exp2(m - offset);
+  if constexpr (sizeof(T) < 4) opaque(r, zero);  // fp32 values are used as they are
+#pragma unroll
+  for (int i = 0; i < kN; ++i)
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) s += exp_via_exp2(elem(r[i], j) - offset);
+  m = m_new;
+}
+
+// Folds kN values into (m, s), kChunk at a time: one rescale of s to the new max a chunk,
+// then one exp a value. (The fused kernels' values are held in fp32 only for this; chunks
+// of 4 keep few of them live, and one-element accesses fold all theirs at once.)
+template <int kChunk, int kN>
+__device__ __forceinline__ void softmax_fold_values(float& m, float& s, const float (&v)[kN]) {
+  static_assert(kN % kChunk == 0, "whole chunks");
+#pragma unroll
+  for (int c = 0; c < kN; c += kChunk) {
+    float step_max = -INFINITY;
+#pragma unroll
+    for (int j = c; j < c + kChunk; ++j) step_max = fmaxf(step_max, v[j]);
+    const float m_new = fmaxf(m, step_max);
+    const float offset = softmax_offset(m_new);
+    s *= exp_via_exp2(m - offset);
+#pragma unroll
+    for (int j = c; j < c + kChunk; ++j) s += exp_via_exp2(v[j] - offset);
+    m = m_new;
+  }
+}
+
+// Folds the fused values of kN held accesses of x into (m, s); w(i) gives access i's
+// weights (read where used) and col(i) its first column.
+template <bool kRagged, int kN, int kVec, typename T, typename I, typename W, typename C>
+__device__ __forceinline__ void softmax_fold_fused(float& m, float& s, const Raw<T, kVec> (&x)[kN],
+                                                   W w, C col, I cols, float inv_rms) {
+  if constexpr (kVec == 1) {
+    float v[kN];
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+      float vi[1];
+      values_of<true, kRagged>(x[i], w(i), col(i), cols, inv_rms, vi);
+      v[i] = vi[0];
+    }
+    softmax_fold_values<kN>(m, s, v);
   } else {
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) v[j] = col + j < cols ? v[j] * inv_rms * w[j] : -INFINITY;
+    for (int i = 0; i < kN; ++i) {
+      float v[kVec];
+      values_of<true, kRagged>(x[i], w(i), col(i), cols, inv_rms, v);
+      softmax_fold_values<4>(m, s, v);
+    }
   }
 }
 
-// One row of the registers kernel (see softmax_registers_kernel).
+// Sum of squares of kN held accesses (filled with 0 past the row's end).
+template <int kN, typename T, int kVec>
+__device__ __forceinline__ float sum_squares(const Raw<T, kVec> (&r)[kN]) {
+  float sumsq = 0.f;
+#pragma unroll
+  for (int i = 0; i < kN; ++i)
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      const float v = elem(r[i], j);
+      sumsq += v * v;
+    }
+  return sumsq;
+}
+
+// Whether a registers kernel is meant to fit 32 registers a thread (2048 threads an SM):
+// 16-byte accesses, rows a multiple of them, and at most 64 bytes of the row a thread (32
+// fused).
+template <typename T, int kVec, int kVecsPerThread, bool kFused, bool kRagged>
+inline constexpr bool kRegisterLean =
+    kVec > 1 && !kRagged && kVecsPerThread * kVec * sizeof(T) <= (kFused ? 32 : 64);
+
+// The threads an SM should hold (__launch_bounds__ asks ptxas to fit them without spilling,
+// which it does for these): 2048 for the lean kernels, 1536 (40 registers) for one-element
+// accesses; the longest rows (1024-thread blocks holding 128 bytes a thread) and ragged
+// rows take what they need.
+template <typename T, int kVec, int kVecsPerThread, bool kFused, bool kRagged>
+inline constexpr int kRegistersMinThreads =
+    kRegisterLean<T, kVec, kVecsPerThread, kFused, kRagged> ? 2048 : kVec == 1 ? 1536 : 1;
+
+// One row of the registers kernel (see softmax_registers_kernel). The row is held as loaded
+// (Raw) and read from registers two or three times: the unfused kernel takes the max, then
+// the exps against it, then exp(v - M) / S for the output (two exps a value, which the SFUs
+// afford at memory speed); the fused kernel takes the sum of squares, then folds (max, sum)
+// an access at a time, then writes, recomputing x * inv_rms * weight each time (the weight
+// is read twice, mostly from L1) so that the normalized row is never held in fp32.
 template <bool kRagged, typename T, int kVec, int kThreadsPerRow, int kVecsPerThread, bool kFused>
 __device__ __forceinline__ void softmax_row_in_registers(const SoftmaxParams& p, int64_t row,
                                                          float* scratch_m, float* scratch_s) {
   constexpr int kStride = kThreadsPerRow * kVec;  // columns between a thread's accesses
+  const int cols = static_cast<int>(p.cols);      // bounded by the host (see the kernel)
   const T* x = static_cast<const T*>(p.x) + p.x_rows.row_offset(row);
+  // Where y's row starts, before the loads in the lean kernels (2 registers held, but none
+  // of its 64-bit temporaries in the output phase, which they could not spare); after the
+  // reduction in the others (where 2 registers held throughout cost more).
+  constexpr bool kYEarly = kRegisterLean<T, kVec, kVecsPerThread, kFused, kRagged>;
+  T* y = kYEarly ? static_cast<T*>(p.y) + p.y_rows.row_offset(row) : nullptr;
+  const T* w = static_cast<const T*>(p.weight);
   const int first = threadIdx.x * kVec;
+  const uint32_t zero = p.zero;
 
-  // Columns past the row's end load as -inf (neutral for max and sum); the fused kernel
-  // loads them as 0 (neutral for the sum of squares) and sets them to -inf afterwards.
-  constexpr float kFill = kFused ? 0.f : -INFINITY;
-  float v[kVecsPerThread][kVec];
+  Raw<T, kVec> r[kVecsPerThread];
 #pragma unroll
   for (int i = 0; i < kVecsPerThread; ++i)
-    load_values<kRagged, kVec>(x, first + i * kStride, p.cols, v[i], kFill);
+    r[i] = load_raw<kRagged, kVec>(x, first + i * kStride, cols, /*neg_inf=*/!kFused);
 
+  float m = -INFINITY, s = 0.f, inv_rms = 1.f;
   if constexpr (kFused) {
-    float sumsq = 0.f;
-#pragma unroll
-    for (int i = 0; i < kVecsPerThread; ++i)
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) sumsq += v[i][j] * v[i][j];
-    sumsq = row_sum<kThreadsPerRow>(sumsq, scratch_s);
-    const float inv_rms = rsqrtf(sumsq / float(p.cols) + p.eps);
-    const T* w = static_cast<const T*>(p.weight);
-#pragma unroll
-    for (int i = 0; i < kVecsPerThread; ++i)
-      apply_rmsnorm<kRagged, kVec>(w, first + i * kStride, p.cols, inv_rms, v[i]);
+    const float sumsq = row_sum<kThreadsPerRow>(sum_squares(r), scratch_s);
+    inv_rms = rsqrtf(sumsq / float(cols) + p.eps);
+    if constexpr (sizeof(T) < 4) opaque(r, zero);  // fp32: x * x and x * inv_rms differ
+    const auto col = [&](int i) { return first + i * kStride; };
+    softmax_fold_fused<kRagged>(
+        m, s, r, [&](int i) { return load_raw<kRagged, kVec>(w, col(i), cols, false); }, col,
+        cols, inv_rms);
+  } else {
+    softmax_fold(m, s, r, zero);
   }
+  row_reduce_softmax<kThreadsPerRow>(m, s, scratch_m, scratch_s);
+  const float inv_sum = softmax_inv_sum(m, s);
 
-  // This thread's max, then its exponentials in place, relative to that max.
-  float m = -INFINITY;
-#pragma unroll
-  for (int i = 0; i < kVecsPerThread; ++i)
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) m = fmaxf(m, v[i][j]);
-  const float offset = softmax_offset(m);
-  float s = 0.f;
-#pragma unroll
-  for (int i = 0; i < kVecsPerThread; ++i)
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) {
-      v[i][j] = exp_via_exp2(v[i][j] - offset);
-      s += v[i][j];
-    }
-
-  float row_max = m, row_sum_exp = s;
-  row_reduce_softmax<kThreadsPerRow>(row_max, row_sum_exp, scratch_m, scratch_s);
-  // exp(v - M) / S = exp(v - offset) * exp(offset - M) / S; m stands for offset (they differ
-  // only when m = -inf, where every exponential here is 0 or NaN and the factor must be 0).
-  const float scale = exp_via_exp2(m - row_max) * softmax_inv_sum(row_max, row_sum_exp);
-
-  T* y = static_cast<T*>(p.y) + p.y_rows.row_offset(row);
+  // exp(v - M) / S. With M = +-inf this is NaN everywhere, as it must be. The weight is
+  // read again (at w + zero, so that the compiler does not keep the first reads live).
+  if constexpr (sizeof(T) < 4 || kFused) opaque(r, zero);
+  if constexpr (!kYEarly) y = static_cast<T*>(p.y) + p.y_rows.row_offset(row);
 #pragma unroll
   for (int i = 0; i < kVecsPerThread; ++i) {
+    const int col = first + i * kStride;
+    float v[kVec];
+    if constexpr (kFused) {
+      values_of<true, kRagged>(r[i], load_raw<kRagged, kVec>(w + zero, col, cols, false), col,
+                               cols, inv_rms, v);
+    } else {
+      values_of<false, kRagged>(r[i], r[i], col, cols, 1.f, v);
+    }
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) v[i][j] *= scale;
-    store_values<kRagged, kVec>(y, first + i * kStride, p.cols, v[i]);
+    for (int j = 0; j < kVec; ++j) v[j] = exp_via_exp2(v[j] - m) * inv_sum;
+    store_values<kRagged, kVec>(y, col, cols, v);
   }
 }
 
 // Block: kThreadsPerRow x kRowsPerBlock threads; threadIdx.y picks the row in the block.
 // The host launches it only for rows of at most kThreadsPerRow * kVecsPerThread * kVec
-// elements (so column indices fit in int).
+// elements (so column indices fit in int), with kRagged = (cols % kVec != 0): ragged rows
+// (aligned rows whose length is not a multiple of kVec: padded or single rows) have an
+// instance of their own, so that their element-wise tail does not cost the common case
+// its 32 registers.
 template <typename T, int kVec, int kThreadsPerRow, int kVecsPerThread, int kRowsPerBlock,
-          bool kFused>
-__global__ void __launch_bounds__(kThreadsPerRow* kRowsPerBlock)
+          bool kFused, bool kRagged>
+__global__ void __launch_bounds__(
+    kThreadsPerRow* kRowsPerBlock,
+    kRegistersMinThreads<T, kVec, kVecsPerThread, kFused, kRagged> /
+        (kThreadsPerRow * kRowsPerBlock))
     softmax_registers_kernel(const SoftmaxParams p) {
   static_assert(kRowsPerBlock == 1 || kThreadsPerRow <= 32, "several rows only per warp");
+  static_assert(!kRagged || kVec > 1, "one-element accesses are never ragged");
   constexpr int kWarps = kThreadsPerRow / 32 > 0 ? kThreadsPerRow / 32 : 1;
   __shared__ float scratch_m[kWarps], scratch_s[kWarps];
-  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.y;
+  // Below 2^31 + 3 (the host launches at most 2^31 - 1 rows): unsigned 32-bit, which
+  // spares a register for its high half.
+  const int64_t row = uint32_t(blockIdx.x * kRowsPerBlock + threadIdx.y);
   if (row >= p.rows) return;  // only for warp-per-row blocks, which have no block barrier
-  if (kVec > 1 && p.cols % kVec != 0) {
-    softmax_row_in_registers<true, T, kVec, kThreadsPerRow, kVecsPerThread, kFused>(
-        p, row, scratch_m, scratch_s);
-  } else {
-    softmax_row_in_registers<false, T, kVec, kThreadsPerRow, kVecsPerThread, kFused>(
-        p, row, scratch_m, scratch_s);
-  }
+  softmax_row_in_registers<kRagged, T, kVec, kThreadsPerRow, kVecsPerThread, kFused>(
+      p, row, scratch_m, scratch_s);
 }
 
 // One row of the looped kernel (see softmax_looped_kernel).
 template <bool kRagged, typename T, int kVec, int kThreads, bool kFused>
 __device__ __forceinline__ void softmax_row_looped(const SoftmaxParams& p, float* scratch_m,
                                                    float* scratch_s) {
-  // Four accesses in flight a thread; two for the fused 16-bit kernel, whose weight loads
-  // double the registers a step holds.
-  constexpr int kUnroll = kFused && kVec > 4 ? 2 : 4;
+  // Accesses in flight a thread, held as loaded: four of x, or two of x and two of weight.
+  constexpr int kUnroll = kFused ? 2 : 4;
   constexpr int64_t kStep = int64_t(kThreads) * kVec;  // columns one access of the block covers
-  constexpr float kFill = kFused ? 0.f : -INFINITY;
-  const int64_t row = blockIdx.x;
-  const T* x = static_cast<const T*>(p.x) + p.x_rows.row_offset(row);
+  const int64_t cols = p.cols;
+  const T* x = static_cast<const T*>(p.x) + p.x_rows.row_offset(blockIdx.x);
+  T* y = static_cast<T*>(p.y) + p.y_rows.row_offset(blockIdx.x);
   const T* w = static_cast<const T*>(p.weight);
   const int64_t first = int64_t(threadIdx.x) * kVec;
+  const uint32_t zero = p.zero;
 
   float inv_rms = 1.f;
   if constexpr (kFused) {
     float sumsq = 0.f;
-    for (int64_t base = first; base < p.cols; base += kStep * kUnroll) {
-      float v[kUnroll][kVec];
+    for (int64_t base = first; base < cols; base += kStep * 4) {
+      Raw<T, kVec> r[4];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) load_values<kRagged, kVec>(x, base + u * kStep, p.cols, v[u], 0.f);
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) sumsq += v[u][j] * v[u][j];
+      for (int u = 0; u < 4; ++u) r[u] = load_raw<kRagged, kVec>(x, base + u * kStep, cols, false);
+      sumsq += sum_squares(r);
     }
     sumsq = group_reduce<kThreads>(sumsq, SumOp{}, scratch_s);
-    inv_rms = rsqrtf(sumsq / float(p.cols) + p.eps);
+    inv_rms = rsqrtf(sumsq / float(cols) + p.eps);
   }
 
-  // Pass 1: online max and rescaled sum, one rescale per step.
+  // Pass 1: online max and rescaled sum, one rescale a step (an access, fused).
   float m = -INFINITY, s = 0.f;
-  for (int64_t base = first; base < p.cols; base += kStep * kUnroll) {
-    float v[kUnroll][kVec];
+  for (int64_t base = first; base < cols; base += kStep * kUnroll) {
+    Raw<T, kVec> r[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) load_values<kRagged, kVec>(x, base + u * kStep, p.cols, v[u], kFill);
+    for (int u = 0; u < kUnroll; ++u) r[u] = load_raw<kRagged, kVec>(x, base + u * kStep, cols, !kFused);
     if constexpr (kFused) {
+      Raw<T, kVec> wr[kUnroll];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-        apply_rmsnorm<kRagged, kVec>(w, base + u * kStep, p.cols, inv_rms, v[u]);
+      for (int u = 0; u < kUnroll; ++u) wr[u] = load_raw<kRagged, kVec>(w, base + u * kStep, cols, false);
+      softmax_fold_fused<kRagged>(
+          m, s, r, [&](int u) -> const Raw<T, kVec>& { return wr[u]; },
+          [&](int u) { return base + u * kStep; }, cols, inv_rms);
+    } else {
+      softmax_fold(m, s, r, zero);
     }
-    float step_max = -INFINITY;
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) step_max = fmaxf(step_max, v[u][j]);
-    const float m_new = fmaxf(m, step_max);
-    const float offset = softmax_offset(m_new);
-    s *= exp_via_exp2(m - offset);
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) s += exp_via_exp2(v[u][j] - offset);
-    m = m_new;
   }
   group_reduce_softmax<kThreads>(m, s, scratch_m, scratch_s);
   const float inv_sum = softmax_inv_sum(m, s);
 
   // Pass 2: exp(v - M) / S. With M = +-inf this is NaN everywhere, as it must be.
-  T* y = static_cast<T*>(p.y) + p.y_rows.row_offset(row);
-  for (int64_t base = first; base < p.cols; base += kStep * kUnroll) {
-    float v[kUnroll][kVec];
+  for (int64_t base = first; base < cols; base += kStep * kUnroll) {
+    Raw<T, kVec> r[kUnroll], wr[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) load_values<kRagged, kVec>(x, base + u * kStep, p.cols, v[u], kFill);
-    if constexpr (kFused) {
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-        apply_rmsnorm<kRagged, kVec>(w, base + u * kStep, p.cols, inv_rms, v[u]);
+    for (int u = 0; u < kUnroll; ++u) {
+      r[u] = load_raw<kRagged, kVec>(x, base + u * kStep, cols, !kFused);
+      if constexpr (kFused) wr[u] = load_raw<kRagged, kVec>(w, base + u * kStep, cols, false);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
+      float v[kVec];
+      values_of<kFused, kRagged>(r[u], wr[u], base + u * kStep, cols, inv_rms, v);
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) v[u][j] = exp_via_exp2(v[u][j] - m) * inv_sum;
-      store_values<kRagged, kVec>(y, base + u * kStep, p.cols, v[u]);
+      for (int j = 0; j < kVec; ++j) v[j] = exp_via_exp2(v[j] - m) * inv_sum;
+      store_values<kRagged, kVec>(y, base + u * kStep, cols, v);
     }
   }
 }
 
 // One row per kThreads-thread block; the row is walked in steps of kUnroll accesses a
-// thread, all in flight before the first is used.
+// thread, all in flight before the first is used. 512-thread blocks, 4 an SM for
+// one-element accesses (32 registers), 3 for 16-byte ones (40), 2 for the fused 16-bit
+// kernel (its 64-bit indices and weights take 56): the most ptxas fits without spilling.
 template <typename T, int kVec, int kThreads, bool kFused>
-__global__ void __launch_bounds__(kThreads) softmax_looped_kernel(const SoftmaxParams p) {
+__global__ void __launch_bounds__(
+    kThreads, (kVec == 1 ? 2048 : kFused && sizeof(T) < 4 ? 1024 : 1536) / kThreads)
+    softmax_looped_kernel(const SoftmaxParams p) {
   __shared__ float scratch_m[kThreads / 32], scratch_s[kThreads / 32];
   if (kVec > 1 && p.cols % kVec != 0) {
     softmax_row_looped<true, T, kVec, kThreads, kFused>(p, scratch_m, scratch_s);
