@@ -117,4 +117,19 @@ int64_t gemm_tile_count(const GemmConfigInfo& c, int64_t m, int64_t n) {
   return ((m + c.block_m - 1) / c.block_m) * ((n + c.block_n - 1) / c.block_n);
 }
 
+GemmOperands half_gemm_operands(const TensorRef& a, const TensorRef& b, const TensorRef& c,
+                                int config, int config_count, const char* op) {
+  // The device comes first, so a CPU tensor is reported as such on any machine.
+  check_cuda(a, op, "a");
+  GKS_CHECK(a.dtype == DType::kFloat16 || a.dtype == DType::kBFloat16, kUnsupportedDtype)
+      << op << ": argument 'a' must be float16 or bfloat16, got " << dtype_name(a.dtype);
+  check_same_device(a, "a", b, "b", op);
+  check_same_device(a, "a", c, "c", op);
+  check_same_dtype(a, "a", b, "b", op);
+  GKS_CHECK(c.dtype == DType::kFloat32 || c.dtype == a.dtype, kUnsupportedDtype)
+      << op << ": argument 'c' must be float32 or the dtype of 'a' (" << dtype_name(a.dtype)
+      << "), got " << dtype_name(c.dtype);
+  return gemm_operands(a, "a", b, "b", c, config, config_count, op);
+}
+
 }  // namespace gks::detail

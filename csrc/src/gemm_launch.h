@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Host-side helpers the GEMM .cu files share: the shape heuristic, the shared-memory
-// opt-in, and the K = 0 case.
+// Host-side helpers the GEMM .cu files share: config descriptions, the shared-memory
+// opt-in, the one-CTA-per-tile launch, and the K = 0 case.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -33,6 +33,23 @@ void prepare_gemm_kernel(int smem_bytes, int device) {
                        cudaSharedmemCarveoutMaxShared);
   (void)cudaGetLastError();  // the carveout is a hint; a refusal is not an error
   done_devices.fetch_or(bit, std::memory_order_release);
+}
+
+// A compiled config's description, from its tile type (kBlockM/N/K, kThreads, kStages).
+template <class Cfg>
+GemmConfigInfo gemm_config_info(const char* name) {
+  return {name, Cfg::kBlockM, Cfg::kBlockN, Cfg::kBlockK, Cfg::kThreads, Cfg::kStages};
+}
+
+// Launches kKernel, tile config Cfg, one CTA per Cfg::kBlockM x kBlockN output tile; sets
+// the tile counts in p.s (m, n set) first.
+template <class Cfg, auto kKernel, class Params>
+void launch_gemm_tiles(Params p, int device, cudaStream_t stream) {
+  p.s.tiles_m = int((p.s.m + Cfg::kBlockM - 1) / Cfg::kBlockM);
+  p.s.tiles_n = int((p.s.n + Cfg::kBlockN - 1) / Cfg::kBlockN);
+  prepare_gemm_kernel<kKernel>(Cfg::kSmemBytes, device);
+  const auto blocks = static_cast<unsigned>(int64_t(p.s.tiles_m) * p.s.tiles_n);
+  kKernel<<<blocks, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
 }
 
 // c = 0 for K == 0 (an empty sum); the zero bit pattern is 0.0 in every float dtype.

@@ -26,20 +26,7 @@ constexpr const char* kOp = "gks.gemm";
 constexpr int64_t kMaxTmaDim = INT_MAX - 1024;
 
 GemmOperands validate(const GemmArgs& args) {
-  // The device comes first, so a CPU tensor is reported as such on any machine.
-  check_cuda(args.a, kOp, "a");
-  GKS_CHECK(args.a.dtype == DType::kFloat16 || args.a.dtype == DType::kBFloat16,
-            kUnsupportedDtype)
-      << kOp << ": argument 'a' must be float16 or bfloat16, got " << dtype_name(args.a.dtype);
-  check_same_device(args.a, "a", args.b, "b", kOp);
-  check_same_device(args.a, "a", args.c, "c", kOp);
-  check_same_dtype(args.a, "a", args.b, "b", kOp);
-  GKS_CHECK(args.c.dtype == DType::kFloat32 || args.c.dtype == args.a.dtype, kUnsupportedDtype)
-      << kOp << ": argument 'c' must be float32 or the dtype of 'a' (" << dtype_name(args.a.dtype)
-      << "), got " << dtype_name(args.c.dtype);
-  const GemmOperands ops = gemm_operands(args.a, "a", args.b, "b", args.c, args.config,
-                                         kNumHopperGemmConfigs, kOp);
-  return ops;
+  return half_gemm_operands(args.a, args.b, args.c, args.config, kNumHopperGemmConfigs, kOp);
 }
 
 // Compute capability 9.0 exactly: sm_90a code runs on no other architecture.

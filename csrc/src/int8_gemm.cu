@@ -22,26 +22,11 @@ using Int8_128x256x128 = kernels::Int8Tile<2, 4, 4, 8, 128, 3>;
 using Int8_64x64x128 = kernels::Int8Tile<2, 2, 2, 4, 128, 4>;
 
 template <class Cfg>
-GemmConfigInfo info(const char* name) {
-  return {name, Cfg::kBlockM, Cfg::kBlockN, Cfg::kBlockK, Cfg::kThreads, Cfg::kStages};
-}
-
-template <class Cfg, bool kAligned>
-void launch(const kernels::Int8GemmParams& p, int device, cudaStream_t stream) {
-  constexpr auto kernel = kernels::int8_gemm_kernel<Cfg, kAligned>;
-  prepare_gemm_kernel<kernel>(Cfg::kSmemBytes, device);
-  const auto blocks = static_cast<unsigned>(int64_t(p.s.tiles_m) * p.s.tiles_n);
-  kernel<<<blocks, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
-}
-
-template <class Cfg>
 void launch_config(kernels::Int8GemmParams p, bool aligned, int device, cudaStream_t stream) {
-  p.s.tiles_m = int((p.s.m + Cfg::kBlockM - 1) / Cfg::kBlockM);
-  p.s.tiles_n = int((p.s.n + Cfg::kBlockN - 1) / Cfg::kBlockN);
   if (aligned)
-    launch<Cfg, true>(p, device, stream);
+    launch_gemm_tiles<Cfg, kernels::int8_gemm_kernel<Cfg, true>>(p, device, stream);
   else
-    launch<Cfg, false>(p, device, stream);
+    launch_gemm_tiles<Cfg, kernels::int8_gemm_kernel<Cfg, false>>(p, device, stream);
 }
 
 // The scale's one non-trivial dim: [len, 1] (a) or [1, len] (b), or a 1-D [len].
@@ -65,10 +50,10 @@ int64_t scale_stride(const TensorRef& s, int64_t len, bool column, const char* o
 
 const std::vector<GemmConfigInfo>& int8_gemm_configs() {
   static const std::vector<GemmConfigInfo> configs = {
-      info<Int8_128x128x64>("128x128x64_w64x64_s4"),
-      info<Int8_128x128x128>("128x128x128_w64x64_s3"),
-      info<Int8_128x256x128>("128x256x128_w64x64_s3"),
-      info<Int8_64x64x128>("64x64x128_w32x32_s4"),
+      gemm_config_info<Int8_128x128x64>("128x128x64_w64x64_s4"),
+      gemm_config_info<Int8_128x128x128>("128x128x128_w64x64_s3"),
+      gemm_config_info<Int8_128x256x128>("128x256x128_w64x64_s3"),
+      gemm_config_info<Int8_64x64x128>("64x64x128_w32x32_s4"),
   };
   return configs;
 }

@@ -23,36 +23,21 @@ using Sgemm64x64x8 = kernels::SgemmTile<1, 2, 8, 8, 8, 8, 3>;
 using Sgemm32x32x16 = kernels::SgemmTile<1, 2, 8, 4, 4, 16, 3>;
 
 template <class Cfg>
-GemmConfigInfo info(const char* name) {
-  return {name, Cfg::kBlockM, Cfg::kBlockN, Cfg::kBlockK, Cfg::kThreads, Cfg::kStages};
-}
-
-template <class Cfg, bool kVecB>
-void launch(const kernels::SgemmParams& p, int device, cudaStream_t stream) {
-  constexpr auto kernel = kernels::sgemm_kernel<Cfg, kVecB>;
-  prepare_gemm_kernel<kernel>(Cfg::kSmemBytes, device);
-  const auto blocks = static_cast<unsigned>(int64_t(p.s.tiles_m) * p.s.tiles_n);
-  kernel<<<blocks, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
-}
-
-template <class Cfg>
 void launch_config(kernels::SgemmParams p, bool vec_b, int device, cudaStream_t stream) {
-  p.s.tiles_m = int((p.s.m + Cfg::kBlockM - 1) / Cfg::kBlockM);
-  p.s.tiles_n = int((p.s.n + Cfg::kBlockN - 1) / Cfg::kBlockN);
   if (vec_b)
-    launch<Cfg, true>(p, device, stream);
+    launch_gemm_tiles<Cfg, kernels::sgemm_kernel<Cfg, true>>(p, device, stream);
   else
-    launch<Cfg, false>(p, device, stream);
+    launch_gemm_tiles<Cfg, kernels::sgemm_kernel<Cfg, false>>(p, device, stream);
 }
 
 }  // namespace
 
 const std::vector<GemmConfigInfo>& sgemm_configs() {
   static const std::vector<GemmConfigInfo> configs = {
-      info<Sgemm128x128x16t8x16>("128x128x16_t8x16_s3"),
-      info<Sgemm128x128x16t16x8>("128x128x16_t16x8_s3"),
-      info<Sgemm64x64x8>("64x64x8_t8x8_s3"),
-      info<Sgemm32x32x16>("32x32x16_t4x4_s3"),
+      gemm_config_info<Sgemm128x128x16t8x16>("128x128x16_t8x16_s3"),
+      gemm_config_info<Sgemm128x128x16t16x8>("128x128x16_t16x8_s3"),
+      gemm_config_info<Sgemm64x64x8>("64x64x8_t8x8_s3"),
+      gemm_config_info<Sgemm32x32x16>("32x32x16_t4x4_s3"),
   };
   return configs;
 }

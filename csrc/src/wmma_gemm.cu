@@ -22,27 +22,12 @@ using Wmma128x128x64 = kernels::WmmaTile<2, 2, 4, 4, 64, 3>;
 using Wmma128x256x64 = kernels::WmmaTile<2, 4, 4, 4, 64, 3>;
 using Wmma64x64x32 = kernels::WmmaTile<2, 2, 2, 2, 32, 4>;
 
-template <class Cfg>
-GemmConfigInfo info(const char* name) {
-  return {name, Cfg::kBlockM, Cfg::kBlockN, Cfg::kBlockK, Cfg::kThreads, Cfg::kStages};
-}
-
-template <typename T, class Cfg, bool kAligned>
-void launch(const kernels::WmmaGemmParams& p, int device, cudaStream_t stream) {
-  constexpr auto kernel = kernels::wmma_gemm_kernel<T, Cfg, kAligned>;
-  prepare_gemm_kernel<kernel>(Cfg::kSmemBytes, device);
-  const auto blocks = static_cast<unsigned>(int64_t(p.s.tiles_m) * p.s.tiles_n);
-  kernel<<<blocks, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
-}
-
 template <typename T, class Cfg>
 void launch_config(kernels::WmmaGemmParams p, bool aligned, int device, cudaStream_t stream) {
-  p.s.tiles_m = int((p.s.m + Cfg::kBlockM - 1) / Cfg::kBlockM);
-  p.s.tiles_n = int((p.s.n + Cfg::kBlockN - 1) / Cfg::kBlockN);
   if (aligned)
-    launch<T, Cfg, true>(p, device, stream);
+    launch_gemm_tiles<Cfg, kernels::wmma_gemm_kernel<T, Cfg, true>>(p, device, stream);
   else
-    launch<T, Cfg, false>(p, device, stream);
+    launch_gemm_tiles<Cfg, kernels::wmma_gemm_kernel<T, Cfg, false>>(p, device, stream);
 }
 
 template <typename T>
@@ -60,10 +45,10 @@ void launch_index(int config, const kernels::WmmaGemmParams& p, bool aligned, in
 
 const std::vector<GemmConfigInfo>& wmma_gemm_configs() {
   static const std::vector<GemmConfigInfo> configs = {
-      info<Wmma128x128x32>("128x128x32_w64x64_s4"),
-      info<Wmma128x128x64>("128x128x64_w64x64_s3"),
-      info<Wmma128x256x64>("128x256x64_w64x64_s3"),
-      info<Wmma64x64x32>("64x64x32_w32x32_s4"),
+      gemm_config_info<Wmma128x128x32>("128x128x32_w64x64_s4"),
+      gemm_config_info<Wmma128x128x64>("128x128x64_w64x64_s3"),
+      gemm_config_info<Wmma128x256x64>("128x256x64_w64x64_s3"),
+      gemm_config_info<Wmma64x64x32>("64x64x32_w32x32_s4"),
   };
   return configs;
 }
@@ -78,19 +63,9 @@ int wmma_gemm_heuristic(int64_t m, int64_t n, int64_t /*k*/, int num_sms) {
 
 void wmma_gemm(const WmmaGemmArgs& args, cudaStream_t stream) {
   constexpr const char* kOp = "gks.wmma_gemm";
-  check_cuda(args.a, kOp, "a");
-  GKS_CHECK(args.a.dtype == DType::kFloat16 || args.a.dtype == DType::kBFloat16,
-            kUnsupportedDtype)
-      << kOp << ": argument 'a' must be float16 or bfloat16, got " << dtype_name(args.a.dtype);
-  check_same_device(args.a, "a", args.b, "b", kOp);
-  check_same_device(args.a, "a", args.c, "c", kOp);
-  check_same_dtype(args.a, "a", args.b, "b", kOp);
-  GKS_CHECK(args.c.dtype == DType::kFloat32 || args.c.dtype == args.a.dtype, kUnsupportedDtype)
-      << kOp << ": argument 'c' must be float32 or the dtype of 'a' (" << dtype_name(args.a.dtype)
-      << "), got " << dtype_name(args.c.dtype);
   const auto& configs = detail::wmma_gemm_configs();
-  const detail::GemmOperands ops = detail::gemm_operands(args.a, "a", args.b, "b", args.c,
-                                                         args.config, int(configs.size()), kOp);
+  const detail::GemmOperands ops =
+      detail::half_gemm_operands(args.a, args.b, args.c, args.config, int(configs.size()), kOp);
   const detail::GemmMatrix &a = ops.a, &b = ops.b, &c = ops.c;
   const int64_t m = ops.m, n = ops.n, k = ops.k;
   if (m == 0 || n == 0) return;

@@ -67,6 +67,11 @@ GemmOperands gemm_operands(const TensorRef& a, const char* a_name, const TensorR
                            const char* b_name, const TensorRef& c, int config, int config_count,
                            const char* op);
 
+// The dtype and device checks of the 16-bit GEMMs (wmma_gemm, gemm), then gemm_operands:
+// a and b float16 or bfloat16, one dtype, on one CUDA device; c float32 or a's dtype.
+GemmOperands half_gemm_operands(const TensorRef& a, const TensorRef& b, const TensorRef& c,
+                                int config, int config_count, const char* op);
+
 // What the heuristic knows about a config beyond its tile shape: how many blocks fit on an
 // SM and how close to peak its inner loop runs once the GPU is full (a relative guess; the
 // autotuner measures the real thing).
