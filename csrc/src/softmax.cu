@@ -163,8 +163,6 @@ Rows check_x_y(const TensorRef& x, const TensorRef& y, const char* op) {
   Rows rows{row_layout(x, op, "x"), {}};
   check_same_shape(x, "x", y, "y", op);
   rows.y = row_layout(y, op, "y");
-  GKS_CHECK(rows.x.rows <= int64_t(INT32_MAX), kInvalidArgument)
-      << op << ": at most 2^31 - 1 rows are supported, got " << rows.x.rows;
   return rows;
 }
 
