@@ -12,7 +12,7 @@ namespace detail {
 // How many of a row's accesses a thread holds in registers. They are held as loaded
 // (16 bytes: 4 registers, whatever the dtype) and converted to fp32 at each use, so that a
 // thread needs about 32 registers and an SM holds 2048 threads: one row's loads then
-// overlap other rows' reductions and stores. (Held as fp32, 32 values a thread took 64
+// overlap other rows' reductions and stores. (Kept as fp32, 32 values a thread took 64
 // registers or more: 1024 threads an SM or fewer, which left 16-bit rows of 32768 and the
 // fused op well short of copy bandwidth.) The unfused kernel holds 4 accesses a thread; the
 // fused one 2, its weight loads and products taking the registers the other 2 would.

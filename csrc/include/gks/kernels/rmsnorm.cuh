@@ -54,29 +54,29 @@ __global__ void __launch_bounds__(kThreadsPerRow* kRowsPerBlock,
   const int live = first >= row_vecs ? 0
                    : int(min(int64_t(kVecsPerThread), (row_vecs - first + kThreadsPerRow - 1) / kThreadsPerRow));
 
-  // The row stays as loaded (Held) and is converted to fp32 where it is used.
-  using H = Held<T, kVec>;
-  const H* x = reinterpret_cast<const H*>(static_cast<const T*>(p.x) + p.x_rows.row_offset(row)) + first;
-  H v[kVecsPerThread];
+  // The row stays as loaded (Raw) and is converted to fp32 where it is used.
+  using R = Raw<T, kVec>;
+  const V* x = reinterpret_cast<const V*>(static_cast<const T*>(p.x) + p.x_rows.row_offset(row)) + first;
+  R v[kVecsPerThread];
 #pragma unroll
-  for (int i = 0; i < kVecsPerThread; ++i) v[i] = i < live ? x[i * kThreadsPerRow] : H{};
+  for (int i = 0; i < kVecsPerThread; ++i) v[i] = i < live ? load_raw_vec(x + i * kThreadsPerRow) : R{};
   // Long fp32 rows (8 accesses a thread, one 1024-thread CTA an SM) load the weight with x
   // and hold x * w (as many registers as x), so the weight's loads overlap x's instead of
   // trailing the reduction. 16-bit rows would need twice the registers for the products,
   // and 4-access fp32 threads would spill at the 32 registers that 2048 threads an SM allow.
   constexpr bool kWeightFirst = sizeof(T) == 4 && kVecsPerThread > 4;
-  const H* w = reinterpret_cast<const H*>(p.weight) + first;
+  const V* w = reinterpret_cast<const V*>(p.weight) + first;
   float xw[kWeightFirst ? kVecsPerThread : 1][kVec];
   float sumsq = 0.f;
 #pragma unroll
   for (int i = 0; i < kVecsPerThread; ++i) {
-    H wv{};
-    if constexpr (kWeightFirst) wv = i < live ? w[i * kThreadsPerRow] : H{};
+    R wv{};
+    if constexpr (kWeightFirst) wv = i < live ? load_raw_vec(w + i * kThreadsPerRow) : R{};
 #pragma unroll
     for (int j = 0; j < kVec; ++j) {
-      const float a = held_at<T>(v[i], j);
+      const float a = elem(v[i], j);
       sumsq += a * a;
-      if constexpr (kWeightFirst) xw[i][j] = a * held_at<T>(wv, j);
+      if constexpr (kWeightFirst) xw[i][j] = a * elem(wv, j);
     }
   }
   if constexpr (kThreadsPerRow <= 32) {
@@ -96,9 +96,9 @@ __global__ void __launch_bounds__(kThreadsPerRow* kRowsPerBlock,
 #pragma unroll
       for (int j = 0; j < kVec; ++j) out.v[j] = from_float<T>(xw[i][j] * inv_rms);
     } else {
-      const H wv = w[i * kThreadsPerRow];
+      const R wv = load_raw_vec(w + i * kThreadsPerRow);
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) out.v[j] = from_float<T>(held_at<T>(v[i], j) * inv_rms * held_at<T>(wv, j));
+      for (int j = 0; j < kVec; ++j) out.v[j] = from_float<T>(elem(v[i], j) * inv_rms * elem(wv, j));
     }
     y[i * kThreadsPerRow] = out;
   }
@@ -114,36 +114,37 @@ template <typename T, int kVec, int kThreads>
 __global__ void __launch_bounds__(kThreads) rmsnorm_looped_kernel(const RmsNormParams p) {
   constexpr int kUnroll = 4;
   constexpr int kChunk = kThreads * kUnroll;  // vectors one iteration covers
-  using H = Held<T, kVec>;
+  using R = Raw<T, kVec>;
   using V = Vec<T, kVec>;
   __shared__ float scratch[kThreads / 32];
   const int64_t row = blockIdx.x;
   const int64_t row_vecs = p.cols / kVec;  // a whole number (the host picks kVec so)
-  const H* x = reinterpret_cast<const H*>(static_cast<const T*>(p.x) + p.x_rows.row_offset(row));
+  const V* x = reinterpret_cast<const V*>(static_cast<const T*>(p.x) + p.x_rows.row_offset(row));
 
   float sumsq = 0.f;
   for (int64_t base = threadIdx.x; base < row_vecs; base += kChunk) {
-    H v[kUnroll];
+    R v[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) v[u] = base + u * kThreads < row_vecs ? x[base + u * kThreads] : H{};
+    for (int u = 0; u < kUnroll; ++u)
+      v[u] = base + u * kThreads < row_vecs ? load_raw_vec(x + base + u * kThreads) : R{};
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) sumsq += held_at<T>(v[u], j) * held_at<T>(v[u], j);
+      for (int j = 0; j < kVec; ++j) sumsq += elem(v[u], j) * elem(v[u], j);
   }
   sumsq = group_reduce<kThreads>(sumsq, SumOp{}, scratch);
   const float inv_rms = rsqrtf(sumsq / float(p.cols) + p.eps);
 
-  const H* w = reinterpret_cast<const H*>(p.weight);
+  const V* w = reinterpret_cast<const V*>(p.weight);
   V* y = reinterpret_cast<V*>(static_cast<T*>(p.y) + p.y_rows.row_offset(row));
   const int64_t last = threadIdx.x + (row_vecs - 1) / kChunk * kChunk;
   for (int64_t base = last; base >= 0; base -= kChunk) {
-    H v[kUnroll], wv[kUnroll];
+    R v[kUnroll], wv[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       if (base + u * kThreads < row_vecs) {
-        v[u] = load_vec<CacheHint::kLastUse>(x + base + u * kThreads);
-        wv[u] = w[base + u * kThreads];
+        v[u] = load_raw_vec<CacheHint::kLastUse>(x + base + u * kThreads);
+        wv[u] = load_raw_vec(w + base + u * kThreads);
       }
     }
 #pragma unroll
@@ -151,7 +152,7 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_looped_kernel(const RmsNormP
       if (base + u * kThreads >= row_vecs) break;
       V out;
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) out.v[j] = from_float<T>(held_at<T>(v[u], j) * inv_rms * held_at<T>(wv[u], j));
+      for (int j = 0; j < kVec; ++j) out.v[j] = from_float<T>(elem(v[u], j) * inv_rms * elem(wv[u], j));
       store_vec<CacheHint::kStreaming>(y + base + u * kThreads, out);
     }
   }

@@ -2,7 +2,7 @@
 // Softmax device code, and its fusion with RMSNorm (kFused: the values are
 // x * inv_rms * weight, computed in fp32 and never stored). Two shapes of kernel:
 //  - registers: a row (a warp's or a block's) is read once into registers, where it stays
-//    as loaded (16-byte vectors, converted to fp32 at each use: see Raw); each thread takes
+//    as loaded (16-byte vectors, converted to fp32 at each use: see Raw in vec.cuh); each thread takes
 //    the max of its values, then the sum of their exps against it; one reduction merges
 //    the (max, sum) pairs; each thread writes exp(v - M) / S. One read, one write, two exps
 //    a value (the fused kernel first reduces the sum of squares, and folds (max, sum) an
@@ -133,30 +133,6 @@ __device__ __forceinline__ void row_reduce_softmax(float& m, float& s, float* sc
   }
 }
 
-// An access as loaded, in 32-bit words: a 16-byte vector (4 words) or one element (a 16-bit
-// one in the low half of its word). Rows are held in registers in this form and converted
-// to fp32 at each use: a 16-bit row takes half the registers it would as fp32 values (and
-// its bits stay packed two a register, which 16-bit element types do not ensure), so more
-// rows fit an SM; a conversion is an instruction or two a use.
-template <typename T, int kVec>
-struct Raw {
-  static_assert(kVec == 1 || kVec * sizeof(T) == 16, "a 16-byte vector or one element");
-  static constexpr int kPerWord = kVec == 1 ? 1 : int(4 / sizeof(T));  // elements a word
-  static constexpr int kWords = kVec / kPerWord;
-  uint32_t w[kWords];
-};
-
-template <typename T>
-__device__ __forceinline__ uint32_t bits_of(T v) {
-  if constexpr (sizeof(T) == 4) {
-    return __float_as_uint(v);
-  } else if constexpr (std::is_same_v<T, __half>) {
-    return __half_as_ushort(v);
-  } else {
-    return __bfloat16_as_ushort(v);
-  }
-}
-
 // The bits of the element that stands for the columns past a row's end: -inf (neutral for
 // the max and the sum) or 0 (neutral for the fused kernel's sum of squares).
 template <typename T>
@@ -168,21 +144,6 @@ __device__ __forceinline__ uint32_t fill_bits(bool neg_inf) {
     return 0xfc00u;
   } else {
     return 0xff80u;
-  }
-}
-
-// Element j of an access, in fp32.
-template <typename T, int kVec>
-__device__ __forceinline__ float elem(const Raw<T, kVec>& r, int j) {
-  constexpr int kPerWord = Raw<T, kVec>::kPerWord;
-  const uint32_t w = r.w[j / kPerWord];
-  const bool high = j % kPerWord != 0;
-  if constexpr (sizeof(T) == 4) {
-    return __uint_as_float(w);
-  } else if constexpr (std::is_same_v<T, __half>) {
-    return __half2float(__ushort_as_half(static_cast<unsigned short>(high ? w >> 16 : w)));
-  } else {
-    return __uint_as_float(high ? w & 0xffff0000u : w << 16);
   }
 }
 
@@ -212,12 +173,7 @@ __device__ __forceinline__ Raw<T, kVec> load_raw(const T* row, I col, I cols, bo
   using R = Raw<T, kVec>;
   R r;
   if (kRagged ? col + kVec <= cols : col < cols) {
-    if constexpr (kVec == 1) {
-      r.w[0] = bits_of(row[col]);
-    } else {
-      const uint4 v = *reinterpret_cast<const uint4*>(row + col);
-      r.w[0] = v.x, r.w[1] = v.y, r.w[2] = v.z, r.w[3] = v.w;
-    }
+    r = load_raw_vec(reinterpret_cast<const Vec<T, kVec>*>(row + col));
   } else {
 #pragma unroll
     for (int k = 0; k < R::kWords; ++k) r.w[k] = 0u;

@@ -73,25 +73,56 @@ __device__ __forceinline__ void load_row_vec(const T* row, int64_t col, int64_t 
   }
 }
 
-// A row's vector access as held in registers by kernels that keep rows there. 16-byte
-// accesses are kept as four raw 32-bit words, so 16-bit elements stay two to a register
-// (a struct of eight 16-bit members gets split into eight registers); narrower ones as Vec.
-template <typename T, int kN>
-using Held = std::conditional_t<sizeof(T) * kN == 16, uint4, Vec<T, kN>>;
+// An access as loaded, in 32-bit words: a 16-byte vector (4 words) or one element (a 16-bit
+// one in the low half of its word). Kernels that hold rows in registers keep them in this
+// form and convert to fp32 at each use: a 16-bit row takes half the registers it would as
+// fp32 values (and its bits stay packed two a register, which a struct of 16-bit members
+// does not ensure: the compiler splits it into a register an element), so more rows fit an
+// SM; a conversion is an instruction or two a use.
+template <typename T, int kVec>
+struct Raw {
+  static_assert(kVec == 1 || kVec * sizeof(T) == 16, "a 16-byte vector or one element");
+  static constexpr int kPerWord = kVec == 1 ? 1 : int(4 / sizeof(T));  // elements a word
+  static constexpr int kWords = kVec / kPerWord;
+  uint32_t w[kWords];
+};
 
-// Element j (a compile-time index once unrolled) of a held access, in fp32.
-template <typename T, int kN>
-__device__ __forceinline__ float held_at(const Vec<T, kN>& v, int j) { return to_float(v.v[j]); }
 template <typename T>
-__device__ __forceinline__ float held_at(const uint4& r, int j) {
-  const uint32_t word = j * sizeof(T) / 4 == 0 ? r.x : j * sizeof(T) / 4 == 1 ? r.y
-                        : j * sizeof(T) / 4 == 2 ? r.z : r.w;
+__device__ __forceinline__ uint32_t bits_of(T v) {
   if constexpr (sizeof(T) == 4) {
-    return __uint_as_float(word);
-  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __uint_as_float(j % 2 == 0 ? word << 16 : word & 0xffff0000u);  // bf16 = top half of fp32
+    return __float_as_uint(v);
+  } else if constexpr (std::is_same_v<T, __half>) {
+    return __half_as_ushort(v);
   } else {
-    return __half2float(__ushort_as_half(static_cast<unsigned short>(j % 2 == 0 ? word : word >> 16)));
+    return __bfloat16_as_ushort(v);
+  }
+}
+
+// The access at p (aligned to it), as loaded.
+template <CacheHint kHint = CacheHint::kDefault, typename T, int kVec>
+__device__ __forceinline__ Raw<T, kVec> load_raw_vec(const Vec<T, kVec>* p) {
+  Raw<T, kVec> r;
+  if constexpr (kVec == 1) {
+    r.w[0] = bits_of(p->v[0]);
+  } else {
+    const uint4 v = load_vec<kHint>(reinterpret_cast<const uint4*>(p));
+    r.w[0] = v.x, r.w[1] = v.y, r.w[2] = v.z, r.w[3] = v.w;
+  }
+  return r;
+}
+
+// Element j of an access, in fp32.
+template <typename T, int kVec>
+__device__ __forceinline__ float elem(const Raw<T, kVec>& r, int j) {
+  constexpr int kPerWord = Raw<T, kVec>::kPerWord;
+  const uint32_t w = r.w[j / kPerWord];
+  const bool high = j % kPerWord != 0;
+  if constexpr (sizeof(T) == 4) {
+    return __uint_as_float(w);
+  } else if constexpr (std::is_same_v<T, __half>) {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(high ? w >> 16 : w)));
+  } else {
+    return __uint_as_float(high ? w & 0xffff0000u : w << 16);  // bf16: the top half of fp32
   }
 }
 
