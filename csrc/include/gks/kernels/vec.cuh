@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// 16-byte vector loads and stores, and fp32 conversions for the element types gks supports.
+// 16-byte vector loads and stores, rows held as loaded (Raw), and the fp32 conversions of
+// the element types gks supports.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -18,10 +19,6 @@ struct alignas(sizeof(T) * kN) Vec {
 
 template <typename T>
 inline constexpr int kVec16 = 16 / sizeof(T);  // elements in a 16-byte access
-
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 
 template <typename T>
 __device__ __forceinline__ T from_float(float v);
@@ -54,22 +51,6 @@ __device__ __forceinline__ void store_vec(V* p, const V& v) {
     __stcs(reinterpret_cast<uint4*>(p), *reinterpret_cast<const uint4*>(&v));
   } else {
     *p = v;
-  }
-}
-
-// Loads elements [col, col + kN) of a row into fp32, reading only those below `cols` and
-// filling the rest with `fill`. The full-width case is one vector access; `row` must then
-// be aligned to sizeof(T) * kN bytes at `col`, which the host guarantees before it picks kN.
-template <int kN, CacheHint kHint = CacheHint::kDefault, typename T>
-__device__ __forceinline__ void load_row_vec(const T* row, int64_t col, int64_t cols,
-                                             float (&out)[kN], float fill = 0.f) {
-  if (col + kN <= cols) {
-    const Vec<T, kN> v = load_vec<kHint>(reinterpret_cast<const Vec<T, kN>*>(row + col));
-#pragma unroll
-    for (int j = 0; j < kN; ++j) out[j] = to_float(v.v[j]);
-  } else {
-#pragma unroll
-    for (int j = 0; j < kN; ++j) out[j] = col + j < cols ? to_float(row[col + j]) : fill;
   }
 }
 
@@ -123,22 +104,6 @@ __device__ __forceinline__ float elem(const Raw<T, kVec>& r, int j) {
     return __half2float(__ushort_as_half(static_cast<unsigned short>(high ? w >> 16 : w)));
   } else {
     return __uint_as_float(high ? w & 0xffff0000u : w << 16);  // bf16: the top half of fp32
-  }
-}
-
-// Stores elements [col, col + kN) of a row from fp32, writing only those below `cols`.
-template <int kN, CacheHint kHint = CacheHint::kDefault, typename T>
-__device__ __forceinline__ void store_row_vec(T* row, int64_t col, int64_t cols,
-                                              const float (&in)[kN]) {
-  if (col + kN <= cols) {
-    Vec<T, kN> v;
-#pragma unroll
-    for (int j = 0; j < kN; ++j) v.v[j] = from_float<T>(in[j]);
-    store_vec<kHint>(reinterpret_cast<Vec<T, kN>*>(row + col), v);
-  } else {
-#pragma unroll
-    for (int j = 0; j < kN; ++j)
-      if (col + j < cols) row[col + j] = from_float<T>(in[j]);
   }
 }
 
