@@ -18,8 +18,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from gks.pallas._common import default_interpret, next_pow2
+from gks.reference.flash_attention_fwd import check_attention_shapes
 
-HEAD_DIMS = (32, 64, 96, 128, 256)
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 
@@ -144,25 +144,9 @@ def flash_attention_fwd(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool =
                 f"{op}: argument '{name}' must have 4 dims [batch, heads, seq, head_dim], "
                 f"got {t.ndim} dims {list(t.shape)}"
             )
+    check_attention_shapes(op, q.shape, k.shape, v.shape)
     batch, heads_q, seqlen_q, head_dim = q.shape
-    if head_dim not in HEAD_DIMS:
-        raise ValueError(
-            f"{op}: head dim (the last dim of q, k and v) must be one of 32, 64, 96, 128, 256, "
-            f"got {head_dim}"
-        )
-    if k.shape[0] != batch or k.shape[3] != head_dim:
-        raise ValueError(
-            f"{op}: argument 'k' must have shape [{batch}, Hkv, Sk, {head_dim}] (q's batch "
-            f"and head dim), got {list(k.shape)}"
-        )
-    if v.shape != k.shape:
-        raise ValueError(f"{op}: argument 'v' must have the shape of 'k' {list(k.shape)}, got {list(v.shape)}")
     heads_kv, seqlen_k = k.shape[1], k.shape[2]
-    if heads_kv == 0 or heads_q % heads_kv != 0:
-        raise ValueError(
-            f"{op}: the query heads ({heads_q}, dim 1 of q) must be a multiple of the key/value "
-            f"heads ({heads_kv}, dim 1 of k and v)"
-        )
     scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
     if not (math.isfinite(scale) and scale > 0):
         raise ValueError(f"{op}: argument 'softmax_scale' must be a finite number > 0, got {scale}")

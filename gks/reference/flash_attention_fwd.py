@@ -5,7 +5,32 @@ import math
 
 import torch
 
-HEAD_DIMS = (32, 64, 96, 128, 256)
+HEAD_DIMS = (32, 64, 96, 128, 256)  # the head dims every backend compiles
+
+
+def check_attention_shapes(op: str, q_shape, k_shape, v_shape) -> None:
+    """The shape rules the Triton and Pallas backends enforce once q, k and v are known to
+    have 4 dims: a supported head dim, k [B, Hkv, Sk, D] with q's B and D, v shaped like k,
+    and Hq a multiple of Hkv. Raises ValueError naming the argument."""
+    batch, heads_q, _, head_dim = q_shape
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(
+            f"{op}: head dim (the last dim of q, k and v) must be one of 32, 64, 96, 128, 256, "
+            f"got {head_dim}"
+        )
+    if k_shape[0] != batch or k_shape[3] != head_dim:
+        raise ValueError(
+            f"{op}: argument 'k' must have shape [{batch}, Hkv, Sk, {head_dim}] (q's batch "
+            f"and head dim), got {list(k_shape)}"
+        )
+    if tuple(v_shape) != tuple(k_shape):
+        raise ValueError(f"{op}: argument 'v' must have the shape of 'k' {list(k_shape)}, got {list(v_shape)}")
+    heads_kv = k_shape[1]
+    if heads_kv == 0 or heads_q % heads_kv != 0:
+        raise ValueError(
+            f"{op}: the query heads ({heads_q}, dim 1 of q) must be a multiple of the key/value "
+            f"heads ({heads_kv}, dim 1 of k and v)"
+        )
 
 
 def flash_attention_fwd(

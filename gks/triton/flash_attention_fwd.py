@@ -17,9 +17,9 @@ import torch
 import triton
 import triton.language as tl
 
+from gks.reference.flash_attention_fwd import check_attention_shapes
 from gks.triton._common import check_device, check_same, next_pow2
 
-HEAD_DIMS = (32, 64, 96, 128, 256)
 LOG2E = 1.4426950408889634
 
 
@@ -197,25 +197,7 @@ def _check_inputs(q, k, v, op):
                 f"{op}: argument '{name}' must be contiguous in its last dim (stride 1), "
                 f"got stride {t.stride(-1)}"
             )
-    batch, heads_q, _, head_dim = q.shape
-    if head_dim not in HEAD_DIMS:
-        raise ValueError(
-            f"{op}: head dim (the last dim of q, k and v) must be one of 32, 64, 96, 128, 256, "
-            f"got {head_dim}"
-        )
-    if k.shape[0] != batch or k.shape[3] != head_dim:
-        raise ValueError(
-            f"{op}: argument 'k' must have shape [{batch}, Hkv, Sk, {head_dim}] (q's batch "
-            f"and head dim), got {list(k.shape)}"
-        )
-    if v.shape != k.shape:
-        raise ValueError(f"{op}: argument 'v' must have the shape of 'k' {list(k.shape)}, got {list(v.shape)}")
-    heads_kv = k.shape[1]
-    if heads_kv == 0 or heads_q % heads_kv != 0:
-        raise ValueError(
-            f"{op}: the query heads ({heads_q}, dim 1 of q) must be a multiple of the key/value "
-            f"heads ({heads_kv}, dim 1 of k and v)"
-        )
+    check_attention_shapes(op, q.shape, k.shape, v.shape)
 
 
 def flash_attention_fwd(
