@@ -51,6 +51,24 @@ class Peer:
     make: Callable[[], Callable[..., Any]]  # builds the callable (may compile lazily)
 
 
+def reference_peer(op: str, *, compiled: bool) -> Peer:
+    """gks.reference.<op> itself ("torch eager") or under torch.compile ("torch.compile"):
+    the fused code PyTorch makes of the op's plain definition, the peer the memory-bound
+    ops are held to."""
+
+    def make() -> Callable[..., Any]:
+        from gks import reference
+
+        fn = getattr(reference, op)
+        if not compiled:
+            return fn
+        import torch
+
+        return torch.compile(fn, dynamic=False)
+
+    return Peer("torch.compile" if compiled else "torch eager", make)
+
+
 @dataclasses.dataclass(frozen=True)
 class OpSpec:
     """Everything about one op."""

@@ -7,7 +7,7 @@ product."""
 
 from __future__ import annotations
 
-from gks.registry import Backend, ELEM_BYTES, OpSpec, Peer, register
+from gks.registry import Backend, ELEM_BYTES, OpSpec, reference_peer, register
 
 # Against the exact (float64) product: the fp32 product is within 2^-24 relative, the cast
 # to fp16/bf16 adds half an ulp (2^-11 / 2^-8 relative); atol covers fp16 subnormals.
@@ -54,18 +54,6 @@ def check(out, ref, dtype, inputs) -> None:
     torch.testing.assert_close(got.double(), ref.cpu(), atol=atol, rtol=rtol, equal_nan=True)
 
 
-def _torch_compile():
-    import torch
-
-    from gks.reference import dequantize_int8
-
-    return torch.compile(dequantize_int8, dynamic=False)
-
-
-def _eager():
-    from gks.reference import dequantize_int8
-
-    return dequantize_int8
 
 
 SPEC = register(
@@ -92,7 +80,7 @@ SPEC = register(
             (1, 262144), (0, 64), (3, 0),
         ),
         bench_shapes=((32768, 4096), (8192, 32768), (65536, 1024)),
-        peers=(Peer("torch eager", _eager), Peer("torch.compile", _torch_compile)),
+        peers=(reference_peer("dequantize_int8", compiled=False), reference_peer("dequantize_int8", compiled=True)),
         check=check,
     )
 )

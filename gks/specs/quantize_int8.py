@@ -7,7 +7,7 @@ every backend matches it bit for bit: q and scale are checked for equality, not 
 
 from __future__ import annotations
 
-from gks.registry import Backend, ELEM_BYTES, OpSpec, Peer, register
+from gks.registry import Backend, ELEM_BYTES, OpSpec, reference_peer, register
 
 
 def make_inputs(shape, dtype, device, seed):
@@ -64,18 +64,6 @@ def check(out, ref, dtype, inputs) -> None:
     assert bool(((err <= bound) | ~finite).all()), f"{what}: |q * scale - x| exceeds scale / 2"
 
 
-def _torch_compile():
-    import torch
-
-    from gks.reference import quantize_int8
-
-    return torch.compile(quantize_int8, dynamic=False)
-
-
-def _eager():
-    from gks.reference import quantize_int8
-
-    return quantize_int8
 
 
 SPEC = register(
@@ -106,7 +94,7 @@ SPEC = register(
             (1, 262144), (0, 64), (3, 0),
         ),
         bench_shapes=((32768, 4096), (8192, 32768), (65536, 1024)),
-        peers=(Peer("torch eager", _eager), Peer("torch.compile", _torch_compile)),
+        peers=(reference_peer("quantize_int8", compiled=False), reference_peer("quantize_int8", compiled=True)),
         check=check,
     )
 )

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from gks.registry import Backend, ELEM_BYTES, OpSpec, Peer, register
+from gks.registry import Backend, ELEM_BYTES, OpSpec, Peer, reference_peer, register
 
 
 def make_inputs(shape, dtype, device, seed, weight_spread=0.1):
@@ -29,13 +29,6 @@ def _torch_rms_norm():
 
     return lambda x, weight, eps: F.rms_norm(x, (x.shape[-1],), weight, eps)
 
-
-def _torch_compile():
-    import torch
-
-    from gks.reference import rmsnorm
-
-    return torch.compile(rmsnorm, dynamic=False)
 
 
 SPEC = register(
@@ -63,7 +56,7 @@ SPEC = register(
             (4, 8192), (2, 32768), (1, 262144), (0, 64), (3, 0),
         ),
         bench_shapes=((32768, 4096), (8192, 32768), (65536, 1024)),
-        peers=(Peer("F.rms_norm", _torch_rms_norm), Peer("torch.compile", _torch_compile)),
+        peers=(Peer("F.rms_norm", _torch_rms_norm), reference_peer("rmsnorm", compiled=True)),
         # RmsNormArgs::config indexes these (kRmsNormConfigs in csrc/include/gks/rmsnorm.h).
         configs=tuple({"name": n} for n in ("registers-8x16B", "looped", "registers-4x16B", "cluster-256t")),
     )

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from gks.registry import Backend, ELEM_BYTES, OpSpec, Peer, register
+from gks.registry import Backend, ELEM_BYTES, OpSpec, Peer, reference_peer, register
 
 
 def make_inputs(shape, dtype, device, seed):
@@ -27,13 +27,6 @@ def _torch_softmax():
 
     return lambda x: torch.softmax(x, -1)
 
-
-def _torch_compile():
-    import torch
-
-    from gks.reference import softmax
-
-    return torch.compile(softmax, dynamic=False)
 
 
 # Against the fp64 result. Mostly relative: outputs are as small as 1/N (and much smaller),
@@ -70,6 +63,6 @@ SPEC = register(
         ),
         test_shapes=TEST_SHAPES,
         bench_shapes=((32768, 4096), (8192, 32768), (65536, 1024)),
-        peers=(Peer("torch.softmax", _torch_softmax), Peer("torch.compile", _torch_compile)),
+        peers=(Peer("torch.softmax", _torch_softmax), reference_peer("softmax", compiled=True)),
     )
 )

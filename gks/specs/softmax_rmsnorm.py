@@ -4,7 +4,7 @@ no round trip of the normalized row through memory (it stays fp32, never rounded
 
 from __future__ import annotations
 
-from gks.registry import Backend, ELEM_BYTES, OpSpec, Peer, register
+from gks.registry import Backend, ELEM_BYTES, OpSpec, Peer, reference_peer, register
 from gks.specs.rmsnorm import make_inputs as rmsnorm_inputs
 from gks.specs.softmax import TEST_SHAPES
 
@@ -28,13 +28,6 @@ def _torch_two_step():
 
     return lambda x, weight, eps: torch.softmax(F.rms_norm(x, (x.shape[-1],), weight, eps), -1)
 
-
-def _torch_compile():
-    import torch
-
-    from gks.reference import softmax_rmsnorm
-
-    return torch.compile(softmax_rmsnorm, dynamic=False)
 
 
 SPEC = register(
@@ -61,6 +54,6 @@ SPEC = register(
         ),
         test_shapes=TEST_SHAPES,
         bench_shapes=((32768, 4096), (8192, 32768), (65536, 1024)),
-        peers=(Peer("F.rms_norm+torch.softmax", _torch_two_step), Peer("torch.compile", _torch_compile)),
+        peers=(Peer("F.rms_norm+torch.softmax", _torch_two_step), reference_peer("softmax_rmsnorm", compiled=True)),
     )
 )
