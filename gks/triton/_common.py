@@ -34,5 +34,16 @@ def check_device(t: torch.Tensor, op: str, arg: str) -> None:
         )
 
 
+def check_norm_weight(weight: torch.Tensor, cols: int, op: str) -> None:
+    """The weight of rmsnorm and softmax_rmsnorm: [cols] (x's last dim), contiguous."""
+    if weight.dim() != 1 or weight.shape[0] != cols:
+        raise ValueError(
+            f"{op}: argument 'weight' must have shape [{cols}] (the last dim of x), "
+            f"got {list(weight.shape)}"
+        )
+    if weight.numel() > 1 and weight.stride(0) != 1:
+        raise ValueError(f"{op}: argument 'weight' must be contiguous, got stride {weight.stride(0)}")
+
+
 def next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())

@@ -9,7 +9,7 @@ import triton
 import triton.language as tl
 
 from gks._rows import row_layout
-from gks.triton._common import check_device, check_float, check_same, next_pow2
+from gks.triton._common import check_device, check_float, check_norm_weight, check_same, next_pow2
 
 # Rows up to this many elements are held whole in one program (one read of the row).
 MAX_ONE_PASS = 32768
@@ -62,13 +62,7 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.T
     check_float(x, op, "x")
     check_same(x, "x", weight, "weight", op)
     xr = row_layout(x, op, "x")
-    if weight.dim() != 1 or weight.shape[0] != xr.cols:
-        raise ValueError(
-            f"{op}: argument 'weight' must have shape [{xr.cols}] (the last dim of x), "
-            f"got {list(weight.shape)}"
-        )
-    if weight.numel() > 1 and weight.stride(0) != 1:
-        raise ValueError(f"{op}: argument 'weight' must be contiguous, got stride {weight.stride(0)}")
+    check_norm_weight(weight, xr.cols, op)
     if eps < 0:
         raise ValueError(f"{op}: argument 'eps' must be >= 0, got {eps}")
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
