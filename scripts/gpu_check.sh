@@ -12,7 +12,9 @@
 # profile (gks profile under ncu, GKS_PROFILE_ARGS)), GKS_OPS (build only these kernel
 # families, e.g. "rmsnorm"), GKS_PYTEST_ARGS (default "tests"), GKS_SANITIZE_ARGS (arguments
 # of scripts/sanitize_cases.py), GKS_STEP_TIMEOUT (seconds any one step may run, default
-# 3600: a step past it is stopped so the later steps and the summary still run).
+# 3600: a step past it is stopped so the later steps and the summary still run),
+# GKS_BENCH_EACH (e.g. "sgemm gemm": the bench step runs once per op listed, each with the
+# bench args, its own time limit, log bench-OP.log and JSON bench-OP.json).
 # Wheels in .whl/ (e.g. apache-tvm-ffi, absent from the GPU image) are installed first.
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_check.sh OUTDIR [bench args...]}
@@ -62,11 +64,18 @@ run_step sanitize bash -c "compute-sanitizer --tool memcheck --error-exitcode 1 
 run_step pyexample $PY examples/python/transformer_block.py
 run_step ceilings $PY -m gks roofline --measure
 run_step profile $PY -m gks profile ${GKS_PROFILE_ARGS:---kernel rmsnorm --shape 8192x32768 --dtype bfloat16 --report /tmp/gks-profile-rmsnorm}
-run_step bench $PY -m gks bench "${BENCH_ARGS[@]}" --json "$OUT/bench.json"
+if [ -n "${GKS_BENCH_EACH:-}" ]; then
+  case " $STEPS " in *" bench "*) STEPS="$STEPS $(printf 'bench-%s ' $GKS_BENCH_EACH)" ;; esac
+  for op in $GKS_BENCH_EACH; do
+    run_step "bench-$op" $PY -m gks bench --kernel "$op" "${BENCH_ARGS[@]}" --json "$OUT/bench-$op.json"
+  done
+else
+  run_step bench $PY -m gks bench "${BENCH_ARGS[@]}" --json "$OUT/bench.json"
+fi
 
 echo
 echo "== bench table (full log: bench.log)"
-sed -n '/gks bench/,$p' "$OUT/bench.log" 2>/dev/null | head -200
+for log in "$OUT"/bench*.log; do [ -f "$log" ] && sed -n '/gks bench/,$p' "$log" | head -200; done
 echo
 echo "== gks GPU check summary ($(head -2 "$OUT/gpu.txt" | tail -1))"
 printf '%s\n' "${SUMMARY[@]}"

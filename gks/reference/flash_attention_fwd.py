@@ -75,13 +75,26 @@ def attention_in(q, k, v, causal, softmax_scale, dtype: torch.dtype):
     if group > 1:
         kc = kc.repeat_interleave(group, dim=1)
         vc = vc.repeat_interleave(group, dim=1)
-    scores = torch.matmul(qc, kc.transpose(-1, -2)) * scale
-    if causal:
-        rows = torch.arange(seqlen_q, device=q.device)[:, None]
-        cols = torch.arange(seqlen_k, device=q.device)[None, :]
-        scores = scores.masked_fill(cols > rows + (seqlen_k - seqlen_q), float("-inf"))
-    lse = torch.logsumexp(scores, dim=-1)  # -inf for a row that sees no key (or Sk = 0)
-    # Shift by 0 where lse is -inf: every score there is -inf, so p = 0 and o = 0, not NaN.
-    shift = torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
-    p = torch.exp(scores - shift[..., None])
-    return torch.matmul(p, vc), lse
+    # The scores of a block of query rows at a time, so that the bench shapes (e.g. 256
+    # heads x 4096 x 4096 in float64: 32 GiB) fit beside the inputs.
+    scores_per_row = max(1, q.shape[0] * heads_q * seqlen_k)
+    block = max(1, _SCORES_BUDGET_BYTES // (scores_per_row * qc.element_size()))
+    outs, lses = [], []
+    for start in range(0, seqlen_q, block) if seqlen_q else [0]:
+        stop = min(seqlen_q, start + block)
+        scores = torch.matmul(qc[:, :, start:stop], kc.transpose(-1, -2)) * scale
+        if causal:
+            rows = torch.arange(start, stop, device=q.device)[:, None]
+            cols = torch.arange(seqlen_k, device=q.device)[None, :]
+            scores = scores.masked_fill(cols > rows + (seqlen_k - seqlen_q), float("-inf"))
+        lse = torch.logsumexp(scores, dim=-1)  # -inf for a row that sees no key (or Sk = 0)
+        # Shift by 0 where lse is -inf: every score there is -inf, so p = 0 and o = 0, not NaN.
+        shift = torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
+        p = torch.exp(scores.sub_(shift[..., None]))
+        del scores
+        outs.append(torch.matmul(p, vc))
+        lses.append(lse)
+    return torch.cat(outs, dim=2), torch.cat(lses, dim=2)
+
+
+_SCORES_BUDGET_BYTES = 1 << 30
