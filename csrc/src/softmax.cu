@@ -9,21 +9,21 @@
 namespace gks {
 namespace detail {
 
-// How many of a row's accesses a thread holds in registers. They are held as loaded
-// (16 bytes: 4 registers, whatever the dtype) and converted to fp32 at each use, so that a
-// thread needs about 32 registers and an SM holds 2048 threads: one row's loads then
-// overlap other rows' reductions and stores. (Kept as fp32, 32 values a thread took 64
-// registers or more: 1024 threads an SM or fewer, which left 16-bit rows of 32768 and the
-// fused op well short of copy bandwidth.) The unfused kernel holds 4 accesses a thread; the
-// fused one 2, its weight loads and products taking the registers the other 2 would.
+// How many of a row's accesses a thread holds in registers. The unfused kernel holds them
+// as loaded (16 bytes: 4 registers, whatever the dtype) and converts them to fp32 at each
+// use, so that a thread needs about 32 registers and an SM holds 2048 threads: one row's
+// loads then overlap other rows' reductions and stores. (Kept as fp32, 32 values a thread
+// took 64 registers or more: 1024 threads an SM or fewer, which left 16-bit rows of 32768
+// well short of copy bandwidth.) It holds 4 accesses a thread. The fused kernel holds its
+// values in fp32 (one exp a value, see softmax.cuh): 16 a thread, 4 fp32 or 2 16-bit
+// accesses, at 40 registers.
 // Rows longer than 1024 threads' worth take more a thread in a 1024-thread block, one to an
 // SM (fp32 rows of 32768, 8 a thread: 4152 GB/s on an H200 at 8192x32768, vs 2844 looped),
-// up to 8 fp32 or 4 16-bit accesses (so rows of up to 32768 elements; 16-bit ones of 32768
-// did better looped while rows were held as fp32: 3750 vs 3463 GB/s fp16, fused 2882 vs
-// 2515). Unaligned rows (one element an access) keep 8 accesses a thread, as RMSNorm does,
-// and 16-bit ones at most 512 threads.
+// up to 8 fp32 or 4 16-bit accesses (so rows of up to 32768 elements). Unaligned rows (one
+// element an access) keep 8 accesses a thread, as RMSNorm does, and 16-bit ones at most 512
+// threads.
 constexpr int kVecsPerThread = 4;
-constexpr int kFusedVecsPerThread = 2;
+constexpr int kFusedValuesPerThread = 16;
 constexpr int kMaxVecsPerThread32 = 8;
 constexpr int kMaxVecsPerThread16 = 4;
 constexpr int kScalarAccessesPerThread = 8;
@@ -32,11 +32,13 @@ constexpr int kMaxScalarThreads16 = 512;
 constexpr int kLoopedThreads = 512;
 
 constexpr int base_vecs(int vec, bool fused) {
-  return vec == 1 ? kScalarAccessesPerThread : fused ? kFusedVecsPerThread : kVecsPerThread;
+  return vec == 1 ? kScalarAccessesPerThread : fused ? kFusedValuesPerThread / vec : kVecsPerThread;
 }
-constexpr int max_vecs(int vec, int elem_size) {
+// (Fused ragged fp32 rows stop at 4: 8 spilled.)
+constexpr int max_vecs(int vec, int elem_size, bool fused_ragged) {
   return vec == 1 ? kScalarAccessesPerThread
-                  : elem_size == 4 ? kMaxVecsPerThread32 : kMaxVecsPerThread16;
+                  : elem_size != 4 ? kMaxVecsPerThread16
+                  : fused_ragged ? kMaxVecsPerThread32 / 2 : kMaxVecsPerThread32;
 }
 
 SoftmaxPlan plan_softmax(int64_t cols, DType dtype, bool aligned16, int config, bool fused) {
@@ -55,7 +57,8 @@ SoftmaxPlan plan_softmax(int64_t cols, DType dtype, bool aligned16, int config, 
     plan.vecs_per_thread = vecs;
     return plan;
   }
-  if (config != 1 && accesses <= int64_t(max_threads) * max_vecs(plan.vec, elem_size)) {
+  const bool fused_ragged = fused && cols % plan.vec != 0;
+  if (config != 1 && accesses <= int64_t(max_threads) * max_vecs(plan.vec, elem_size, fused_ragged)) {
     // A block per row: as few threads as hold the row with `base` accesses each, or failing
     // that the widest block with as few accesses each as hold it.
     int threads = 64, vecs = base;
@@ -85,9 +88,13 @@ void launch_registers(const SoftmaxParams& p, cudaStream_t stream) {
   const auto grid = static_cast<unsigned>(ceil_div(p.rows, kRows));
   if constexpr (kVec > 1) {
     if (p.cols % kVec != 0) {
-      kernels::softmax_registers_kernel<T, kVec, kThreads, kVecs, kRows, kFused, true>
-          <<<grid, block, 0, stream>>>(p);
-      return;
+      if constexpr (kVecs <= max_vecs(kVec, int(sizeof(T)), kFused)) {
+        kernels::softmax_registers_kernel<T, kVec, kThreads, kVecs, kRows, kFused, true>
+            <<<grid, block, 0, stream>>>(p);
+        return;
+      }
+      GKS_CHECK(false, kInvalidArgument) << "gks.softmax: internal error: no ragged kernel of "
+                                         << kVecs << " accesses a thread";
     }
   }
   kernels::softmax_registers_kernel<T, kVec, kThreads, kVecs, kRows, kFused, false>
@@ -116,7 +123,7 @@ void launch_plan(const SoftmaxPlan& plan, const SoftmaxParams& p, cudaStream_t s
   // The accesses a thread holds: kBase as plan_softmax picks them, up to kMax for the
   // longest rows (1024-thread blocks only).
   constexpr int kBase = base_vecs(kVec, kFused);
-  constexpr int kMax = max_vecs(kVec, int(sizeof(T)));
+  constexpr int kMax = max_vecs(kVec, int(sizeof(T)), false);
   if (plan.kind == SoftmaxPlan::Kind::kLooped) {
     kernels::softmax_looped_kernel<T, kVec, kLoopedThreads, kFused>
         <<<static_cast<unsigned>(p.rows), kLoopedThreads, 0, stream>>>(p);

@@ -5,8 +5,9 @@
 //    as loaded (16-byte vectors, converted to fp32 at each use: see Raw in vec.cuh); each thread takes
 //    the max of its values, then the sum of their exps against it; one reduction merges
 //    the (max, sum) pairs; each thread writes exp(v - M) / S. One read, one write, two exps
-//    a value (the fused kernel first reduces the sum of squares, and folds (max, sum) an
-//    access at a time). About 32 registers a thread, so an SM holds 2048 threads.
+//    a value, about 32 registers a thread, so an SM holds 2048 threads. The fused kernel
+//    first reduces the sum of squares, then holds its values in fp32 as exps against the
+//    thread's own max and rescales them once the row's (M, S) is known: one exp a value.
 //  - looped: a block walks a long row twice: an online max and rescaled sum, then
 //    normalize and write (the second read mostly hits L2). The fused kernel first walks it
 //    once more for the sum of squares. Also the path for long rows not 16-byte aligned.
@@ -301,28 +302,103 @@ __device__ __forceinline__ float sum_squares(const Raw<T, kVec> (&r)[kN]) {
   return sumsq;
 }
 
-// Whether a registers kernel is meant to fit 32 registers a thread (2048 threads an SM):
-// 16-byte accesses, rows a multiple of them, and at most 64 bytes of the row a thread (32
-// fused).
-template <typename T, int kVec, int kVecsPerThread, bool kFused, bool kRagged>
-inline constexpr bool kRegisterLean =
-    kVec > 1 && !kRagged && kVecsPerThread * kVec * sizeof(T) <= (kFused ? 32 : 64);
+// Whether an unfused registers kernel is meant to fit 32 registers a thread (2048 threads
+// an SM): 16-byte accesses, rows a multiple of them, and at most 64 bytes of the row a thread.
+template <typename T, int kVec, int kVecsPerThread, bool kRagged>
+inline constexpr bool kRegisterLean = kVec > 1 && !kRagged && kVecsPerThread * kVec * sizeof(T) <= 64;
 
 // The threads an SM should hold (__launch_bounds__ asks ptxas to fit them without spilling,
-// which it does for these): 2048 for the lean kernels, 1536 (40 registers) for one-element
-// accesses; the longest rows (1024-thread blocks holding 128 bytes a thread) and ragged
-// rows take what they need.
-template <typename T, int kVec, int kVecsPerThread, bool kFused, bool kRagged>
+// which it does for these): 2048 for the lean kernels; 1536 (40 registers) for the fused
+// kernel's 16 fp32 values a thread in a block per row (1280 in a warp per row, whose 64-bit
+// row index takes more) and for one-element accesses; the longest rows (1024-thread blocks
+// holding 128 bytes a thread) and ragged rows take what they need.
+template <typename T, int kVec, int kThreadsPerRow, int kVecsPerThread, bool kFused, bool kRagged>
 inline constexpr int kRegistersMinThreads =
-    kRegisterLean<T, kVec, kVecsPerThread, kFused, kRagged> ? 2048 : kVec == 1 ? 1536 : 1;
+    kFused ? (kVec > 1 && !kRagged && kVecsPerThread * kVec <= 16 ? (kThreadsPerRow > 32 ? 1536 : 1280) : 1)
+    : kRegisterLean<T, kVec, kVecsPerThread, kRagged> ? 2048
+    : kVec == 1 ? 1536
+                : 1;
 
-// One row of the registers kernel (see softmax_registers_kernel). The row is held as loaded
-// (Raw) and read from registers two or three times: the unfused kernel takes the max, then
-// the exps against it, then exp(v - M) / S for the output (two exps a value, which the SFUs
-// afford at memory speed); the fused kernel takes the sum of squares, then folds (max, sum)
-// an access at a time, then writes, recomputing x * inv_rms * weight each time (the weight
-// is read twice, mostly from L1) so that the normalized row is never held in fp32.
-template <bool kRagged, typename T, int kVec, int kThreadsPerRow, int kVecsPerThread, bool kFused>
+// One row of the fused registers kernel (see softmax_registers_kernel). x and the weight
+// are read once, as loaded; the sum of squares is taken from x, then each pair becomes its
+// fp32 product x * w, which the row's inv_rms scales to the value v once the reduction has
+// it. Each thread then keeps e = exp(v - m_t) against its own max m_t, and s_t = sum e; one
+// merge of the (m_t, s_t) pairs gives the row's (M, S), and the thread writes
+// e * exp(m_t - M) / S. One exp a value and no second read of the weight, which the fused
+// op needs to keep up with memory (recomputing x * inv_rms * w and its exp for the output
+// held 16-bit rows to 55-69% of copy bandwidth on an H200).
+template <bool kRagged, typename T, int kVec, int kThreadsPerRow, int kVecsPerThread>
+__device__ __forceinline__ void softmax_rmsnorm_row_in_registers(const SoftmaxParams& p,
+                                                                 int64_t row, float* scratch_m,
+                                                                 float* scratch_s) {
+  constexpr int kStride = kThreadsPerRow * kVec;  // columns between a thread's accesses
+  const int cols = static_cast<int>(p.cols);      // bounded by the host (see the kernel)
+  const T* x = static_cast<const T*>(p.x) + p.x_rows.row_offset(row);
+  const T* w = static_cast<const T*>(p.weight);
+  const int first = threadIdx.x * kVec;
+  const auto col = [&](int i) { return first + i * kStride; };
+
+  // v[i][j] holds x * w, then v = x * inv_rms * w, then e = exp(v - m_t).
+  float v[kVecsPerThread][kVec];
+  float sumsq = 0.f;
+  {
+    Raw<T, kVec> xr[kVecsPerThread], wr[kVecsPerThread];
+#pragma unroll
+    for (int i = 0; i < kVecsPerThread; ++i) {
+      xr[i] = load_raw<kRagged, kVec>(x, col(i), cols, /*neg_inf=*/false);
+      wr[i] = load_raw<kRagged, kVec>(w, col(i), cols, /*neg_inf=*/false);
+    }
+#pragma unroll
+    for (int i = 0; i < kVecsPerThread; ++i)
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        const float xv = elem(xr[i], j);
+        sumsq += xv * xv;
+        v[i][j] = xv * elem(wr[i], j);
+      }
+  }
+  const float inv_rms = rsqrtf(row_sum<kThreadsPerRow>(sumsq, scratch_s) / float(cols) + p.eps);
+
+  // Past the row's end v is -inf, which drops out of the max and the sum (e = 0).
+  float m_t = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < kVecsPerThread; ++i)
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      const bool in_row = kRagged ? col(i) + j < cols : col(i) < cols;
+      v[i][j] = in_row ? v[i][j] * inv_rms : -INFINITY;
+      m_t = fmaxf(m_t, v[i][j]);
+    }
+  const float offset = softmax_offset(m_t);
+  float s_t = 0.f;
+#pragma unroll
+  for (int i = 0; i < kVecsPerThread; ++i)
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      v[i][j] = exp_via_exp2(v[i][j] - offset);
+      s_t += v[i][j];
+    }
+  float m = m_t, s = s_t;
+  row_reduce_softmax<kThreadsPerRow>(m, s, scratch_m, scratch_s);
+  // exp(m_t - M) / S; a thread whose values are all -inf (or NaN) has e = 0 (or NaN), and
+  // 0 * inv_sum keeps the row all NaN when inv_sum is (M = +-inf, or a NaN anywhere).
+  const float factor =
+      (m_t == -INFINITY ? 0.f : exp_via_exp2(m_t - m)) * softmax_inv_sum(m, s);
+
+  T* y = static_cast<T*>(p.y) + p.y_rows.row_offset(row);
+#pragma unroll
+  for (int i = 0; i < kVecsPerThread; ++i) {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) v[i][j] *= factor;
+    store_values<kRagged, kVec>(y, col(i), cols, v[i]);
+  }
+}
+
+// One row of the (unfused) registers kernel (see softmax_registers_kernel). The row is held
+// as loaded (Raw) and read from registers three times: the max, then the exps against it,
+// then exp(v - M) / S for the output (two exps a value, which the SFUs afford at memory
+// speed, where holding the exps in fp32 would cost the 16-bit rows their 32 registers).
+template <bool kRagged, typename T, int kVec, int kThreadsPerRow, int kVecsPerThread>
 __device__ __forceinline__ void softmax_row_in_registers(const SoftmaxParams& p, int64_t row,
                                                          float* scratch_m, float* scratch_s) {
   constexpr int kStride = kThreadsPerRow * kVec;  // columns between a thread's accesses
@@ -331,46 +407,29 @@ __device__ __forceinline__ void softmax_row_in_registers(const SoftmaxParams& p,
   // Where y's row starts, before the loads in the lean kernels (2 registers held, but none
   // of its 64-bit temporaries in the output phase, which they could not spare); after the
   // reduction in the others (where 2 registers held throughout cost more).
-  constexpr bool kYEarly = kRegisterLean<T, kVec, kVecsPerThread, kFused, kRagged>;
+  constexpr bool kYEarly = kRegisterLean<T, kVec, kVecsPerThread, kRagged>;
   T* y = kYEarly ? static_cast<T*>(p.y) + p.y_rows.row_offset(row) : nullptr;
-  const T* w = static_cast<const T*>(p.weight);
   const int first = threadIdx.x * kVec;
   const uint32_t zero = p.zero;
 
   Raw<T, kVec> r[kVecsPerThread];
 #pragma unroll
   for (int i = 0; i < kVecsPerThread; ++i)
-    r[i] = load_raw<kRagged, kVec>(x, first + i * kStride, cols, /*neg_inf=*/!kFused);
+    r[i] = load_raw<kRagged, kVec>(x, first + i * kStride, cols, /*neg_inf=*/true);
 
-  float m = -INFINITY, s = 0.f, inv_rms = 1.f;
-  if constexpr (kFused) {
-    const float sumsq = row_sum<kThreadsPerRow>(sum_squares(r), scratch_s);
-    inv_rms = rsqrtf(sumsq / float(cols) + p.eps);
-    if constexpr (sizeof(T) < 4) opaque(r, zero);  // fp32: x * x and x * inv_rms differ
-    const auto col = [&](int i) { return first + i * kStride; };
-    softmax_fold_fused<kRagged>(
-        m, s, r, [&](int i) { return load_raw<kRagged, kVec>(w, col(i), cols, false); }, col,
-        cols, inv_rms);
-  } else {
-    softmax_fold(m, s, r, zero);
-  }
+  float m = -INFINITY, s = 0.f;
+  softmax_fold(m, s, r, zero);
   row_reduce_softmax<kThreadsPerRow>(m, s, scratch_m, scratch_s);
   const float inv_sum = softmax_inv_sum(m, s);
 
-  // exp(v - M) / S. With M = +-inf this is NaN everywhere, as it must be. The weight is
-  // read again (at w + zero, so that the compiler does not keep the first reads live).
-  if constexpr (sizeof(T) < 4 || kFused) opaque(r, zero);
+  // exp(v - M) / S. With M = +-inf this is NaN everywhere, as it must be.
+  if constexpr (sizeof(T) < 4) opaque(r, zero);
   if constexpr (!kYEarly) y = static_cast<T*>(p.y) + p.y_rows.row_offset(row);
 #pragma unroll
   for (int i = 0; i < kVecsPerThread; ++i) {
     const int col = first + i * kStride;
     float v[kVec];
-    if constexpr (kFused) {
-      values_of<true, kRagged>(r[i], load_raw<kRagged, kVec>(w + zero, col, cols, false), col,
-                               cols, inv_rms, v);
-    } else {
-      values_of<false, kRagged>(r[i], r[i], col, cols, 1.f, v);
-    }
+    values_of<false, kRagged>(r[i], r[i], col, cols, 1.f, v);
 #pragma unroll
     for (int j = 0; j < kVec; ++j) v[j] = exp_via_exp2(v[j] - m) * inv_sum;
     store_values<kRagged, kVec>(y, col, cols, v);
@@ -387,7 +446,7 @@ template <typename T, int kVec, int kThreadsPerRow, int kVecsPerThread, int kRow
           bool kFused, bool kRagged>
 __global__ void __launch_bounds__(
     kThreadsPerRow* kRowsPerBlock,
-    kRegistersMinThreads<T, kVec, kVecsPerThread, kFused, kRagged> /
+    kRegistersMinThreads<T, kVec, kThreadsPerRow, kVecsPerThread, kFused, kRagged> /
         (kThreadsPerRow * kRowsPerBlock))
     softmax_registers_kernel(const SoftmaxParams p) {
   static_assert(kRowsPerBlock == 1 || kThreadsPerRow <= 32, "several rows only per warp");
@@ -398,8 +457,13 @@ __global__ void __launch_bounds__(
   // spares a register for its high half.
   const int64_t row = uint32_t(blockIdx.x * kRowsPerBlock + threadIdx.y);
   if (row >= p.rows) return;  // only for warp-per-row blocks, which have no block barrier
-  softmax_row_in_registers<kRagged, T, kVec, kThreadsPerRow, kVecsPerThread, kFused>(
-      p, row, scratch_m, scratch_s);
+  if constexpr (kFused) {
+    softmax_rmsnorm_row_in_registers<kRagged, T, kVec, kThreadsPerRow, kVecsPerThread>(
+        p, row, scratch_m, scratch_s);
+  } else {
+    softmax_row_in_registers<kRagged, T, kVec, kThreadsPerRow, kVecsPerThread>(p, row, scratch_m,
+                                                                               scratch_s);
+  }
 }
 
 // One row of the looped kernel (see softmax_looped_kernel).
