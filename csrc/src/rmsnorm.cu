@@ -34,7 +34,7 @@ RmsNormPlan plan_rmsnorm(int64_t cols, DType dtype, bool aligned16, int config,
   if (config != kLoopedConfig) {
     // Registers: `vecs` 16-byte accesses a thread (4 raw registers each), CTAs of up to
     // `max_threads`, split over a cluster beyond that (sm_90, 16-byte aligned rows only).
-    const int vecs = config == 0 ? 8 : 4;
+    const int vecs = config == 0 ? 8 : config == 4 ? 2 : 4;
     const int max_threads = config == 3 ? 256 : 1024;
     const int max_cluster = aligned16 && limits.clusters ? 8 : 1;
     // Short rows: a warp per row, four rows per block, no block barrier.
@@ -136,6 +136,7 @@ void launch_plan(const RmsNormPlan& plan, const RmsNormParams& p, cudaStream_t s
       default: return launch_registers<T, kVec, 32, 8, 4>(p, stream);
     }
   }
+  if (plan.vecs_per_thread == 2) return launch_block<T, kVec, 2>(plan, p, stream);
   if (plan.vecs_per_thread == 4) return launch_block<T, kVec, 4>(plan, p, stream);
   return launch_block<T, kVec, 8>(plan, p, stream);
 }

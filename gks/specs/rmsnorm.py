@@ -58,6 +58,7 @@ SPEC = register(
         bench_shapes=((32768, 4096), (8192, 32768), (65536, 1024)),
         peers=(Peer("F.rms_norm", _torch_rms_norm), reference_peer("rmsnorm", compiled=True)),
         # RmsNormArgs::config indexes these (kRmsNormConfigs in csrc/include/gks/rmsnorm.h).
-        configs=tuple({"name": n} for n in ("registers-8x16B", "looped", "registers-4x16B", "cluster-256t")),
+        configs=tuple({"name": n} for n in ("registers-8x16B", "looped", "registers-4x16B", "cluster-256t",
+                                               "registers-2x16B")),
     )
 )
