@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from gks._rows import row_layout
-from gks.triton._common import check_device, check_float, next_pow2
+from gks.triton._common import check_device, check_float, long_row_max_warps, next_pow2, row_num_warps
 
 # Rows up to this many elements are held whole in one program (one read of the row).
 MAX_ONE_PASS = 32768
@@ -127,11 +127,6 @@ def _dequantize_kernel(
         tl.store(o_row + cols, y.to(o_ptr.dtype.element_ty), mask=mask)
 
 
-def _num_warps(block_n: int, elem_bytes: int) -> int:
-    # About 16 bytes x 4 accesses per thread, between 1 and 16 warps.
-    return max(1, min(16, block_n * elem_bytes // (32 * 64)))
-
-
 def _interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
@@ -160,7 +155,7 @@ def quantize_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         qr.inner, qr.outer_stride, qr.inner_stride,
         sr.inner, sr.outer_stride, sr.inner_stride,
         BLOCK_N=block_n, ONE_PASS=one_pass, INTERPRETED=_interpreted(),
-        num_warps=_num_warps(block_n, x.element_size()),
+        num_warps=row_num_warps(block_n, x.element_size(), long_row_max_warps(x.element_size())),
     )
     return q, scale
 
@@ -197,6 +192,6 @@ def dequantize_int8(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = t
         sr.inner, sr.outer_stride, sr.inner_stride,
         orr.inner, orr.outer_stride, orr.inner_stride,
         BLOCK_N=block_n, BF16_BY_HAND=_interpreted() and dtype == torch.bfloat16,
-        num_warps=_num_warps(block_n, out.element_size()),
+        num_warps=row_num_warps(block_n, out.element_size()),
     )
     return out

@@ -9,7 +9,7 @@ import triton
 import triton.language as tl
 
 from gks._rows import row_layout
-from gks.triton._common import check_device, check_float, check_norm_weight, check_same, next_pow2
+from gks.triton._common import check_device, check_float, check_norm_weight, check_same, next_pow2, row_num_warps
 
 # Rows up to this many elements are held whole in one program (one read of the row).
 MAX_ONE_PASS = 32768
@@ -50,11 +50,6 @@ def _rmsnorm_kernel(
             tl.store(y_row + start + cols, (x * inv_rms * w).to(y_ptr.dtype.element_ty), mask=mask)
 
 
-def _num_warps(block_n: int, elem_bytes: int) -> int:
-    # About 16 bytes x 4 accesses per thread, between 1 and 16 warps.
-    return max(1, min(16, block_n * elem_bytes // (32 * 64)))
-
-
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """RMSNorm over the last dim of x [..., N]; fp32 math, output in x's dtype."""
     op = "gks.triton.rmsnorm"
@@ -76,6 +71,6 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.T
         xr.inner, xr.outer_stride, xr.inner_stride,
         yr.inner, yr.outer_stride, yr.inner_stride,
         BLOCK_N=block_n, ONE_PASS=one_pass,
-        num_warps=_num_warps(block_n, x.element_size()),
+        num_warps=row_num_warps(block_n, x.element_size()),
     )
     return y

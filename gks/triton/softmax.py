@@ -20,7 +20,15 @@ import triton
 import triton.language as tl
 
 from gks._rows import row_layout
-from gks.triton._common import check_device, check_float, check_norm_weight, check_same, next_pow2
+from gks.triton._common import (
+    check_device,
+    check_float,
+    check_norm_weight,
+    check_same,
+    long_row_max_warps,
+    next_pow2,
+    row_num_warps,
+)
 
 # Rows up to this many elements are held whole in one program (one read of the row).
 MAX_ONE_PASS = 32768
@@ -103,11 +111,6 @@ def _softmax_kernel(
             tl.store(y_row + start + cols, y.to(y_ptr.dtype.element_ty), mask=start + cols < N)
 
 
-def _num_warps(block_n: int, elem_bytes: int) -> int:
-    # About 16 bytes x 4 accesses per thread, between 1 and 16 warps.
-    return max(1, min(16, block_n * elem_bytes // (32 * 64)))
-
-
 def _launch(op: str, x: torch.Tensor, xr, weight, eps: float) -> torch.Tensor:
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if xr.rows == 0 or xr.cols == 0:
@@ -120,7 +123,7 @@ def _launch(op: str, x: torch.Tensor, xr, weight, eps: float) -> torch.Tensor:
         xr.inner, xr.outer_stride, xr.inner_stride,
         yr.inner, yr.outer_stride, yr.inner_stride,
         BLOCK_N=block_n, ONE_PASS=one_pass, FUSED=weight is not None,
-        num_warps=_num_warps(block_n, x.element_size()),
+        num_warps=row_num_warps(block_n, x.element_size(), long_row_max_warps(x.element_size())),
     )
     return y
 
