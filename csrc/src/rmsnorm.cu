@@ -37,19 +37,24 @@ RmsNormPlan plan_rmsnorm(int64_t cols, DType dtype, bool aligned16, int config,
     const int vecs = config == 0 ? 8 : config == 4 ? 2 : 4;
     const int max_threads = config == 3 ? 256 : 1024;
     const int max_cluster = aligned16 && limits.clusters ? 8 : 1;
-    // Short rows: a warp per row, four rows per block, no block barrier.
-    if (accesses <= 32 * vecs) {
+    // Short rows: a warp per row, four rows per block, no block barrier (the heuristic: up
+    // to 2 accesses a lane; longer rows do better in a block, see below).
+    if (accesses <= 32 * (config == -1 ? 2 : vecs)) {
       plan.threads_per_row = 32;
       plan.rows_per_block = 4;
       plan.vecs_per_thread = accesses <= 32 ? 1 : accesses <= 64 ? 2 : accesses <= 128 ? 4 : 8;
       return plan;
     }
-    // The heuristic keeps a row in one CTA while it can (4, then 8 accesses a thread), then
-    // splits it over a cluster. Measured on an H200 (2026-11-29, bench --configs): one CTA
-    // beat a cluster at every bench shape it fits, e.g. fp32 8192x32768: 1024 threads x 8
-    // accesses 553 us, a 2-CTA cluster of 1024 x 4 614 us, 8 CTAs of 256 x 4 572 us;
-    // bf16 8192x32768: 1024 x 4 265 us, 4 CTAs of 256 x 4 289 us, looped 304 us.
-    if (config == -1 && (fit_registers(accesses, 4, 1024, 1, plan) || fit_registers(accesses, 8, 1024, 1, plan)))
+    // The heuristic keeps a row in one CTA while it can (2 accesses a thread up to 512
+    // threads, then 4, then 8), then splits it over a cluster. Measured on an H200
+    // (2026-11-29, bench --configs): one CTA beat a cluster at every bench shape it fits,
+    // e.g. fp32 8192x32768: 1024 threads x 8 accesses 528 us, 8 CTAs of 256 x 4 576 us;
+    // bf16 8192x32768: 1024 x 4 266 us, 4 CTAs of 256 x 4 292 us, looped 305 us. Rows of
+    // up to 512 x 2 accesses ran 0-3% faster at 2 than at 4 (fp32 32768x4096: 512 x 2
+    // 264.4 us, 256 x 4 266.0; fp16 65536x1024: 64 x 2 67.7, a warp x 4 69.8).
+    if (config == -1 &&
+        (fit_registers(accesses, 2, 512, 1, plan) || fit_registers(accesses, 4, 1024, 1, plan) ||
+         fit_registers(accesses, 8, 1024, 1, plan)))
       return plan;
     // Rows too long for the config's shape try wider ones before looping.
     if (fit_registers(accesses, vecs, max_threads, max_cluster, plan) ||

@@ -128,12 +128,21 @@ TEST(RmsNorm, RejectsNegativeEps) {
 }
 
 TEST(RmsNormPlan, WarpPerRowForShortRows) {
-  const auto p = gks::detail::plan_rmsnorm(1024, gks::DType::kBFloat16, true);
+  const auto p = gks::detail::plan_rmsnorm(512, gks::DType::kBFloat16, true);
   EXPECT_EQ(p.kind, gks::detail::RmsNormPlan::Kind::kRegisters);
   EXPECT_EQ(p.vec, 8);
   EXPECT_EQ(p.threads_per_row, 32);
-  EXPECT_EQ(p.vecs_per_thread, 4);  // 1024 / 8 = 128 accesses = 32 lanes x 4
+  EXPECT_EQ(p.vecs_per_thread, 2);  // 512 / 8 = 64 accesses = 32 lanes x 2
   EXPECT_EQ(p.rows_per_block, 4);
+  // 128 accesses: a 64-thread block, 2 each (the heuristic); a warp, 4 each (registers-4x16B).
+  const auto b = gks::detail::plan_rmsnorm(1024, gks::DType::kBFloat16, true);
+  EXPECT_EQ(b.threads_per_row, 64);
+  EXPECT_EQ(b.vecs_per_thread, 2);
+  EXPECT_EQ(b.rows_per_block, 1);
+  const auto w = gks::detail::plan_rmsnorm(1024, gks::DType::kBFloat16, true, 2);
+  EXPECT_EQ(w.threads_per_row, 32);
+  EXPECT_EQ(w.vecs_per_thread, 4);
+  EXPECT_EQ(w.rows_per_block, 4);
 }
 
 TEST(RmsNormPlan, RegistersConfigsCoverTheRow) {
@@ -164,9 +173,12 @@ TEST(RmsNormPlan, HeuristicKeepsARowInOneCtaWhileItFits) {
   EXPECT_EQ(b.threads_per_row, 1024);
   EXPECT_EQ(b.vecs_per_thread, 4);
   EXPECT_EQ(b.cluster, 1);
-  const auto s = plan_rmsnorm(4096, gks::DType::kFloat32, true);
-  EXPECT_EQ(s.threads_per_row, 256);
-  EXPECT_EQ(s.vecs_per_thread, 4);
+  const auto s = plan_rmsnorm(4096, gks::DType::kFloat32, true);  // 1024 accesses
+  EXPECT_EQ(s.threads_per_row, 512);
+  EXPECT_EQ(s.vecs_per_thread, 2);
+  const auto m = plan_rmsnorm(8192, gks::DType::kFloat32, true);  // 2048: past 512 x 2
+  EXPECT_EQ(m.threads_per_row, 512);
+  EXPECT_EQ(m.vecs_per_thread, 4);
   const auto l = plan_rmsnorm(65536, gks::DType::kFloat32, true);  // past one CTA: a cluster
   EXPECT_EQ(l.kind, gks::detail::RmsNormPlan::Kind::kRegisters);
   EXPECT_EQ(l.cluster, 4);
