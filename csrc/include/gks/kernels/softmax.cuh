@@ -319,6 +319,53 @@ inline constexpr int kRegistersMinThreads =
     : kVec == 1 ? 1536
                 : 1;
 
+// One row of the fused registers kernel for long fp32 rows (1024 threads x 8 accesses): x
+// is held as loaded and x * inv_rms * w recomputed at each use, the weight read twice
+// (mostly from L1), two exps a value. Holding 32 fp32 values a thread instead (below) took
+// these rows from 614 to 778-814 us at 8192x32768 on an H200: x, w and the values do not
+// fit the 64 registers of a 1024-thread block without serializing the loads.
+template <bool kRagged, typename T, int kVec, int kThreadsPerRow, int kVecsPerThread>
+__device__ __forceinline__ void softmax_rmsnorm_row_recompute(const SoftmaxParams& p, int64_t row,
+                                                              float* scratch_m, float* scratch_s) {
+  constexpr int kStride = kThreadsPerRow * kVec;  // columns between a thread's accesses
+  const int cols = static_cast<int>(p.cols);      // bounded by the host (see the kernel)
+  const T* x = static_cast<const T*>(p.x) + p.x_rows.row_offset(row);
+  const T* w = static_cast<const T*>(p.weight);
+  const int first = threadIdx.x * kVec;
+  const uint32_t zero = p.zero;
+
+  Raw<T, kVec> r[kVecsPerThread];
+#pragma unroll
+  for (int i = 0; i < kVecsPerThread; ++i)
+    r[i] = load_raw<kRagged, kVec>(x, first + i * kStride, cols, /*neg_inf=*/false);
+
+  float m = -INFINITY, s = 0.f;
+  const float sumsq = row_sum<kThreadsPerRow>(sum_squares(r), scratch_s);
+  const float inv_rms = rsqrtf(sumsq / float(cols) + p.eps);
+  if constexpr (sizeof(T) < 4) opaque(r, zero);  // fp32: x * x and x * inv_rms differ
+  const auto col = [&](int i) { return first + i * kStride; };
+  softmax_fold_fused<kRagged>(
+      m, s, r, [&](int i) { return load_raw<kRagged, kVec>(w, col(i), cols, false); }, col, cols,
+      inv_rms);
+  row_reduce_softmax<kThreadsPerRow>(m, s, scratch_m, scratch_s);
+  const float inv_sum = softmax_inv_sum(m, s);
+
+  // exp(v - M) / S. The weight is read again (at w + zero, so that the compiler does not
+  // keep the first reads live).
+  opaque(r, zero);
+  T* y = static_cast<T*>(p.y) + p.y_rows.row_offset(row);
+#pragma unroll
+  for (int i = 0; i < kVecsPerThread; ++i) {
+    const int c = first + i * kStride;
+    float v[kVec];
+    values_of<true, kRagged>(r[i], load_raw<kRagged, kVec>(w + zero, c, cols, false), c, cols,
+                             inv_rms, v);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) v[j] = exp_via_exp2(v[j] - m) * inv_sum;
+    store_values<kRagged, kVec>(y, c, cols, v);
+  }
+}
+
 // One row of the fused registers kernel (see softmax_registers_kernel). x and the weight
 // are read once, as loaded; the sum of squares is taken from x, then each pair becomes its
 // fp32 product x * w, which the row's inv_rms scales to the value v once the reduction has
@@ -338,27 +385,10 @@ __device__ __forceinline__ void softmax_rmsnorm_row_in_registers(const SoftmaxPa
   const int first = threadIdx.x * kVec;
   const auto col = [&](int i) { return first + i * kStride; };
 
-  // v[i][j] holds x * w, then v = x * inv_rms * w, then e = exp(v - m_t). Long fp32 rows
-  // (32 values a thread) read the weight after the sum of squares instead: x and w in
-  // flight together would take 64 registers, past the 1024-thread block's budget, and
-  // ptxas then issued the loads in dependent pieces (8192x32768: 814 us, vs 614 for the
-  // earlier kernel that read the weight late).
-  constexpr bool kWeightLate = sizeof(T) == 4 && kVecsPerThread * kVec > 16;
+  // v[i][j] holds x * w, then v = x * inv_rms * w, then e = exp(v - m_t).
   float v[kVecsPerThread][kVec];
-  float sumsq = 0.f, inv_rms;
-  if constexpr (kWeightLate) {
-    Raw<T, kVec> xr[kVecsPerThread];
-#pragma unroll
-    for (int i = 0; i < kVecsPerThread; ++i) xr[i] = load_raw<kRagged, kVec>(x, col(i), cols, false);
-    sumsq = sum_squares(xr);
-    inv_rms = rsqrtf(row_sum<kThreadsPerRow>(sumsq, scratch_s) / float(cols) + p.eps);
-#pragma unroll
-    for (int i = 0; i < kVecsPerThread; ++i) {
-      const Raw<T, kVec> wr = load_raw<kRagged, kVec>(w, col(i), cols, false);
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) v[i][j] = elem(xr[i], j) * elem(wr, j);  // x * w, as below
-    }
-  } else {
+  float sumsq = 0.f;
+  {
     Raw<T, kVec> xr[kVecsPerThread], wr[kVecsPerThread];
 #pragma unroll
     for (int i = 0; i < kVecsPerThread; ++i) {
@@ -373,8 +403,8 @@ __device__ __forceinline__ void softmax_rmsnorm_row_in_registers(const SoftmaxPa
         sumsq += xv * xv;
         v[i][j] = xv * elem(wr[i], j);
       }
-    inv_rms = rsqrtf(row_sum<kThreadsPerRow>(sumsq, scratch_s) / float(cols) + p.eps);
   }
+  const float inv_rms = rsqrtf(row_sum<kThreadsPerRow>(sumsq, scratch_s) / float(cols) + p.eps);
 
   // Past the row's end v is -inf, which drops out of the max and the sum (e = 0).
   float m_t = -INFINITY;
@@ -474,7 +504,10 @@ __global__ void __launch_bounds__(
   // spares a register for its high half.
   const int64_t row = uint32_t(blockIdx.x * kRowsPerBlock + threadIdx.y);
   if (row >= p.rows) return;  // only for warp-per-row blocks, which have no block barrier
-  if constexpr (kFused) {
+  if constexpr (kFused && sizeof(T) == 4 && kVecsPerThread * kVec > 16) {
+    softmax_rmsnorm_row_recompute<kRagged, T, kVec, kThreadsPerRow, kVecsPerThread>(
+        p, row, scratch_m, scratch_s);
+  } else if constexpr (kFused) {
     softmax_rmsnorm_row_in_registers<kRagged, T, kVec, kThreadsPerRow, kVecsPerThread>(
         p, row, scratch_m, scratch_s);
   } else {
