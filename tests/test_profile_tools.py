@@ -105,3 +105,8 @@ def test_dump_triton_ir_without_a_gpu(tmp_path):
     assert out.returncode == 0, out.stderr
     for ext in ("ttir", "ttgir", "llir", "ptx"):
         assert list(tmp_path.glob(f"_rmsnorm_kernel_*.{ext}")), ext
+    # Compiled as the JIT compiles on a GPU: aligned pointers and multiples of 16 carry
+    # tt.divisibility (without it every load would be scalar), so 16-byte loads appear.
+    ttir = next(tmp_path.glob("_rmsnorm_kernel_*.ttir")).read_text()
+    assert "tt.divisibility = 16" in ttir
+    assert "ld.global.v4" in next(tmp_path.glob("_rmsnorm_kernel_*.ptx")).read_text()

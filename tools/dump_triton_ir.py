@@ -40,14 +40,23 @@ def capture(kernel: str, dtype: str, shape: tuple[int, ...]) -> list[dict]:
     def record(self, *args, grid, warmup=False, **kwargs):
         fn = self.fn
         names = list(fn.__code__.co_varnames[: fn.__code__.co_argcount])
-        sig, consts = {}, {}
-        for name, a in zip(names, args):
+        # The specializations the JIT makes on a GPU: pointers 16-byte aligned and integers
+        # that are multiples of 16 carry tt.divisibility 16 (what lets loads vectorize), and
+        # integers equal to 1 become constants.
+        sig, consts, attrs = {}, {}, {}
+        for i, (name, a) in enumerate(zip(names, args)):
             if isinstance(a, torch.Tensor):
                 sig[name] = "*" + _TORCH_TO_TRITON[str(a.dtype).removeprefix("torch.")]
+                if a.data_ptr() % 16 == 0:
+                    attrs[i] = [["tt.divisibility", 16]]
             elif isinstance(a, bool):
                 sig[name] = "i1"
+            elif isinstance(a, int) and a == 1:
+                sig[name], consts[name] = "constexpr", 1
             elif isinstance(a, int):
                 sig[name] = "i64" if abs(a) >= 2**31 else "i32"
+                if a % 16 == 0:
+                    attrs[i] = [["tt.divisibility", 16]]
             elif isinstance(a, float):
                 sig[name] = "fp32"
             elif a is None:
@@ -57,7 +66,7 @@ def capture(kernel: str, dtype: str, shape: tuple[int, ...]) -> list[dict]:
                 sig[name], consts[name] = "constexpr", v
         options = {k: v for k, v in kwargs.items() if k not in names}
         launches.append({"module": fn.__module__, "name": fn.__name__, "signature": sig,
-                         "constexprs": consts, "options": options})
+                         "constexprs": consts, "attrs": attrs, "options": options})
 
     interp.InterpretedFunction.run = record
     spec = registry.get(kernel)
@@ -82,7 +91,8 @@ def compile_and_write(launches: list[dict], arch: int, out: Path) -> None:
         obj = getattr(importlib.import_module(launch["module"]), launch["name"])
         while not isinstance(obj, triton.runtime.jit.JITFunction):
             obj = obj.fn  # unwrap autotuners / heuristics
-        src = ASTSource(obj, launch["signature"], launch["constexprs"])
+        attrs = {(int(i),): a for i, a in launch["attrs"].items()}  # JSON keys are strings
+        src = ASTSource(obj, launch["signature"], launch["constexprs"], attrs)
         compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=launch["options"])
         stem = out / f"{launch['name']}_{i}_sm{arch}"
         for ext, text in compiled.asm.items():
