@@ -170,14 +170,18 @@ def _flash_attention_fwd_kernel(
 
 
 def _config(head_dim: int, causal: bool) -> dict:
-    """Tile and launch shape per head dim. From a sweep on an H200 (fp16, B=8, S=4096,
-    H*D=2048; TFLOP/s): D=64 BLOCK_M=128, BLOCK_N=64 gave 266 at 8 warps, 79 at 4, 251 with
-    BLOCK_N=32, 118 with BLOCK_N=128 (causal: 247, 80, 240, 118); D=128 gave 101 with the
-    same tile at 8 warps, 48 or less otherwise (SDPA's FlashAttention-2: about 300). D=256
-    has not been swept."""
-    if head_dim <= 128:
+    """Tile and launch shape per head dim. What decides is whether ptxas must spill
+    (`python tools/dump_triton_ir.py --kernel flash_attention_fwd --shape 1x2x2x256x256xDx0`,
+    then `ptxas -v` on the PTX): on an H200 (fp16, B=8, S=4096, H*D=2048; TFLOP/s) D=64
+    BLOCK_M=128, BLOCK_N=64 ran 266 at 8 warps (no spill) and 79 at 4 (1 KB spilled),
+    BLOCK_N=32 at 4 warps 251 (none), BLOCK_N=128 118 (1.3 KB); D=128 at 128 x 64, 8 warps
+    ran 101 (616 B spilled) against SDPA FlashAttention-2's ~330. The D=128 and D=256 tiles
+    below are the largest that spill nothing; they have not yet been timed."""
+    if head_dim <= 64:
         return dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)
-    return dict(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2)
+    if head_dim <= 128:
+        return dict(BLOCK_M=128, BLOCK_N=32, num_warps=8, num_stages=3)
+    return dict(BLOCK_M=64, BLOCK_N=16, num_warps=8, num_stages=2)
 
 
 def _check_inputs(q, k, v, op):
