@@ -342,7 +342,6 @@ __device__ __forceinline__ void softmax_rmsnorm_row_recompute(const SoftmaxParam
   float m = -INFINITY, s = 0.f;
   const float sumsq = row_sum<kThreadsPerRow>(sum_squares(r), scratch_s);
   const float inv_rms = rsqrtf(sumsq / float(cols) + p.eps);
-  if constexpr (sizeof(T) < 4) opaque(r, zero);  // fp32: x * x and x * inv_rms differ
   const auto col = [&](int i) { return first + i * kStride; };
   softmax_fold_fused<kRagged>(
       m, s, r, [&](int i) { return load_raw<kRagged, kVec>(w, col(i), cols, false); }, col, cols,
