@@ -81,8 +81,26 @@ def test_baseline_pins_fastest_peer(tmp_path):
     pinned = json.loads((tmp_path / "baseline.json").read_text())["rows"]
     assert pinned == [{"op": "rmsnorm", "backend": "cuda", "shape": [8, 8], "dtype": "float32",
                        "ours_us": 10.0, "gbps": 1000, "tflops": 1.0, "fastest_ref": "torch.compile",
-                       "ref_us": 12.0, "ref_over_ours": 1.2, "checked": "ok"}]
+                       "ref_us": 12.0, "ref_over_ours": 1.2, "checked": "ok", "run": "bench.json"}]
     assert "| rmsnorm | cuda | 8x8 | float32 | 10.0 |" in (tmp_path / "baseline.md").read_text()
+
+    # A run split per op merges; each row is compared with the peers of its own file only.
+    other = dict(doc, copy_gbps=4200.0,
+                 rows=[_row("softmax", "gks.cuda", "gks", (8, 8), "float32", 5.0),
+                       _row("softmax", "torch.compile", "peer", (8, 8), "float32", 4.0),
+                       _row("rmsnorm", "torch.compile", "peer", (8, 8), "float32", 1.0)])
+    src2 = tmp_path / "bench-softmax.json"
+    src2.write_text(json.dumps(other))
+    assert make_baseline.main([str(src), str(src2), "--out-dir", str(tmp_path)]) == 0
+    merged = json.loads((tmp_path / "baseline.json").read_text())
+    assert [(r["op"], r["ref_us"], r["run"]) for r in merged["rows"]] == [
+        ("rmsnorm", 12.0, "bench.json"), ("softmax", 4.0, "bench-softmax.json")]
+    assert set(merged["runs"]) == {"bench.json", "bench-softmax.json"}
+    assert "4200 GB/s" in (tmp_path / "baseline.md").read_text()
+
+    # Runs of another device or other versions are refused.
+    src2.write_text(json.dumps(dict(other, versions={"torch": "2.10"})))
+    assert make_baseline.main([str(src), str(src2), "--out-dir", str(tmp_path)]) == 2
 
 
 def test_roofline_plot_writes_a_png(tmp_path):

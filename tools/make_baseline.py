@@ -2,9 +2,13 @@
 """Pins a bench run as the baseline: results/baseline.json and results/baseline.md.
 
     python tools/make_baseline.py results/bench.json      # from `scripts/bench.sh` on the H200
+    python tools/make_baseline.py out/bench-*.json        # one run split per op (gpu_check.sh
+                                                          # with GKS_BENCH_EACH), same machine
 
 For each op, shape, dtype and gks backend: our median (µs), the fastest peer measured in
-the same run and its median, and ref/ours (> 1 means gks is faster).
+the same run and its median, and ref/ours (> 1 means gks is faster). Several files are
+merged only when they come from the same device and versions; each row keeps the file it
+came from, and the peers it is compared with are always from that same file.
 """
 
 from __future__ import annotations
@@ -35,17 +39,35 @@ def baseline_rows(doc: dict) -> list[dict]:
     return out
 
 
-def markdown(doc: dict, rows: list[dict], source: str) -> str:
+def check_same_setup(docs: dict[str, dict]) -> None:
+    """Raises ValueError unless every file comes from the same device and versions."""
+    def setup(doc):
+        d = doc["device"]
+        return (d.get("name"), d.get("capability"), d.get("driver")), doc["versions"]
+    (first_name, first), *rest = docs.items()
+    for name, doc in rest:
+        if setup(doc) != setup(first):
+            raise ValueError(f"make_baseline: {name} is from {setup(doc)}, {first_name} from "
+                             f"{setup(first)}; a baseline merges runs of one machine and one set of versions")
+
+
+def markdown(docs: dict[str, dict], rows: list[dict]) -> str:
+    name, doc = next(iter(docs.items()))
     d, v = doc["device"], doc["versions"]
+    runs = "; ".join(
+        f"`{n}`: copy bandwidth {x['copy_gbps']:.0f} GB/s, SM clock {x['device']['clocks_start'].get('sm_mhz', '?')}"
+        f" MHz at start, {x['device'].get('clocks_end', {}).get('sm_mhz', '?')} MHz at end"
+        for n, x in docs.items())
     lines = [
         "# gks baseline",
         "",
-        f"Pinned from `{source}`: {d['name']} (sm {d['capability']}, {d['sms']} SMs, driver "
-        f"{d.get('driver', '?')}), torch {v.get('torch')}, triton {v.get('triton')}, jax {v.get('jax')}; "
-        f"device copy bandwidth {doc['copy_gbps']:.0f} GB/s measured in the same run; clocks at start "
-        f"{d['clocks_start'].get('sm_mhz', '?')} MHz SM, at end {d.get('clocks_end', {}).get('sm_mhz', '?')} MHz.",
+        f"Pinned from {len(docs)} run{'s' if len(docs) > 1 else ''} on {d['name']} (sm {d['capability']}, "
+        f"{d['sms']} SMs, driver {d.get('driver', '?')}), torch {v.get('torch')}, triton {v.get('triton')}, "
+        f"jax {v.get('jax')}. Measured in each run: {runs}.",
         "",
-        "Regenerate: `scripts/bench.sh` on the H200, then `python tools/make_baseline.py results/bench.json`.",
+        "Regenerate: `scripts/bench.sh` on the H200, then `python tools/make_baseline.py results/bench.json` "
+        "(or, split per op, `GKS_BENCH_EACH=\"op ...\" scripts/gpu_check.sh OUT` and "
+        "`python tools/make_baseline.py OUT/bench-*.json`).",
         "ref/ours > 1 means gks is faster than the fastest reference measured in the same run.",
         "",
         "| op | backend | shape | dtype | ours (µs) | GB/s | TFLOP/s | fastest reference | ref (µs) | ref/ours | check |",
@@ -62,19 +84,29 @@ def markdown(doc: dict, rows: list[dict], source: str) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("bench_json", type=Path)
+    p.add_argument("bench_json", type=Path, nargs="+")
     p.add_argument("--out-dir", type=Path, default=Path(__file__).resolve().parent.parent / "results")
     args = p.parse_args(argv)
-    doc = json.loads(args.bench_json.read_text())
-    rows = baseline_rows(doc)
+    docs = {path.name: json.loads(path.read_text()) for path in args.bench_json}
+    if len(docs) != len(args.bench_json):
+        print("make_baseline: two of the files share a name; pass each run once", file=sys.stderr)
+        return 2
+    try:
+        check_same_setup(docs)
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
+    rows = [dict(r, run=name) for name, doc in docs.items() for r in baseline_rows(doc)]
     if not rows:
         print("make_baseline: the bench JSON has no timed gks rows", file=sys.stderr)
         return 1
+    first = next(iter(docs.values()))
     args.out_dir.mkdir(parents=True, exist_ok=True)
     (args.out_dir / "baseline.json").write_text(json.dumps(
-        {"device": doc["device"], "versions": doc["versions"], "copy_gbps": doc["copy_gbps"], "rows": rows},
-        indent=1) + "\n")
-    (args.out_dir / "baseline.md").write_text(markdown(doc, rows, args.bench_json.name))
+        {"device": first["device"], "versions": first["versions"],
+         "runs": {name: {"copy_gbps": doc["copy_gbps"], "device": doc["device"]} for name, doc in docs.items()},
+         "rows": rows}, indent=1) + "\n")
+    (args.out_dir / "baseline.md").write_text(markdown(docs, rows))
     print(f"wrote {args.out_dir / 'baseline.md'} and baseline.json ({len(rows)} rows)")
     return 0
 
