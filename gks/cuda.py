@@ -40,7 +40,8 @@ def softmax_out(x, y, config: int = -1) -> None:
     """y = softmax(x) over the last dim, written into y (same shape and dtype as x).
 
     config: -1 picks the kernel by heuristic; 0 holds rows in registers where they fit;
-    1 walks rows in a loop (online max/sum, then normalize). See gks/specs/softmax.py."""
+    1 walks rows in a loop (online max/sum, then normalize); 2 is 0 with twice the values a
+    thread where that fits (csrc/include/gks/softmax.h says more)."""
     _native.module().softmax(x, y, int(config))
 
 

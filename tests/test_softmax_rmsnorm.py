@@ -48,7 +48,7 @@ def _backends(aligned_only=False):
     out = []
     if HAS_GPU and HAS_NATIVE:
         out.append(("cuda", gks.softmax_rmsnorm))
-        for config in (0, 1):  # both kernel shapes, forced
+        for config in range(len(SPEC.configs)):  # every kernel shape, forced
             out.append((f"cuda-config{config}", _cuda_out(config)))
     out.append(("triton", SPEC.backend("triton").load()))
     if not aligned_only:
@@ -249,7 +249,7 @@ def test_cuda_rejects_weight_on_cpu():
 
 @requires_gpu
 @requires_native
-@pytest.mark.parametrize("config", [-1, 0, 1])
+@pytest.mark.parametrize("config", [-1, *range(len(SPEC.configs))])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape", [(3, 7), (5, 1000), (5, 4096), (3, 4097), (4, 32768), (2, 40000), (1, 262144)])
 def test_out_variant_writes_every_element_and_nothing_else(config, dtype, shape):

@@ -22,6 +22,7 @@ namespace detail {
 // up to 8 fp32 or 4 16-bit accesses (so rows of up to 32768 elements). Unaligned rows (one
 // element an access) keep 8 accesses a thread, as RMSNorm does, and 16-bit ones at most 512
 // threads.
+constexpr int kWideConfig = 2;
 constexpr int kVecsPerThread = 4;
 constexpr int kFusedValuesPerThread = 16;
 constexpr int kMaxVecsPerThread32 = 8;
@@ -45,7 +46,11 @@ SoftmaxPlan plan_softmax(int64_t cols, DType dtype, bool aligned16, int config, 
   SoftmaxPlan plan;
   const int elem_size = int(dtype_size(dtype));
   plan.vec = aligned16 ? 16 / elem_size : 1;
-  const int base = base_vecs(plan.vec, fused);
+  const bool fused_ragged = fused && cols % plan.vec != 0;
+  const int most = max_vecs(plan.vec, elem_size, fused_ragged);
+  // registers-wide (config 2): twice the accesses a thread where that fits, half the threads.
+  const int base = config == kWideConfig ? std::min(2 * base_vecs(plan.vec, fused), most)
+                                         : base_vecs(plan.vec, fused);
   const int max_threads = plan.vec == 1 && elem_size != 4 ? kMaxScalarThreads16 : kMaxRegisterThreads;
   const int64_t accesses = ceil_div(std::max<int64_t>(cols, 1), plan.vec);
   if (config != 1 && accesses <= 32 * int64_t(base)) {
@@ -57,8 +62,7 @@ SoftmaxPlan plan_softmax(int64_t cols, DType dtype, bool aligned16, int config, 
     plan.vecs_per_thread = vecs;
     return plan;
   }
-  const bool fused_ragged = fused && cols % plan.vec != 0;
-  if (config != 1 && accesses <= int64_t(max_threads) * max_vecs(plan.vec, elem_size, fused_ragged)) {
+  if (config != 1 && accesses <= int64_t(max_threads) * most) {
     // A block per row: as few threads as hold the row with `base` accesses each, or failing
     // that the widest block with as few accesses each as hold it.
     int threads = 64, vecs = base;
@@ -121,7 +125,7 @@ void launch_block_per_row(int threads, const SoftmaxParams& p, cudaStream_t stre
 template <typename T, int kVec, bool kFused>
 void launch_plan(const SoftmaxPlan& plan, const SoftmaxParams& p, cudaStream_t stream) {
   // The accesses a thread holds: kBase as plan_softmax picks them, up to kMax for the
-  // longest rows (1024-thread blocks only).
+  // longest rows (1024-thread blocks) and for registers-wide (twice kBase, any block).
   constexpr int kBase = base_vecs(kVec, kFused);
   constexpr int kMax = max_vecs(kVec, int(sizeof(T)), false);
   if (plan.kind == SoftmaxPlan::Kind::kLooped) {
@@ -135,16 +139,20 @@ void launch_plan(const SoftmaxPlan& plan, const SoftmaxParams& p, cudaStream_t s
       case 1: return launch_registers<T, kVec, 32, 1, 4, kFused>(p, stream);
       case 2: return launch_registers<T, kVec, 32, 2, 4, kFused>(p, stream);
       case 4:
-        if constexpr (kBase >= 4) return launch_registers<T, kVec, 32, 4, 4, kFused>(p, stream);
+        if constexpr (std::min(2 * kBase, kMax) >= 4) return launch_registers<T, kVec, 32, 4, 4, kFused>(p, stream);
         break;
       case 8:
-        if constexpr (kBase >= 8) return launch_registers<T, kVec, 32, 8, 4, kFused>(p, stream);
+        if constexpr (std::min(2 * kBase, kMax) >= 8) return launch_registers<T, kVec, 32, 8, 4, kFused>(p, stream);
         break;
       default: break;
     }
   } else if (vecs == kBase) {
     return launch_block_per_row<T, kVec, kBase, kFused>(threads, p, stream);
-  } else if (threads == kMaxRegisterThreads) {
+  } else if (threads < kMaxRegisterThreads) {
+    if constexpr (2 * kBase <= kMax) {
+      if (vecs == 2 * kBase) return launch_block_per_row<T, kVec, 2 * kBase, kFused>(threads, p, stream);
+    }
+  } else {
     if constexpr (2 * kBase <= kMax) {
       if (vecs == 2 * kBase) return launch_registers<T, kVec, 1024, 2 * kBase, 1, kFused>(p, stream);
     }
@@ -174,9 +182,9 @@ Rows check_x_y(const TensorRef& x, const TensorRef& y, const char* op) {
 }
 
 void check_config(int config, const char* op) {
-  GKS_CHECK(config >= -1 && config <= 1, kInvalidArgument)
-      << op << ": argument 'config' must be -1 (heuristic), 0 (registers) or 1 (looped), got "
-      << config;
+  GKS_CHECK(config >= -1 && config <= kWideConfig, kInvalidArgument)
+      << op << ": argument 'config' must be -1 (heuristic), 0 (registers), 1 (looped) or 2 "
+      << "(registers-wide), got " << config;
 }
 
 template <bool kFused>

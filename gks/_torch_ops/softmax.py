@@ -10,35 +10,36 @@ from gks import cuda
 
 
 @torch.library.custom_op("gks::softmax", mutates_args=())
-def softmax(x: torch.Tensor) -> torch.Tensor:
+def softmax(x: torch.Tensor, config: int = -1) -> torch.Tensor:
     """Softmax over the last dim of x [..., N]; fp32 math, output in x's dtype.
 
     x: fp32/fp16/bf16 CUDA tensor, last dim contiguous, any leading strides. Non-finite
     input gives torch.softmax's result (a row with NaN or +inf, or all -inf, is all NaN).
-    Runs on the current CUDA stream.
+    Runs on the current CUDA stream. config: the kernel shape (-1: heuristic; see
+    gks.cuda.softmax_out).
     """
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    cuda.softmax_out(x, y)
+    cuda.softmax_out(x, y, config)
     return y
 
 
 @softmax.register_fake
-def _(x: torch.Tensor) -> torch.Tensor:
+def _(x: torch.Tensor, config: int = -1) -> torch.Tensor:
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
 @torch.library.custom_op("gks::softmax_rmsnorm", mutates_args=())
-def softmax_rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+def softmax_rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, config: int = -1) -> torch.Tensor:
     """softmax(rmsnorm(x, weight, eps)) over the last dim of x [..., N], in one kernel.
 
     fp32 math throughout; the normalized row is never rounded to x's dtype, only the output
-    is. weight: [N], x's dtype. Runs on the current CUDA stream.
+    is. weight: [N], x's dtype. Runs on the current CUDA stream. config: as for softmax.
     """
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    cuda.softmax_rmsnorm_out(x, weight, y, eps)
+    cuda.softmax_rmsnorm_out(x, weight, y, eps, config)
     return y
 
 
 @softmax_rmsnorm.register_fake
-def _(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+def _(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, config: int = -1) -> torch.Tensor:
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)

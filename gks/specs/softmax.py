@@ -64,5 +64,7 @@ SPEC = register(
         test_shapes=TEST_SHAPES,
         bench_shapes=((32768, 4096), (8192, 32768), (65536, 1024)),
         peers=(Peer("torch.softmax", _torch_softmax), reference_peer("softmax", compiled=True)),
+        # SoftmaxArgs::config indexes these (kSoftmaxConfigs in csrc/include/gks/softmax.h).
+        configs=tuple({"name": n} for n in ("registers", "looped", "registers-wide")),
     )
 )

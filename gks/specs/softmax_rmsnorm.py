@@ -55,5 +55,7 @@ SPEC = register(
         test_shapes=TEST_SHAPES,
         bench_shapes=((32768, 4096), (8192, 32768), (65536, 1024)),
         peers=(Peer("F.rms_norm+torch.softmax", _torch_two_step), reference_peer("softmax_rmsnorm", compiled=True)),
+        # SoftmaxArgs::config indexes these (kSoftmaxConfigs in csrc/include/gks/softmax.h).
+        configs=tuple({"name": n} for n in ("registers", "looped", "registers-wide")),
     )
 )

@@ -112,9 +112,10 @@ TEST(Softmax, RejectsTooManyRows) {
 TEST(Softmax, RejectsUnknownConfig) {
   char buf[64];
   auto a = softmax_args(buf);
-  a.config = 2;
+  a.config = 3;
   expect_error([&] { gks::softmax(a, nullptr); }, ErrorKind::kInvalidArgument,
-               "gks.softmax: argument 'config' must be -1 (heuristic), 0 (registers) or 1 (looped), got 2");
+               "gks.softmax: argument 'config' must be -1 (heuristic), 0 (registers), 1 (looped) or 2 "
+               "(registers-wide), got 3");
   auto f = fused_args(buf);
   f.config = -2;
   expect_error([&] { gks::softmax_rmsnorm(f, nullptr); }, ErrorKind::kInvalidArgument,
@@ -304,6 +305,37 @@ TEST(SoftmaxPlan, ConfigOneForcesTheLoopedKernel) {
   for (int64_t cols : {1, 1000, 4096}) {
     EXPECT_EQ(gks::detail::plan_softmax(cols, DType::kFloat16, true, 1).kind,
               Plan::Kind::kLooped);
+  }
+}
+
+TEST(SoftmaxPlan, ConfigTwoHoldsTwiceTheAccessesWhereTheyFit) {
+  using gks::detail::plan_softmax;
+  // Fused 16-bit rows of 4096: 512 accesses, 128 threads x 4 (the heuristic: 256 x 2).
+  const auto f = plan_softmax(4096, DType::kBFloat16, true, 2, /*fused=*/true);
+  EXPECT_EQ(f.threads_per_row, 128);
+  EXPECT_EQ(f.vecs_per_thread, 4);
+  // fp32 rows of 4096: 1024 accesses, 128 x 8 (the heuristic: 256 x 4), both ops.
+  for (bool fused : {false, true}) {
+    const auto p = plan_softmax(4096, DType::kFloat32, true, 2, fused);
+    EXPECT_EQ(p.threads_per_row, 128);
+    EXPECT_EQ(p.vecs_per_thread, 8);
+  }
+  // Unfused 16-bit rows already hold the most a thread may: unchanged.
+  const auto u = plan_softmax(4096, DType::kFloat16, true, 2);
+  const auto h = plan_softmax(4096, DType::kFloat16, true, -1);
+  EXPECT_EQ(u.threads_per_row, h.threads_per_row);
+  EXPECT_EQ(u.vecs_per_thread, h.vecs_per_thread);
+  // Every row the heuristic holds in registers, config 2 holds too, covering it.
+  for (bool fused : {false, true}) {
+    for (auto dtype : {DType::kFloat32, DType::kFloat16}) {
+      for (int64_t cols = 1; cols <= 40000; cols += cols < 300 ? 1 : 97) {
+        const auto p = plan_softmax(cols, dtype, true, 2, fused);
+        if (plan_softmax(cols, dtype, true, -1, fused).kind == Plan::Kind::kRegisters)
+          ASSERT_EQ(p.kind, Plan::Kind::kRegisters) << cols;
+        if (p.kind == Plan::Kind::kRegisters)
+          EXPECT_GE(int64_t(p.threads_per_row) * p.vecs_per_thread * p.vec, cols) << cols;
+      }
+    }
   }
 }
 

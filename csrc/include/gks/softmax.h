@@ -13,8 +13,11 @@
 namespace gks {
 
 // Kernel shape, for benchmarks and the autotuner: -1 picks by heuristic; 0 holds each row
-// in registers (read once) where it fits; 1 walks each row in a loop (see SoftmaxPlan).
-inline constexpr const char* kSoftmaxConfigs[] = {"registers", "looped"};
+// in registers (read once) where it fits; 1 walks each row in a loop (see SoftmaxPlan);
+// 2 (registers-wide) is 0 with twice the accesses a thread where that fits (half the
+// threads a row): fp32 rows, and the fused op's 16-bit rows (32 values a thread, the shape
+// Triton's fused kernel runs at 93% of copy bandwidth on an H200 at 32768x4096).
+inline constexpr const char* kSoftmaxConfigs[] = {"registers", "looped", "registers-wide"};
 
 struct SoftmaxArgs {
   TensorRef x;  // [..., N], fp32/fp16/bf16, last dim contiguous, any row strides
