@@ -23,6 +23,9 @@ namespace detail {
 // element an access) keep 8 accesses a thread, as RMSNorm does, and 16-bit ones at most 512
 // threads.
 constexpr int kWideConfig = 2;
+constexpr int kClusterConfig = 3;  // softmax_rmsnorm only
+constexpr int kClusterThreads = 256;
+constexpr int kMaxCluster = 8;
 constexpr int kVecsPerThread = 4;
 constexpr int kFusedValuesPerThread = 16;
 constexpr int kMaxVecsPerThread32 = 8;
@@ -42,10 +45,25 @@ constexpr int max_vecs(int vec, int elem_size, bool fused_ragged) {
                   : fused_ragged ? kMaxVecsPerThread32 / 2 : kMaxVecsPerThread32;
 }
 
-SoftmaxPlan plan_softmax(int64_t cols, DType dtype, bool aligned16, int config, bool fused) {
+SoftmaxPlan plan_softmax(int64_t cols, DType dtype, bool aligned16, int config, bool fused,
+                         bool clusters) {
   SoftmaxPlan plan;
   const int elem_size = int(dtype_size(dtype));
   plan.vec = aligned16 ? 16 / elem_size : 1;
+  if (config == kClusterConfig && fused && clusters && aligned16 && cols % plan.vec == 0) {
+    // 256-thread CTAs of 16 values a thread, as few as hold the row (up to 8); a row one
+    // CTA holds takes config 0's plan.
+    const int64_t accesses = cols / plan.vec;
+    const int vecs = base_vecs(plan.vec, true);
+    int cluster = 2;
+    while (cluster < kMaxCluster && int64_t(kClusterThreads) * vecs * cluster < accesses) cluster *= 2;
+    if (accesses > int64_t(kClusterThreads) * vecs && accesses <= int64_t(kClusterThreads) * vecs * cluster) {
+      plan.threads_per_row = kClusterThreads;
+      plan.vecs_per_thread = vecs;
+      plan.cluster = cluster;
+      return plan;
+    }
+  }
   const bool fused_ragged = fused && cols % plan.vec != 0;
   const int most = max_vecs(plan.vec, elem_size, fused_ragged);
   // registers-wide (config 2): twice the accesses a thread where that fits, half the threads.
@@ -122,6 +140,16 @@ void launch_block_per_row(int threads, const SoftmaxParams& p, cudaStream_t stre
                                      << threads << " threads x " << kVecs << " accesses";
 }
 
+template <typename T, int kVec, int kCluster>
+void launch_cluster(const SoftmaxParams& p, cudaStream_t stream) {
+  constexpr int kVecs = base_vecs(kVec, true);
+  const auto kernel = kernels::softmax_rmsnorm_cluster_kernel<T, kVec, kClusterThreads, kVecs, kCluster>;
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t config = cluster_launch_config(
+      dim3(static_cast<unsigned>(p.rows * kCluster)), dim3(kClusterThreads), 0, stream, kCluster, attr);
+  cudaLaunchKernelEx(&config, kernel, p);  // errors surface in check_launch
+}
+
 template <typename T, int kVec, bool kFused>
 void launch_plan(const SoftmaxPlan& plan, const SoftmaxParams& p, cudaStream_t stream) {
   // The accesses a thread holds: kBase as plan_softmax picks them, up to kMax for the
@@ -132,6 +160,14 @@ void launch_plan(const SoftmaxPlan& plan, const SoftmaxParams& p, cudaStream_t s
     kernels::softmax_looped_kernel<T, kVec, kLoopedThreads, kFused>
         <<<static_cast<unsigned>(p.rows), kLoopedThreads, 0, stream>>>(p);
     return;
+  }
+  if constexpr (kFused && kVec > 1) {
+    switch (plan.cluster) {
+      case 1: break;
+      case 2: return launch_cluster<T, kVec, 2>(p, stream);
+      case 4: return launch_cluster<T, kVec, 4>(p, stream);
+      default: return launch_cluster<T, kVec, 8>(p, stream);
+    }
   }
   const int vecs = plan.vecs_per_thread, threads = plan.threads_per_row;
   if (threads == 32) {
@@ -181,16 +217,19 @@ Rows check_x_y(const TensorRef& x, const TensorRef& y, const char* op) {
   return rows;
 }
 
-void check_config(int config, const char* op) {
-  GKS_CHECK(config >= -1 && config <= kWideConfig, kInvalidArgument)
-      << op << ": argument 'config' must be -1 (heuristic), 0 (registers), 1 (looped) or 2 "
-      << "(registers-wide), got " << config;
+void check_config(int config, bool fused, const char* op) {
+  GKS_CHECK(config >= -1 && config <= (fused ? kClusterConfig : kWideConfig), kInvalidArgument)
+      << op << ": argument 'config' must be -1 (heuristic), 0 (registers), 1 (looped)"
+      << (fused ? ", 2 (registers-wide) or 3 (cluster)" : " or 2 (registers-wide)") << ", got " << config;
 }
 
 template <bool kFused>
 void launch(const TensorRef& x, const TensorRef& y, const void* weight, const Rows& rows,
             float eps, bool aligned, int config, const char* op, cudaStream_t stream) {
-  const SoftmaxPlan plan = plan_softmax(rows.x.cols, x.dtype, aligned, config, kFused);
+  // Clusters split one row over several CTAs, one grid block each: the grid must hold them.
+  const bool clusters = kFused && config == kClusterConfig && device_limits(x.device.index).clusters &&
+                        rows.x.rows <= int64_t(INT32_MAX) / kMaxCluster;
+  const SoftmaxPlan plan = plan_softmax(rows.x.cols, x.dtype, aligned, config, kFused, clusters);
   const SoftmaxParams params{x.data, weight, y.data, rows.x, rows.y, rows.x.rows, rows.x.cols, eps};
   const DeviceGuard guard(x.device.index);
   GKS_DISPATCH_FLOAT(x.dtype, {
@@ -208,7 +247,7 @@ void launch(const TensorRef& x, const TensorRef& y, const void* weight, const Ro
 void softmax(const SoftmaxArgs& args, cudaStream_t stream) {
   constexpr const char* kOp = "gks.softmax";
   const detail::Rows rows = detail::check_x_y(args.x, args.y, kOp);
-  detail::check_config(args.config, kOp);
+  detail::check_config(args.config, false, kOp);
   if (rows.x.rows == 0 || rows.x.cols == 0) return;
   const int64_t vec = 16 / dtype_size(args.x.dtype);
   const bool aligned = detail::aligned16(args.x.data) && detail::aligned16(args.y.data) &&
@@ -229,7 +268,7 @@ void softmax_rmsnorm(const SoftmaxRmsNormArgs& args, cudaStream_t stream) {
       << kOp << ": argument 'weight' must be contiguous, got stride " << w.strides[0];
   GKS_CHECK(args.eps >= 0.f, kInvalidArgument)
       << kOp << ": argument 'eps' must be >= 0, got " << args.eps;
-  detail::check_config(args.config, kOp);
+  detail::check_config(args.config, true, kOp);
   if (rows.x.rows == 0 || rows.x.cols == 0) return;
   const int64_t vec = 16 / dtype_size(x.dtype);
   const bool aligned = detail::aligned16(x.data) && detail::aligned16(args.y.data) &&

@@ -52,10 +52,13 @@ SPEC = register(
             Backend("triton", "gks.triton:softmax_rmsnorm", archs=("sm_80", "sm_90"), interpreted=True),
             Backend("pallas", "gks.pallas._bridge:softmax_rmsnorm", archs=("sm_80", "sm_90"), interpreted=True),
         ),
-        test_shapes=TEST_SHAPES,
+        # Beyond softmax's: rows the cluster config splits over 2 and 4 CTAs (in 16-bit, the
+        # last of the 4 holds only columns past the row's end).
+        test_shapes=TEST_SHAPES + ((2, 8192), (3, 12288)),
         bench_shapes=((32768, 4096), (8192, 32768), (65536, 1024)),
         peers=(Peer("F.rms_norm+torch.softmax", _torch_two_step), reference_peer("softmax_rmsnorm", compiled=True)),
-        # SoftmaxArgs::config indexes these (kSoftmaxConfigs in csrc/include/gks/softmax.h).
-        configs=tuple({"name": n} for n in ("registers", "looped", "registers-wide")),
+        # SoftmaxRmsNormArgs::config indexes these (kSoftmaxRmsNormConfigs in
+        # csrc/include/gks/softmax.h).
+        configs=tuple({"name": n} for n in ("registers", "looped", "registers-wide", "cluster")),
     )
 )

@@ -120,6 +120,9 @@ TEST(Softmax, RejectsUnknownConfig) {
   f.config = -2;
   expect_error([&] { gks::softmax_rmsnorm(f, nullptr); }, ErrorKind::kInvalidArgument,
                "gks.softmax_rmsnorm: argument 'config' must be -1");
+  f.config = 4;
+  expect_error([&] { gks::softmax_rmsnorm(f, nullptr); }, ErrorKind::kInvalidArgument,
+               "2 (registers-wide) or 3 (cluster), got 4");
 }
 
 TEST(Softmax, EmptyTensorsReturnWithoutTouchingTheGpu) {
@@ -306,6 +309,34 @@ TEST(SoftmaxPlan, ConfigOneForcesTheLoopedKernel) {
     EXPECT_EQ(gks::detail::plan_softmax(cols, DType::kFloat16, true, 1).kind,
               Plan::Kind::kLooped);
   }
+}
+
+TEST(SoftmaxPlan, ConfigThreeSplitsLongFusedRowsOverACluster) {
+  using gks::detail::plan_softmax;
+  // Fused rows of 32768: 256-thread CTAs of 16 values, 8 to a cluster, in every dtype.
+  for (auto dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    const auto p = plan_softmax(32768, dtype, true, 3, /*fused=*/true, /*clusters=*/true);
+    EXPECT_EQ(p.kind, Plan::Kind::kRegisters);
+    EXPECT_EQ(p.threads_per_row, 256);
+    EXPECT_EQ(p.vecs_per_thread * p.vec, 16);
+    EXPECT_EQ(p.cluster, 8);
+  }
+  // The fewest CTAs that hold the row: bf16 8192 = 1024 accesses = 2 CTAs of 256 x 2.
+  EXPECT_EQ(plan_softmax(8192, DType::kBFloat16, true, 3, true, true).cluster, 2);
+  EXPECT_EQ(plan_softmax(8200, DType::kBFloat16, true, 3, true, true).cluster, 4);
+  // No cluster where one CTA holds the row, past 8 CTAs, without cluster support, for
+  // unaligned or ragged rows, or for softmax: config 0's plan instead.
+  for (const auto& p : {plan_softmax(4096, DType::kBFloat16, true, 3, true, true),
+                        plan_softmax(32776, DType::kBFloat16, true, 3, true, true),
+                        plan_softmax(32768, DType::kBFloat16, true, 3, true, false),
+                        plan_softmax(32768, DType::kBFloat16, false, 3, true, true),
+                        plan_softmax(32766, DType::kBFloat16, true, 3, true, true),
+                        plan_softmax(32768, DType::kBFloat16, true, 3, false, true)})
+    EXPECT_EQ(p.cluster, 1);
+  const auto a = plan_softmax(4096, DType::kBFloat16, true, 3, true, true);
+  const auto b = plan_softmax(4096, DType::kBFloat16, true, 0, true, true);
+  EXPECT_EQ(a.threads_per_row, b.threads_per_row);
+  EXPECT_EQ(a.vecs_per_thread, b.vecs_per_thread);
 }
 
 TEST(SoftmaxPlan, ConfigTwoHoldsTwiceTheAccessesWhereTheyFit) {

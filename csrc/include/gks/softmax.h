@@ -18,6 +18,11 @@ namespace gks {
 // threads a row): fp32 rows, and the fused op's 16-bit rows (32 values a thread, the shape
 // Triton's fused kernel runs at 93% of copy bandwidth on an H200 at 32768x4096).
 inline constexpr const char* kSoftmaxConfigs[] = {"registers", "looped", "registers-wide"};
+// softmax_rmsnorm's: softmax's, and 3 (cluster): 16-byte aligned rows of more than 256
+// threads' worth of 16 values split over a thread block cluster of 256-thread CTAs (sm_90;
+// up to 8 CTAs, so rows of up to 32768), else as 0.
+inline constexpr const char* kSoftmaxRmsNormConfigs[] = {"registers", "looped", "registers-wide",
+                                                         "cluster"};
 
 struct SoftmaxArgs {
   TensorRef x;  // [..., N], fp32/fp16/bf16, last dim contiguous, any row strides
@@ -54,9 +59,11 @@ struct SoftmaxPlan {
   int threads_per_row = 32;
   int vecs_per_thread = 1;  // kRegisters: accesses each thread keeps in registers (as loaded)
   int rows_per_block = 1;
+  int cluster = 1;          // kRegisters: CTAs of a thread block cluster that share a row
 };
+// clusters: whether the device has thread block clusters (sm_90+).
 SoftmaxPlan plan_softmax(int64_t cols, DType dtype, bool aligned16, int config = -1,
-                         bool fused = false);
+                         bool fused = false, bool clusters = false);
 }  // namespace detail
 
 }  // namespace gks

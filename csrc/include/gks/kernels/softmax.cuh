@@ -319,6 +319,40 @@ inline constexpr int kRegistersMinThreads =
     : kVec == 1 ? 1536
                 : 1;
 
+// Where a CTA of a thread block cluster sits in a row split over the cluster: its rank, and
+// three floats of its shared memory that the other CTAs read (sum of squares, max, sum).
+struct ClusterPart {
+  int rank = 0;
+  float* slots = nullptr;
+};
+
+// Merges one (m, s) pair per CTA over the kCluster CTAs of a cluster (sm_90), in rank order
+// on every CTA (so all get the same result); `slots` is two floats of this CTA's shared
+// memory. As cluster_sum: the caller must have waited out any earlier arrive, and must call
+// cluster_release_wait() before it exits.
+template <int kCluster>
+__device__ __forceinline__ void cluster_merge_softmax(float& m, float& s, float* slots) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  if (threadIdx.x == 0 && threadIdx.y == 0) {
+    slots[0] = m;
+    slots[1] = s;
+  }
+  cg::this_cluster().sync();
+  float m_all = -INFINITY, s_all = 0.f;
+#pragma unroll
+  for (int r = 0; r < kCluster; ++r) {
+    const float* peer = cg::this_cluster().map_shared_rank(slots, r);
+    softmax_merge(m_all, s_all, peer[0], peer[1]);
+  }
+  cg::this_cluster().barrier_arrive();
+  m = m_all;
+  s = s_all;
+#else
+  __trap();  // the host launches clusters only on sm_90+
+#endif
+}
+
 // One row of the fused registers kernel for long fp32 rows (1024 threads x 8 accesses): x
 // is held as loaded and x * inv_rms * w recomputed at each use, the weight read twice
 // (mostly from L1), two exps a value. Holding 32 fp32 values a thread instead (below) took
@@ -373,15 +407,19 @@ __device__ __forceinline__ void softmax_rmsnorm_row_recompute(const SoftmaxParam
 // e * exp(m_t - M) / S. One exp a value and no second read of the weight, which the fused
 // op needs to keep up with memory (recomputing x * inv_rms * w and its exp for the output
 // held 16-bit rows to 55-69% of copy bandwidth on an H200).
-template <bool kRagged, typename T, int kVec, int kThreadsPerRow, int kVecsPerThread>
+template <bool kRagged, typename T, int kVec, int kThreadsPerRow, int kVecsPerThread, int kCluster = 1>
 __device__ __forceinline__ void softmax_rmsnorm_row_in_registers(const SoftmaxParams& p,
                                                                  int64_t row, float* scratch_m,
-                                                                 float* scratch_s) {
+                                                                 float* scratch_s,
+                                                                 ClusterPart part = {}) {
   constexpr int kStride = kThreadsPerRow * kVec;  // columns between a thread's accesses
   const int cols = static_cast<int>(p.cols);      // bounded by the host (see the kernel)
   const T* x = static_cast<const T*>(p.x) + p.x_rows.row_offset(row);
   const T* w = static_cast<const T*>(p.weight);
-  const int first = threadIdx.x * kVec;
+  // With kCluster > 1, CTA `rank` of the cluster holds the rank-th kStride * kVecsPerThread
+  // columns of the row.
+  int first = threadIdx.x * kVec;
+  if constexpr (kCluster > 1) first += part.rank * kStride * kVecsPerThread;
   const auto col = [&](int i) { return first + i * kStride; };
 
   // v[i][j] holds x * w, then v = x * inv_rms * w, then e = exp(v - m_t).
@@ -403,7 +441,9 @@ __device__ __forceinline__ void softmax_rmsnorm_row_in_registers(const SoftmaxPa
         v[i][j] = xv * elem(wr[i], j);
       }
   }
-  const float inv_rms = rsqrtf(row_sum<kThreadsPerRow>(sumsq, scratch_s) / float(cols) + p.eps);
+  float total = row_sum<kThreadsPerRow>(sumsq, scratch_s);
+  if constexpr (kCluster > 1) total = cluster_sum<kCluster>(total, part.slots);
+  const float inv_rms = rsqrtf(total / float(cols) + p.eps);
 
   // Past the row's end v is -inf, which drops out of the max and the sum (e = 0).
   float m_t = -INFINITY;
@@ -426,6 +466,10 @@ __device__ __forceinline__ void softmax_rmsnorm_row_in_registers(const SoftmaxPa
     }
   float m = m_t, s = s_t;
   row_reduce_softmax<kThreadsPerRow>(m, s, scratch_m, scratch_s);
+  if constexpr (kCluster > 1) {
+    cluster_release_wait();  // every CTA has read the sums of squares: the barrier is free
+    cluster_merge_softmax<kCluster>(m, s, part.slots + 1);
+  }
   // exp(m_t - M) / S; a thread whose values are all -inf (or NaN) has e = 0 (or NaN), and
   // 0 * inv_sum keeps the row all NaN when inv_sum is (M = +-inf, or a NaN anywhere).
   const float factor =
@@ -438,6 +482,7 @@ __device__ __forceinline__ void softmax_rmsnorm_row_in_registers(const SoftmaxPa
     for (int j = 0; j < kVec; ++j) v[i][j] *= factor;
     store_values<kRagged, kVec>(y, col(i), cols, v[i]);
   }
+  if constexpr (kCluster > 1) cluster_release_wait();  // the others have read our slots
 }
 
 // One row of the (unfused) registers kernel (see softmax_registers_kernel). The row is held
@@ -513,6 +558,22 @@ __global__ void __launch_bounds__(
     softmax_row_in_registers<kRagged, T, kVec, kThreadsPerRow, kVecsPerThread>(p, row, scratch_m,
                                                                                scratch_s);
   }
+}
+
+// The fused op's long rows split over a thread block cluster (sm_90): CTA `rank` of a
+// kCluster-CTA cluster holds kThreads * kVecsPerThread accesses of row blockIdx.x / kCluster
+// (16-byte aligned rows, a multiple of kVec long), and the sum of squares and the (max, sum)
+// pairs meet through distributed shared memory. Small CTAs (several an SM) instead of one
+// 1024-thread CTA an SM, so that one row's loads overlap another's reductions.
+template <typename T, int kVec, int kThreads, int kVecsPerThread, int kCluster>
+__global__ void __launch_bounds__(kThreads, 1536 / kThreads)
+    softmax_rmsnorm_cluster_kernel(const SoftmaxParams p) {
+  __shared__ float scratch_m[kThreads / 32], scratch_s[kThreads / 32];
+  __shared__ float slots[3];
+  const ClusterPart part{int(blockIdx.x % kCluster), slots};  // 1-D clusters along x
+  const int64_t row = blockIdx.x / kCluster;
+  softmax_rmsnorm_row_in_registers<false, T, kVec, kThreads, kVecsPerThread, kCluster>(
+      p, row, scratch_m, scratch_s, part);
 }
 
 // One row of the looped kernel (see softmax_looped_kernel).
