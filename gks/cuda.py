@@ -27,7 +27,7 @@ def rmsnorm_out(x, weight, y, eps: float = 1e-6, config: int = -1) -> None:
 
     config: -1 picks the kernel by heuristic, else an index into the spec's configs
     (gks.registry.get("rmsnorm").configs: registers-8x16B, looped, registers-4x16B,
-    cluster-256t, registers-2x16B; csrc/include/gks/rmsnorm.h says what each is)."""
+    cluster-256t, registers-2x16B, looped-512t; csrc/include/gks/rmsnorm.h says what each is)."""
     _native.module().rmsnorm(x, weight, y, float(eps), int(config))
 
 

@@ -11,6 +11,7 @@ namespace detail {
 
 namespace {
 constexpr int kLoopedConfig = 1;
+constexpr int kLooped512Config = 5;
 
 // The fewest threads per CTA (64 up to max_threads), then the fewest CTAs per cluster (up to
 // max_cluster), for which `vecs` accesses a thread cover the row. False if they cannot.
@@ -31,7 +32,7 @@ RmsNormPlan plan_rmsnorm(int64_t cols, DType dtype, bool aligned16, int config,
   RmsNormPlan plan;
   plan.vec = aligned16 ? int(16 / dtype_size(dtype)) : 1;
   const int64_t accesses = ceil_div(std::max<int64_t>(cols, 1), plan.vec);
-  if (config != kLoopedConfig) {
+  if (config != kLoopedConfig && config != kLooped512Config) {
     // Registers: `vecs` 16-byte accesses a thread (4 raw registers each), CTAs of up to
     // `max_threads`, split over a cluster beyond that (sm_90, 16-byte aligned rows only).
     const int vecs = config == 0 ? 8 : config == 4 ? 2 : 4;
@@ -65,6 +66,10 @@ RmsNormPlan plan_rmsnorm(int64_t cols, DType dtype, bool aligned16, int config,
   // Looped: the fewest threads per row (so the most rows per SM) for which every row in
   // flight still fits in half the L2, so the second pass reads from L2.
   plan.kind = RmsNormPlan::Kind::kLooped;
+  if (config == kLooped512Config) {
+    plan.threads_per_row = 512;
+    return plan;
+  }
   const int64_t row_bytes = cols * dtype_size(dtype);
   int threads = 128;
   while (threads < 1024 &&

@@ -59,6 +59,6 @@ SPEC = register(
         peers=(Peer("F.rms_norm", _torch_rms_norm), reference_peer("rmsnorm", compiled=True)),
         # RmsNormArgs::config indexes these (kRmsNormConfigs in csrc/include/gks/rmsnorm.h).
         configs=tuple({"name": n} for n in ("registers-8x16B", "looped", "registers-4x16B", "cluster-256t",
-                                               "registers-2x16B")),
+                                               "registers-2x16B", "looped-512t")),
     )
 )

@@ -223,4 +223,14 @@ TEST(RmsNormPlan, LoopedRowsInFlightFitHalfTheL2) {
   }
 }
 
+TEST(RmsNormPlan, Looped512tLoopsWith512ThreadsAtAnyLength) {
+  for (int64_t cols : {1, 1000, 4096, 262144}) {
+    for (bool aligned : {true, false}) {
+      const auto p = gks::detail::plan_rmsnorm(cols, gks::DType::kFloat32, aligned, /*config=*/5);
+      EXPECT_EQ(p.kind, gks::detail::RmsNormPlan::Kind::kLooped) << cols;
+      EXPECT_EQ(p.threads_per_row, 512) << cols;
+    }
+  }
+}
+
 }  // namespace

@@ -26,11 +26,13 @@ struct RmsNormArgs {
 //  cluster-256t     as registers-4x16B, but CTAs of at most 256 threads, a row split over
 //                   a thread block cluster of up to 8 CTAs beyond that (sm_90);
 //  registers-2x16B  rows in registers, up to 2 accesses a thread (twice the threads of
-//                   registers-4x16B: the shape torch.compile picks for fp32 rows of 4096).
+//                   registers-4x16B);
+//  looped-512t      looped with 512 threads a row whatever the row's length (the shape
+//                   torch.compile runs fp32 rows of 4096 in: two passes, 512 threads).
 // Rows that do not fit a config's shape fall back to a wider one, and then to looped.
 inline constexpr const char* kRmsNormConfigs[] = {"registers-8x16B", "looped", "registers-4x16B",
-                                                  "cluster-256t", "registers-2x16B"};
-inline constexpr int kRmsNormConfigCount = 5;
+                                                  "cluster-256t", "registers-2x16B", "looped-512t"};
+inline constexpr int kRmsNormConfigCount = 6;
 
 // Validates the arguments (throws gks::Error) and launches on `stream`.
 void rmsnorm(const RmsNormArgs& args, cudaStream_t stream);
