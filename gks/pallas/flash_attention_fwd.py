@@ -10,7 +10,6 @@ D = 96 to 128) and the padding is masked (keys) or sliced off (queries, head dim
 from __future__ import annotations
 
 import functools
-import math
 
 import jax
 import jax.numpy as jnp
@@ -18,7 +17,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from gks.pallas._common import default_interpret, next_pow2
-from gks.reference.flash_attention_fwd import check_attention_shapes
+from gks.reference.flash_attention_fwd import check_attention_shapes, checked_softmax_scale
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -147,9 +146,7 @@ def flash_attention_fwd(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool =
     check_attention_shapes(op, q.shape, k.shape, v.shape)
     batch, heads_q, seqlen_q, head_dim = q.shape
     heads_kv, seqlen_k = k.shape[1], k.shape[2]
-    scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
-    if not (math.isfinite(scale) and scale > 0):
-        raise ValueError(f"{op}: argument 'softmax_scale' must be a finite number > 0, got {scale}")
+    scale = checked_softmax_scale(op, softmax_scale, head_dim)
     if q.size == 0:
         return jnp.zeros(q.shape, q.dtype), jnp.zeros(q.shape[:3], jnp.float32)
     if seqlen_k == 0:  # no keys at all: every row sees none

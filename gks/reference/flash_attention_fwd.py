@@ -33,6 +33,15 @@ def check_attention_shapes(op: str, q_shape, k_shape, v_shape) -> None:
         )
 
 
+def checked_softmax_scale(op: str, softmax_scale: float | None, head_dim: int) -> float:
+    """The scale the Triton and Pallas backends apply: 1/sqrt(head_dim) unless given, which
+    must be a finite number > 0 (ValueError naming the argument otherwise)."""
+    scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
+    if not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"{op}: argument 'softmax_scale' must be a finite number > 0, got {scale}")
+    return scale
+
+
 def flash_attention_fwd(
     q: torch.Tensor,
     k: torch.Tensor,

@@ -10,14 +10,13 @@ of the keys (masked). Causal programs skip the tiles above the diagonal.
 
 from __future__ import annotations
 
-import math
 import os
 
 import torch
 import triton
 import triton.language as tl
 
-from gks.reference.flash_attention_fwd import check_attention_shapes
+from gks.reference.flash_attention_fwd import check_attention_shapes, checked_softmax_scale
 from gks.triton._common import check_device, check_same, next_pow2
 
 LOG2E = 1.4426950408889634
@@ -221,9 +220,7 @@ def flash_attention_fwd(
     _check_inputs(q, k, v, op)
     batch, heads_q, seqlen_q, head_dim = q.shape
     heads_kv, seqlen_k = k.shape[1], k.shape[2]
-    scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
-    if not (math.isfinite(scale) and scale > 0):
-        raise ValueError(f"{op}: argument 'softmax_scale' must be a finite number > 0, got {scale}")
+    scale = checked_softmax_scale(op, softmax_scale, head_dim)
     o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device)
     if o.numel() == 0:
