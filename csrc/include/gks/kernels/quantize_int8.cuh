@@ -424,22 +424,10 @@ __global__ void __launch_bounds__(kThreadsPerRow* kRowsPerBlock)
     dequantize_int8_kernel(const DequantizeInt8Params p) {
   using namespace int8q;
   constexpr int64_t kBlockCols = int64_t(kChunksPerThread) * kThreadsPerRow * kChunk;
-  // Block indices below 2^32 (all but the largest tensors) split in 32 bits: a 64-bit
-  // division is a subroutine of some 70 instructions a thread.
-  const bool blocks_fit_32 = p.blocks <= int64_t(UINT32_MAX);
   for (int64_t b = blockIdx.x; b < p.blocks; b += gridDim.x) {
-    int64_t row_block, col_block;
-    if (blocks_fit_32) {
-      const auto b32 = static_cast<uint32_t>(b), n32 = static_cast<uint32_t>(p.col_blocks);
-      row_block = b32 / n32;
-      col_block = b32 - uint32_t(row_block) * n32;
-    } else {
-      row_block = b / p.col_blocks;
-      col_block = b % p.col_blocks;
-    }
-    const int64_t row = row_block * kRowsPerBlock + threadIdx.y;
+    const int64_t row = (b / p.col_blocks) * kRowsPerBlock + threadIdx.y;
     if (row >= p.rows) continue;  // no barriers in this kernel
-    const int64_t first = col_block * kBlockCols + int64_t(threadIdx.x) * kChunk;
+    const int64_t first = (b % p.col_blocks) * kBlockCols + int64_t(threadIdx.x) * kChunk;
     const int8_t* q = p.q + p.q_rows.row_offset(row);
     T* out = static_cast<T*>(p.out) + p.out_rows.row_offset(row);
     const float s = p.scale[p.scale_rows.row_offset(row)];
