@@ -227,7 +227,7 @@ def test_cuda_out_rejects_bad_output_and_config():
     with pytest.raises(ValueError, match="argument 'y' must be on the device of 'x'"):
         gks.cuda.softmax_out(x, torch.empty(4, 8))
     with pytest.raises(ValueError, match="argument 'config' must be -1"):
-        gks.cuda.softmax_out(x, torch.empty_like(x), 2)
+        gks.cuda.softmax_out(x, torch.empty_like(x), len(SPEC.configs))
 
 
 # ---------------------------------------------------------------- CUDA-only behaviour

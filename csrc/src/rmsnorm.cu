@@ -25,6 +25,21 @@ bool fit_registers(int64_t accesses, int vecs, int max_threads, int max_cluster,
   plan.cluster = cluster;
   return true;
 }
+
+// The looped kernel at the fewest threads per row (128 to 1024: the most rows an SM) for
+// which every row in flight fits in half the L2, so the second pass reads it from L2.
+// False (plan untouched) if even 1024 threads a row have too many rows in flight.
+bool plan_looped(int64_t cols, DType dtype, const DeviceLimits& limits, RmsNormPlan& plan) {
+  const int64_t row_bytes = cols * dtype_size(dtype);
+  for (int threads = 128; threads <= 1024; threads *= 2) {
+    if (int64_t(limits.sms) * (limits.max_threads_per_sm / threads) * row_bytes <= limits.l2_bytes / 2) {
+      plan.kind = RmsNormPlan::Kind::kLooped;
+      plan.threads_per_row = threads;
+      return true;
+    }
+  }
+  return false;
+}
 }  // namespace
 
 RmsNormPlan plan_rmsnorm(int64_t cols, DType dtype, bool aligned16, int config,
@@ -46,17 +61,24 @@ RmsNormPlan plan_rmsnorm(int64_t cols, DType dtype, bool aligned16, int config,
       plan.vecs_per_thread = accesses <= 32 ? 1 : accesses <= 64 ? 2 : accesses <= 128 ? 4 : 8;
       return plan;
     }
-    // The heuristic keeps a row in one CTA while it can (2 accesses a thread up to 512
-    // threads, then 4, then 8), then splits it over a cluster. Measured on an H200
-    // (2026-11-29, bench --configs): one CTA beat a cluster at every bench shape it fits,
-    // e.g. fp32 8192x32768: 1024 threads x 8 accesses 528 us, 8 CTAs of 256 x 4 576 us;
-    // bf16 8192x32768: 1024 x 4 266 us, 4 CTAs of 256 x 4 292 us, looped 305 us. Rows of
-    // up to 512 x 2 accesses ran 0-3% faster at 2 than at 4 (fp32 32768x4096: 512 x 2
-    // 264.4 us, 256 x 4 266.0; fp16 65536x1024: 64 x 2 67.7, a warp x 4 69.8).
-    if (config == -1 &&
-        (fit_registers(accesses, 2, 512, 1, plan) || fit_registers(accesses, 4, 1024, 1, plan) ||
-         fit_registers(accesses, 8, 1024, 1, plan)))
-      return plan;
+    // The heuristic holds rows of fewer than 512 accesses in registers (2 accesses a
+    // thread), and loops over longer aligned ones while their rows in flight fit in half the
+    // L2 (fp32 rows of 4096, 16-bit rows of 4096 to 32768); past that it holds them again (4,
+    // then 8 accesses a thread, one CTA: fp32 rows of 32768), then splits them over a
+    // cluster. Measured on an H200 (2026-11-30, bench --configs with the looped kernel of
+    // that day and a scratch sweep of kernel shapes; µs):
+    //   fp32 32768x4096   looped 256 threads 260.4, registers 512 x 2 263.9, 256 x 4 265.0;
+    //   bf16 32768x4096   looped 128 threads 129.6, registers 256 x 2 131.4;
+    //   bf16 8192x32768   looped 1024 threads 264.5 (sweep), registers 1024 x 4 268.2;
+    //   fp32 8192x32768   registers 1024 x 8 holding x*w 525.0, looped 1024 threads 561.5;
+    //   fp32 65536x1024   registers 128 x 2 130.8, looped 142.8.
+    // One CTA beat a cluster at every bench shape it fits (fp32 8192x32768: 8 CTAs of 256 x 4
+    // 572 us).
+    if (config == -1) {
+      if (accesses < 512 && fit_registers(accesses, 2, 256, 1, plan)) return plan;
+      if (plan.vec > 1 && plan_looped(cols, dtype, limits, plan)) return plan;
+      if (fit_registers(accesses, 4, 1024, 1, plan) || fit_registers(accesses, 8, 1024, 1, plan)) return plan;
+    }
     // Rows too long for the config's shape try wider ones before looping.
     if (fit_registers(accesses, vecs, max_threads, max_cluster, plan) ||
         fit_registers(accesses, vecs, 1024, max_cluster, plan) ||
@@ -64,18 +86,13 @@ RmsNormPlan plan_rmsnorm(int64_t cols, DType dtype, bool aligned16, int config,
       return plan;
   }
   // Looped: the fewest threads per row (so the most rows per SM) for which every row in
-  // flight still fits in half the L2, so the second pass reads from L2.
+  // flight still fits in half the L2, else 1024.
   plan.kind = RmsNormPlan::Kind::kLooped;
-  if (config == kLooped512Config) {
+  plan.threads_per_row = 1024;
+  if (config == kLooped512Config)
     plan.threads_per_row = 512;
-    return plan;
-  }
-  const int64_t row_bytes = cols * dtype_size(dtype);
-  int threads = 128;
-  while (threads < 1024 &&
-         int64_t(limits.sms) * (limits.max_threads_per_sm / threads) * row_bytes > limits.l2_bytes / 2)
-    threads *= 2;
-  plan.threads_per_row = threads;
+  else
+    plan_looped(cols, dtype, limits, plan);
   return plan;
 }
 

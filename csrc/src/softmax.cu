@@ -64,6 +64,13 @@ SoftmaxPlan plan_softmax(int64_t cols, DType dtype, bool aligned16, int config, 
       return plan;
     }
   }
+  // The fused heuristic for aligned 16-bit rows: registers-wide (4 accesses, 32 values a
+  // thread) while 512 threads hold the row, looped beyond. Measured on an H200 (2026-11-30,
+  // bench --configs, µs): fp16 32768x4096 registers-wide 133.3 vs registers 152.7; 65536x1024
+  // 68.8 vs 75.1; 8192x32768 looped 346.1 vs registers (1024 x 4 either way) 404.4. fp32
+  // keeps registers: looped was 983.5 vs 612.9 at 8192x32768.
+  if (config == -1 && fused && elem_size == 2 && plan.vec > 1 && cols % plan.vec == 0)
+    config = cols / plan.vec > 512 * 2 * base_vecs(plan.vec, true) ? 1 : kWideConfig;
   const bool fused_ragged = fused && cols % plan.vec != 0;
   const int most = max_vecs(plan.vec, elem_size, fused_ragged);
   // registers-wide (config 2): twice the accesses a thread where that fits, half the threads.

@@ -163,24 +163,37 @@ TEST(RmsNormPlan, RegistersConfigsCoverTheRow) {
   }
 }
 
-TEST(RmsNormPlan, HeuristicKeepsARowInOneCtaWhileItFits) {
+TEST(RmsNormPlan, HeuristicLoopsWhileRowsInFlightFitL2ThenHoldsRows) {
   using gks::detail::plan_rmsnorm;
+  using Kind = gks::detail::RmsNormPlan::Kind;
+  const auto s = plan_rmsnorm(4096, gks::DType::kFloat32, true);  // 1024 accesses, 16 KB rows
+  EXPECT_EQ(s.kind, Kind::kLooped);
+  EXPECT_EQ(s.threads_per_row, 256);  // 132 SMs x 8 CTAs x 16 KB = 17 MB <= 25 MB
+  const auto m = plan_rmsnorm(8192, gks::DType::kFloat32, true);  // 32 KB rows
+  EXPECT_EQ(m.kind, Kind::kLooped);
+  EXPECT_EQ(m.threads_per_row, 512);
+  const auto b = plan_rmsnorm(32768, gks::DType::kBFloat16, true);  // 64 KB rows
+  EXPECT_EQ(b.kind, Kind::kLooped);
+  EXPECT_EQ(b.threads_per_row, 1024);
+  // 128 KB rows: even 1024 threads a row put 34 MB in flight, so the row is held in one CTA.
   const auto f = plan_rmsnorm(32768, gks::DType::kFloat32, true);  // 8192 accesses
+  EXPECT_EQ(f.kind, Kind::kRegisters);
   EXPECT_EQ(f.threads_per_row, 1024);
   EXPECT_EQ(f.vecs_per_thread, 8);
   EXPECT_EQ(f.cluster, 1);
-  const auto b = plan_rmsnorm(32768, gks::DType::kBFloat16, true);  // 4096 accesses
-  EXPECT_EQ(b.threads_per_row, 1024);
-  EXPECT_EQ(b.vecs_per_thread, 4);
-  EXPECT_EQ(b.cluster, 1);
-  const auto s = plan_rmsnorm(4096, gks::DType::kFloat32, true);  // 1024 accesses
-  EXPECT_EQ(s.threads_per_row, 512);
-  EXPECT_EQ(s.vecs_per_thread, 2);
-  const auto m = plan_rmsnorm(8192, gks::DType::kFloat32, true);  // 2048: past 512 x 2
-  EXPECT_EQ(m.threads_per_row, 512);
-  EXPECT_EQ(m.vecs_per_thread, 4);
+  const auto h = plan_rmsnorm(4096, gks::DType::kBFloat16, true);  // 512 accesses, 8 KB rows
+  EXPECT_EQ(h.kind, Kind::kLooped);
+  EXPECT_EQ(h.threads_per_row, 128);
+  // Fewer than 512 accesses: registers, 2 a thread.
+  const auto r = plan_rmsnorm(2040, gks::DType::kFloat32, true);
+  EXPECT_EQ(r.kind, Kind::kRegisters);
+  EXPECT_EQ(r.threads_per_row, 256);
+  EXPECT_EQ(r.vecs_per_thread, 2);
+  // Unaligned rows stay in registers while they fit (element-wise loops would be slow).
+  const auto u = plan_rmsnorm(4096, gks::DType::kFloat32, false);
+  EXPECT_EQ(u.kind, Kind::kRegisters);
   const auto l = plan_rmsnorm(65536, gks::DType::kFloat32, true);  // past one CTA: a cluster
-  EXPECT_EQ(l.kind, gks::detail::RmsNormPlan::Kind::kRegisters);
+  EXPECT_EQ(l.kind, Kind::kRegisters);
   EXPECT_EQ(l.cluster, 4);
   EXPECT_EQ(int64_t(l.threads_per_row) * l.vecs_per_thread * l.vec * l.cluster, 65536);
 }

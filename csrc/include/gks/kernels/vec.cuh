@@ -31,26 +31,28 @@ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
 }
 
-// Cache behaviour of a vector access. kLastUse loads evict-first (the data is not read
-// again); kStreaming stores evict-first (the output is not read back by this kernel).
-enum class CacheHint { kDefault, kLastUse, kStreaming };
+// L2 eviction priority of a 16-byte load (one-element accesses ignore it). A kernel that
+// reads its input twice marks the first read kKeepInL2 and the second kLastUse, so the
+// rows it will re-read outlive the output it streams through L2 meanwhile.
+enum class CacheHint { kDefault, kKeepInL2, kLastUse };
 
 template <CacheHint kHint, typename V>
 __device__ __forceinline__ V load_vec(const V* p) {
-  if constexpr (kHint == CacheHint::kLastUse && sizeof(V) == 16) {
-    const uint4 r = __ldcs(reinterpret_cast<const uint4*>(p));
-    return *reinterpret_cast<const V*>(&r);
-  } else {
+  if constexpr (kHint == CacheHint::kDefault || sizeof(V) != 16) {
     return *p;
-  }
-}
-
-template <CacheHint kHint, typename V>
-__device__ __forceinline__ void store_vec(V* p, const V& v) {
-  if constexpr (kHint == CacheHint::kStreaming && sizeof(V) == 16) {
-    __stcs(reinterpret_cast<uint4*>(p), *reinterpret_cast<const uint4*>(&v));
   } else {
-    *p = v;
+    // Not volatile: the compiler may schedule these loads like plain ones (a kernel that
+    // reads what it writes must order them by data dependence, as plain loads would).
+    uint64_t policy;
+    if constexpr (kHint == CacheHint::kKeepInL2)
+      asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+    else
+      asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    uint4 r;
+    asm("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p), "l"(policy));
+    return *reinterpret_cast<const V*>(&r);
   }
 }
 
