@@ -61,23 +61,22 @@ RmsNormPlan plan_rmsnorm(int64_t cols, DType dtype, bool aligned16, int config,
       plan.vecs_per_thread = accesses <= 32 ? 1 : accesses <= 64 ? 2 : accesses <= 128 ? 4 : 8;
       return plan;
     }
-    // The heuristic holds rows of fewer than 512 accesses in registers (2 accesses a
-    // thread), and loops over longer aligned ones while their rows in flight fit in half the
-    // L2 (fp32 rows of 4096, 16-bit rows of 4096 to 32768); past that it holds them again (4,
-    // then 8 accesses a thread, one CTA: fp32 rows of 32768), then splits them over a
-    // cluster. Measured on an H200 (2026-11-30, bench --configs with the looped kernel of
-    // that day and a scratch sweep of kernel shapes; µs):
-    //   fp32 32768x4096   looped 256 threads 260.4, registers 512 x 2 263.9, 256 x 4 265.0;
-    //   bf16 32768x4096   looped 128 threads 129.6, registers 256 x 2 131.4;
-    //   bf16 8192x32768   looped 1024 threads 264.5 (sweep), registers 1024 x 4 268.2;
-    //   fp32 8192x32768   registers 1024 x 8 holding x*w 525.0, looped 1024 threads 561.5;
-    //   fp32 65536x1024   registers 128 x 2 130.8, looped 142.8.
-    // One CTA beat a cluster at every bench shape it fits (fp32 8192x32768: 8 CTAs of 256 x 4
-    // 572 us).
+    // The heuristic loops over fp32 rows of 512 to 1024 accesses (2048 to 4096 elements:
+    // 16 KB rows or less, so 8 rows of 256 threads an SM fit half the L2), and holds every
+    // other row in registers while one CTA can: 2 accesses a thread up to 512 threads, then
+    // 4, then 8; past that it splits the row over a cluster. Measured on an H200 (2026-11-30,
+    // bench with peers in the same run; µs): fp32 32768x4096 looped 261.2, torch.compile
+    // 257.6, registers 512 x 2 263.9-266.0. The same looped kernel lost on 16-bit rows:
+    // fp16 32768x4096 140.9 vs registers 133.7, 8192x32768 302.4 vs 267.5 (and fp32
+    // 8192x32768 648.7 vs registers 1024 x 8 holding x*w 525.0). One CTA beat a cluster at
+    // every bench shape it fits (fp32 8192x32768: 8 CTAs of 256 x 4 572 us).
     if (config == -1) {
-      if (accesses < 512 && fit_registers(accesses, 2, 256, 1, plan)) return plan;
-      if (plan.vec > 1 && plan_looped(cols, dtype, limits, plan)) return plan;
-      if (fit_registers(accesses, 4, 1024, 1, plan) || fit_registers(accesses, 8, 1024, 1, plan)) return plan;
+      if (dtype_size(dtype) == 4 && plan.vec > 1 && accesses >= 512 && accesses <= 1024 &&
+          plan_looped(cols, dtype, limits, plan))
+        return plan;
+      if (fit_registers(accesses, 2, 512, 1, plan) || fit_registers(accesses, 4, 1024, 1, plan) ||
+          fit_registers(accesses, 8, 1024, 1, plan))
+        return plan;
     }
     // Rows too long for the config's shape try wider ones before looping.
     if (fit_registers(accesses, vecs, max_threads, max_cluster, plan) ||

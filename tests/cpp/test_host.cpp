@@ -163,35 +163,32 @@ TEST(RmsNormPlan, RegistersConfigsCoverTheRow) {
   }
 }
 
-TEST(RmsNormPlan, HeuristicLoopsWhileRowsInFlightFitL2ThenHoldsRows) {
+TEST(RmsNormPlan, HeuristicLoopsOverShortFp32RowsAndHoldsTheRest) {
   using gks::detail::plan_rmsnorm;
   using Kind = gks::detail::RmsNormPlan::Kind;
   const auto s = plan_rmsnorm(4096, gks::DType::kFloat32, true);  // 1024 accesses, 16 KB rows
   EXPECT_EQ(s.kind, Kind::kLooped);
   EXPECT_EQ(s.threads_per_row, 256);  // 132 SMs x 8 CTAs x 16 KB = 17 MB <= 25 MB
-  const auto m = plan_rmsnorm(8192, gks::DType::kFloat32, true);  // 32 KB rows
-  EXPECT_EQ(m.kind, Kind::kLooped);
+  EXPECT_EQ(plan_rmsnorm(2048, gks::DType::kFloat32, true).kind, Kind::kLooped);  // 512
+  // 16-bit rows, longer fp32 rows and unaligned rows are held in registers.
+  const auto h = plan_rmsnorm(4096, gks::DType::kBFloat16, true);  // 512 accesses
+  EXPECT_EQ(h.kind, Kind::kRegisters);
+  EXPECT_EQ(h.threads_per_row, 256);
+  EXPECT_EQ(h.vecs_per_thread, 2);
+  const auto m = plan_rmsnorm(8192, gks::DType::kFloat32, true);  // 2048: past 512 x 2
+  EXPECT_EQ(m.kind, Kind::kRegisters);
   EXPECT_EQ(m.threads_per_row, 512);
-  const auto b = plan_rmsnorm(32768, gks::DType::kBFloat16, true);  // 64 KB rows
-  EXPECT_EQ(b.kind, Kind::kLooped);
+  EXPECT_EQ(m.vecs_per_thread, 4);
+  const auto b = plan_rmsnorm(32768, gks::DType::kBFloat16, true);  // 4096 accesses
+  EXPECT_EQ(b.kind, Kind::kRegisters);
   EXPECT_EQ(b.threads_per_row, 1024);
-  // 128 KB rows: even 1024 threads a row put 34 MB in flight, so the row is held in one CTA.
+  EXPECT_EQ(b.vecs_per_thread, 4);
   const auto f = plan_rmsnorm(32768, gks::DType::kFloat32, true);  // 8192 accesses
   EXPECT_EQ(f.kind, Kind::kRegisters);
   EXPECT_EQ(f.threads_per_row, 1024);
   EXPECT_EQ(f.vecs_per_thread, 8);
   EXPECT_EQ(f.cluster, 1);
-  const auto h = plan_rmsnorm(4096, gks::DType::kBFloat16, true);  // 512 accesses, 8 KB rows
-  EXPECT_EQ(h.kind, Kind::kLooped);
-  EXPECT_EQ(h.threads_per_row, 128);
-  // Fewer than 512 accesses: registers, 2 a thread.
-  const auto r = plan_rmsnorm(2040, gks::DType::kFloat32, true);
-  EXPECT_EQ(r.kind, Kind::kRegisters);
-  EXPECT_EQ(r.threads_per_row, 256);
-  EXPECT_EQ(r.vecs_per_thread, 2);
-  // Unaligned rows stay in registers while they fit (element-wise loops would be slow).
-  const auto u = plan_rmsnorm(4096, gks::DType::kFloat32, false);
-  EXPECT_EQ(u.kind, Kind::kRegisters);
+  EXPECT_EQ(plan_rmsnorm(4096, gks::DType::kFloat32, false).kind, Kind::kRegisters);
   const auto l = plan_rmsnorm(65536, gks::DType::kFloat32, true);  // past one CTA: a cluster
   EXPECT_EQ(l.kind, Kind::kRegisters);
   EXPECT_EQ(l.cluster, 4);
