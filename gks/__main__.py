@@ -115,6 +115,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # autotune has its own parser; argparse.REMAINDER does not take leading options such as
+    # --kernel, so its arguments are handed over before the top-level parser sees them.
+    if argv[:1] == ["autotune"]:
+        from gks.profile import autotune
+
+        return autotune.main(argv[1:])
     args = build_parser().parse_args(argv)
     return args.func(args)
 

@@ -107,6 +107,50 @@ def test_lookup_reads_the_cache_and_misses_on_any_mismatch(tmp_path, monkeypatch
     autotune._entries.cache_clear()
 
 
+def test_shipped_tables_apply_across_driver_and_version_after_the_users_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("GKS_CACHE_DIR", str(tmp_path / "user"))
+    monkeypatch.setattr(autotune, "SHIPPED_DIR", tmp_path / "shipped")
+    monkeypatch.setattr(autotune, "device_identity", lambda index: IDENTITY)
+    monkeypatch.setattr(autotune, "_kernel_hash", lambda kernel: "h1")
+    autotune._entries.cache_clear()
+    autotune._shipped.cache_clear()
+    try:
+        made_under = {**IDENTITY, "driver": "1.0", "gks": "0.0.1"}
+        shipped = {autotune.cache_key(made_under, "sgemm", "float32", (1024, 4096, 4096), "h1"): {"config": 2},
+                   autotune.cache_key({**made_under, "gpu": "NVIDIA A100"}, "sgemm", "float32",
+                                      (64, 64, 64), "h1"): {"config": 1}}
+        autotune.save_cache(shipped, tmp_path / "shipped" / "table.json")
+        autotune._shipped.cache_clear()
+        assert autotune.lookup("sgemm", "float32", 1000, 4096, 4000, 0) == 2  # other driver, version
+        assert autotune.lookup("sgemm", "float32", 64, 64, 64, 0) is None  # another GPU's entry
+        monkeypatch.setattr(autotune, "_kernel_hash", lambda kernel: "h2")  # config list changed
+        assert autotune.lookup("sgemm", "float32", 1000, 4096, 4000, 0) is None
+        monkeypatch.setattr(autotune, "_kernel_hash", lambda kernel: "h1")
+        own = autotune.cache_key(IDENTITY, "sgemm", "float32", (1024, 4096, 4096), "h1")
+        autotune.save_cache({own: {"config": 3}})  # the user's own tuning wins
+        assert autotune.lookup("sgemm", "float32", 1000, 4096, 4000, 0) == 3
+    finally:
+        autotune._entries.cache_clear()
+        autotune._shipped.cache_clear()
+
+
+@requires_native
+def test_shipped_tables_match_the_compiled_config_lists():
+    """A shipped table made for an older config list would never match: regenerate it."""
+    tables = sorted(autotune.SHIPPED_DIR.glob("*.json"))
+    assert tables, "gks ships at least the H200 table"
+    for path in tables:
+        entries = autotune.load_cache(path)
+        assert entries, f"{path.name}: no entries (or not in cache format {autotune.CACHE_FORMAT})"
+        for key, entry in entries.items():
+            gpu, cc, driver, version, kernel, dtype, bucket, chash = key.split("|")
+            assert kernel in autotune.KERNELS, key
+            assert chash == f"cfg{autotune._kernel_hash(kernel)}", f"{path.name}: {key} is stale"
+            names = autotune.kernel_config_names(kernel)
+            assert 0 <= entry["config"] < len(names) and entry["name"] == names[entry["config"]], key
+            assert autotune.shape_bucket(*entry["shape"]) == tuple(int(x) for x in bucket.split("x")), key
+
+
 def test_resolve_config_passes_explicit_configs_through():
     import torch
 
@@ -128,6 +172,20 @@ def test_cli_show_prints_entries(tmp_path, capsys):
                         path)
     assert autotune.main(["--kernel", "sgemm", "--show", "--cache", str(path)]) == 0
     assert "n1 (config 1)" in capsys.readouterr().out
+
+
+def test_gks_command_hands_its_options_to_autotune(tmp_path, capsys):
+    """`python -m gks autotune --kernel X ...`, the documented form, reaches autotune's parser."""
+    from gks.__main__ import main as gks_main
+
+    path = tmp_path / "c.json"
+    autotune.save_cache({"gpu|cc9.0|driverX|gks0.1.0|sgemm|float32|64x64x64|cfgh": {"config": 2, "name": "n2"}},
+                        path)
+    assert gks_main(["autotune", "--kernel", "sgemm", "--show", "--cache", str(path)]) == 0
+    assert "n2 (config 2)" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        gks_main(["autotune", "--kernel", "no_such_gemm"])
+    assert "invalid choice: 'no_such_gemm'" in capsys.readouterr().err
 
 
 @requires_gpu

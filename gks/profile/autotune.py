@@ -13,9 +13,16 @@ version, kernel, dtype, shape bucket (M, N and K each rounded up to a power of t
 hash of the kernel's config names. An entry made under any other value of these is simply
 never matched (``--prune`` deletes such entries for the current GPU).
 
+Tables measured this way ship with gks in ``gks/profile/tuned/`` (``nvidia-h200.json``: the
+H200, every GEMM's bench shapes; regenerate with ``python -m gks autotune --kernel K --cache
+gks/profile/tuned/nvidia-h200.json`` for each GEMM on that GPU). A shipped entry applies to the
+same GPU model and compute capability, kernel, dtype, shape bucket and config list whatever
+the driver and gks version (the config-list hash still guards against changed configs); an
+entry of the user's own cache takes precedence.
+
 The torch custom ops call :func:`resolve_config` on every call with config=-1: one dict
-lookup in the cache loaded once per process (no file access when there is no cache file);
-without a tuned entry the C++ heuristic decides.
+lookup in the cache and the shipped tables, each loaded once per process; without a tuned
+entry the C++ heuristic decides.
 """
 
 from __future__ import annotations
@@ -140,6 +147,25 @@ def _entries() -> dict[str, Any]:
     return load_cache()
 
 
+SHIPPED_DIR = Path(__file__).with_name("tuned")
+
+
+def shipped_key(key: str) -> str:
+    """A cache key without its driver and gks version: what a shipped entry is matched on."""
+    parts = key.split("|")
+    return "|".join(parts[:2] + parts[4:])
+
+
+@functools.cache
+def _shipped() -> dict[str, Any]:
+    """The entries of the tables that ship with gks, under shipped_key."""
+    out: dict[str, Any] = {}
+    for path in sorted(SHIPPED_DIR.glob("*.json")):
+        for key, entry in load_cache(path).items():
+            out[shipped_key(key)] = entry
+    return out
+
+
 def _driver_version() -> str:
     """The NVIDIA driver version (NVML), else the CUDA driver API version, else 'unknown'."""
     try:
@@ -184,13 +210,14 @@ def _kernel_hash(kernel: str) -> str:
 
 
 def lookup(kernel: str, dtype: str, m: int, n: int, k: int, device_index: int) -> int | None:
-    """The tuned config for this device, dtype and shape bucket, or None."""
-    entries = _entries()
-    if not entries:
+    """The tuned config for this device, dtype and shape bucket (the user's cache first, then
+    the shipped tables), or None."""
+    entries, shipped = _entries(), _shipped()
+    if not entries and not shipped:
         return None
     key = cache_key(device_identity(device_index), kernel, dtype, shape_bucket(m, n, k),
                     _kernel_hash(kernel))
-    entry = entries.get(key)
+    entry = entries.get(key) or shipped.get(shipped_key(key))
     return int(entry["config"]) if entry else None
 
 
