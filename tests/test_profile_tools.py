@@ -82,7 +82,11 @@ def test_baseline_pins_fastest_peer(tmp_path):
     assert pinned == [{"op": "rmsnorm", "backend": "cuda", "shape": [8, 8], "dtype": "float32",
                        "ours_us": 10.0, "gbps": 1000, "tflops": 1.0, "fastest_ref": "torch.compile",
                        "ref_us": 12.0, "ref_over_ours": 1.2, "checked": "ok", "run": "bench.json"}]
-    assert "| rmsnorm | cuda | 8x8 | float32 | 10.0 |" in (tmp_path / "baseline.md").read_text()
+    md = (tmp_path / "baseline.md").read_text()
+    assert "| rmsnorm | cuda | 8x8 | float32 | 10.0 |" in md
+    # What the run left out is named: here rmsnorm's other backends and every other op.
+    missing = md.split("Not in these runs: ", 1)[1].split("\n", 1)[0]
+    assert "rmsnorm (triton, pallas)" in missing and "softmax (cuda, triton, pallas)" in missing
 
     # A run split per op merges; each row is compared with the peers of its own file only.
     other = dict(doc, copy_gbps=4200.0,
@@ -97,6 +101,11 @@ def test_baseline_pins_fastest_peer(tmp_path):
         ("rmsnorm", 12.0, "bench.json"), ("softmax", 4.0, "bench-softmax.json")]
     assert set(merged["runs"]) == {"bench.json", "bench-softmax.json"}
     assert "4200 GB/s" in (tmp_path / "baseline.md").read_text()
+
+    # A file that is not a bench JSON is refused with its name.
+    bad = tmp_path / "baseline-old.json"
+    bad.write_text(json.dumps({"rows": []}))
+    assert make_baseline.main([str(src), str(bad), "--out-dir", str(tmp_path)]) == 2
 
     # Runs of another device or other versions are refused.
     src2.write_text(json.dumps(dict(other, versions={"torch": "2.10"})))

@@ -18,6 +18,8 @@ import json
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
+
 
 def baseline_rows(doc: dict) -> list[dict]:
     timed = [r for r in doc["rows"] if "median_us" in r]
@@ -51,6 +53,19 @@ def check_same_setup(docs: dict[str, dict]) -> None:
                              f"{setup(first)}; a baseline merges runs of one machine and one set of versions")
 
 
+def not_covered(rows: list[dict]) -> list[str]:
+    """The registry's op x backend pairs that no row covers ("op (backend, ...)")."""
+    from gks import registry
+
+    have = {(r["op"], r["backend"]) for r in rows}
+    out = []
+    for spec in registry.ops():
+        missing = [b.name for b in spec.backends if (spec.name, b.name) not in have]
+        if missing:
+            out.append(f"{spec.name} ({', '.join(missing)})")
+    return out
+
+
 def markdown(docs: dict[str, dict], rows: list[dict]) -> str:
     name, doc = next(iter(docs.items()))
     d, v = doc["device"], doc["versions"]
@@ -69,6 +84,8 @@ def markdown(docs: dict[str, dict], rows: list[dict]) -> str:
         "(or, split per op, `GKS_BENCH_EACH=\"op ...\" scripts/gpu_check.sh OUT` and "
         "`python tools/make_baseline.py OUT/bench-*.json`).",
         "ref/ours > 1 means gks is faster than the fastest reference measured in the same run.",
+        "",
+        "Not in these runs: " + ("; ".join(not_covered(rows)) or "nothing, every op and backend is here") + ".",
         "",
         "| op | backend | shape | dtype | ours (µs) | GB/s | TFLOP/s | fastest reference | ref (µs) | ref/ours | check |",
         "|---|---|---|---|---:|---:|---:|---|---:|---:|---|",
@@ -91,6 +108,12 @@ def main(argv=None) -> int:
     if len(docs) != len(args.bench_json):
         print("make_baseline: two of the files share a name; pass each run once", file=sys.stderr)
         return 2
+    for name, doc in docs.items():
+        missing = [k for k in ("device", "versions", "copy_gbps", "rows") if k not in doc]
+        if missing:
+            print(f"make_baseline: {name} is not a `gks bench --json` file (no {', '.join(missing)})",
+                  file=sys.stderr)
+            return 2
     try:
         check_same_setup(docs)
     except ValueError as e:

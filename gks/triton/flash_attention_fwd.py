@@ -171,11 +171,12 @@ def _flash_attention_fwd_kernel(
 def _config(head_dim: int, causal: bool) -> dict:
     """Tile and launch shape per head dim. What decides is whether ptxas must spill
     (`python tools/dump_triton_ir.py --kernel flash_attention_fwd --shape 1x2x2x256x256xDx0`,
-    then `ptxas -v` on the PTX): on an H200 (fp16, B=8, S=4096, H*D=2048; TFLOP/s) D=64
-    BLOCK_M=128, BLOCK_N=64 ran 266 at 8 warps (no spill) and 79 at 4 (1 KB spilled),
-    BLOCK_N=32 at 4 warps 251 (none), BLOCK_N=128 118 (1.3 KB); D=128 at 128 x 64, 8 warps
-    ran 101 (616 B spilled) against SDPA FlashAttention-2's ~330. The D=128 and D=256 tiles
-    below are the largest that spill nothing; they have not yet been timed."""
+    then `ptxas -v` on the PTX). On an H200 (fp16, B=8, S=4096, H*D=2048; TFLOP/s, non-causal):
+    D=64 BLOCK_M=128, BLOCK_N=64 ran 266 at 8 warps (no spill) and 79 at 4 (1 KB spilled),
+    BLOCK_N=32 at 4 warps 251 (none), BLOCK_N=128 118 (1.3 KB). D=128: 128 x 32 at 8 warps, 3
+    stages (the largest tile that spills nothing) 282 against SDPA FlashAttention-2's 357;
+    128 x 64 at 8 warps 98-102 (spills), 64 x 32 at 4 warps 112, 64 x 64 or larger 18-29
+    (2026-11-30). The D=256 tile is the largest that spills nothing; it has not been timed."""
     if head_dim <= 64:
         return dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)
     if head_dim <= 128:
