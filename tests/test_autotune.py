@@ -144,7 +144,8 @@ def test_shipped_tables_match_the_compiled_config_lists():
         assert entries, f"{path.name}: no entries (or not in cache format {autotune.CACHE_FORMAT})"
         for key, entry in entries.items():
             gpu, cc, driver, version, kernel, dtype, bucket, chash = key.split("|")
-            assert kernel in autotune.KERNELS, key
+            backend, op = autotune.split_kernel(kernel)
+            assert op in autotune.BACKEND_KERNELS[backend], key
             assert chash == f"cfg{autotune._kernel_hash(kernel)}", f"{path.name}: {key} is stale"
             names = autotune.kernel_config_names(kernel)
             assert 0 <= entry["config"] < len(names) and entry["name"] == names[entry["config"]], key
@@ -186,6 +187,44 @@ def test_gks_command_hands_its_options_to_autotune(tmp_path, capsys):
     with pytest.raises(SystemExit):
         gks_main(["autotune", "--kernel", "no_such_gemm"])
     assert "invalid choice: 'no_such_gemm'" in capsys.readouterr().err
+
+
+def test_triton_kernels_are_keyed_apart_from_the_cuda_ones():
+    import gks.triton
+
+    assert autotune.cache_kernel("cuda", "sgemm") == "sgemm"  # the shipped CUDA keys stay valid
+    assert autotune.cache_kernel("triton", "sgemm") == "triton.sgemm"
+    assert autotune.split_kernel("triton.int8_gemm") == ("triton", "int8_gemm")
+    assert autotune.split_kernel("gemm") == ("cuda", "gemm")
+    assert autotune.kernel_config_names("triton.wmma_gemm") == tuple(gks.triton.gemm_config_names("wmma_gemm"))
+    assert autotune._op("triton.sgemm") is gks.triton.sgemm
+
+
+def test_cli_refuses_a_kernel_the_backend_cannot_tune(capsys):
+    assert autotune.main(["--backend", "triton", "--kernel", "gemm"]) == 2
+    assert "the triton backend has no tunable 'gemm'" in capsys.readouterr().err
+
+
+@requires_gpu
+def test_tune_triton_writes_an_entry_its_launch_then_uses(tmp_path, monkeypatch):
+    import torch
+
+    import gks.triton
+
+    monkeypatch.setenv("GKS_CACHE_DIR", str(tmp_path))
+    autotune._entries.cache_clear()
+    try:
+        assert autotune.main(["--backend", "triton", "--kernel", "sgemm", "--shapes", "200x300x400",
+                              "--iters", "3"]) == 0
+        (key, entry), = autotune.load_cache().items()
+        assert "|triton.sgemm|float32|256x512x512|" in key
+        assert autotune.lookup("triton.sgemm", "float32", 200, 300, 400, torch.cuda.current_device()) == entry["config"]
+        a = torch.randn(200, 400, device="cuda")
+        b = torch.randn(400, 300, device="cuda")
+        torch.testing.assert_close(gks.triton.sgemm(a, b), gks.triton.sgemm(a, b, config=entry["config"]),
+                                   rtol=0, atol=0)
+    finally:
+        autotune._entries.cache_clear()
 
 
 @requires_gpu

@@ -368,6 +368,32 @@ def test_triton_port_on_strided_and_transposed_views(kernel):
         _check(kernel, out, inputs, dtype)
 
 
+def test_triton_block_shapes_are_named_and_a_bad_config_is_refused():
+    import gks.triton
+
+    for kernel in ("sgemm", "wmma_gemm", "int8_gemm"):
+        names = gks.triton.gemm_config_names(kernel)
+        assert len(names) >= 4 and len(set(names)) == len(names), kernel
+    with pytest.raises(ValueError, match=r"argument 'config' must be -1 .* an index below 6"):
+        gks.triton.sgemm(torch.randn(4, 6, device=DEVICE), torch.randn(6, 5, device=DEVICE), config=6)
+    with pytest.raises(ValueError, match="argument 'config'"):
+        gks.triton.wmma_gemm(torch.randn(4, 6, device=DEVICE).half(), torch.randn(6, 5, device=DEVICE).half(),
+                             config=-2)
+
+
+@requires_gpu
+@pytest.mark.parametrize("kernel", ("sgemm", "wmma_gemm", "int8_gemm"))
+def test_triton_each_block_shape_on_its_own(kernel):
+    """Every block shape the autotuner may pick is correct on its own (edges included)."""
+    import gks.triton
+
+    spec = _spec(kernel)
+    for dtype in spec.dtypes:
+        inputs = _inputs(kernel, (127, 257, 511), dtype, "triton-configs")
+        for config in range(len(gks.triton.gemm_config_names(kernel))):
+            _check(kernel, getattr(gks.triton, kernel)(**inputs, config=config), inputs, dtype)
+
+
 def test_pallas_sgemm_on_an_odd_shape():
     from gks.pallas._bridge import sgemm
 

@@ -1,5 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Autotuning of the CUDA GEMMs' tile configs: ``python -m gks autotune --kernel NAME``.
+"""Autotuning of the GEMMs' tile configs: ``python -m gks autotune --kernel NAME`` for the
+CUDA kernels, ``--backend triton`` for the Triton ones (their block shapes; the cache names
+them ``triton.NAME``).
 
 For each dtype and shape it runs every compiled config of the kernel, checks its output
 against the float64 reference (a config that fails may not win), times it with CUDA events
@@ -43,8 +45,22 @@ from typing import Any
 CACHE_FORMAT = 1
 TIE_BAND = 0.02
 
-# kernel -> the registry spec that describes it (inputs, reference, check, shapes).
+# The tunable GEMMs per backend; each is also the registry op that describes it (inputs,
+# reference, check, shapes).
 KERNELS = ("sgemm", "wmma_gemm", "int8_gemm", "gemm")
+BACKEND_KERNELS = {"cuda": KERNELS, "triton": ("sgemm", "wmma_gemm", "int8_gemm")}
+
+
+def cache_kernel(backend: str, op: str) -> str:
+    """The kernel field of a cache key: the op for CUDA (as before Triton was tunable),
+    "triton.OP" for Triton."""
+    return op if backend == "cuda" else f"{backend}.{op}"
+
+
+def split_kernel(kernel: str) -> tuple[str, str]:
+    """(backend, op) of a cache key's kernel field."""
+    backend, _, op = kernel.rpartition(".")
+    return backend or "cuda", op
 
 
 # ---------------------------------------------------------------------------------------
@@ -199,9 +215,14 @@ def device_identity(device_index: int) -> dict[str, str]:
 
 @functools.cache
 def kernel_config_names(kernel: str) -> tuple[str, ...]:
+    backend, op = split_kernel(kernel)
+    if backend == "triton":
+        from gks.triton._gemm import config_names
+
+        return tuple(config_names(op))
     from gks import cuda
 
-    return tuple(cuda.gemm_config_names(kernel))
+    return tuple(cuda.gemm_config_names(op))
 
 
 @functools.cache
@@ -269,9 +290,10 @@ def time_config(fn: Callable[[], Any], warmup: int = 3, iters: int = 20) -> floa
 
 
 def _op(kernel: str):
-    import gks
+    import importlib
 
-    return getattr(gks, kernel)
+    backend, op = split_kernel(kernel)
+    return getattr(importlib.import_module("gks" if backend == "cuda" else f"gks.{backend}"), op)
 
 
 def tune_one(kernel: str, dtype: str, shape: Sequence[int], *, warmup: int, iters: int,
@@ -282,7 +304,7 @@ def tune_one(kernel: str, dtype: str, shape: Sequence[int], *, warmup: int, iter
     from gks import registry
     from gks.testing import check_output
 
-    spec = registry.get(kernel)
+    spec = registry.get(split_kernel(kernel)[1])
     names = kernel_config_names(kernel)
     inputs = spec.make_inputs(tuple(shape), dtype, "cuda", 0)
     ref = spec.reference(**inputs, precise=True)
@@ -322,6 +344,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gks autotune", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--kernel", required=True, choices=KERNELS, help="the GEMM to tune")
+    p.add_argument("--backend", choices=tuple(BACKEND_KERNELS), default="cuda",
+                   help="whose configs: the CUDA tile configs or the Triton block shapes "
+                        "(sgemm, wmma_gemm, int8_gemm)")
     p.add_argument("--dtype", action="append",
                    help="dtype(s) to tune (repeat or comma-separate); default: all of the spec's")
     p.add_argument("--shapes", type=_parse_shapes,
@@ -349,6 +374,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from gks import registry
 
+    if args.kernel not in BACKEND_KERNELS[args.backend]:
+        print(f"gks autotune: the {args.backend} backend has no tunable '{args.kernel}' (it has "
+              f"{', '.join(BACKEND_KERNELS[args.backend])})", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
         print("gks autotune: needs a CUDA GPU; none is visible", file=sys.stderr)
         return 2
@@ -360,30 +389,31 @@ def main(argv: Sequence[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
     shapes = args.shapes or [tuple(s) for s in spec.bench_shapes]
+    kernel = cache_kernel(args.backend, args.kernel)
     device = torch.cuda.current_device()
     identity = device_identity(device)
-    chash = config_hash(kernel_config_names(args.kernel))
+    chash = config_hash(kernel_config_names(kernel))
     entries = load_cache(path)
     if args.prune:
-        for key in stale_keys(entries, identity, {args.kernel: chash}):
+        for key in stale_keys(entries, identity, {kernel: chash}):
             del entries[key]
 
     def progress(msg: str) -> None:
         print(msg, flush=True)
 
-    progress(f"gks autotune {args.kernel} on {identity['gpu']} (cc {identity['cc']}, driver "
-             f"{identity['driver']}); {len(kernel_config_names(args.kernel))} configs; cache {path}")
+    progress(f"gks autotune {kernel} on {identity['gpu']} (cc {identity['cc']}, driver "
+             f"{identity['driver']}); {len(kernel_config_names(kernel))} configs; cache {path}")
     for dtype in dtypes:
         for shape in shapes:
             bucket = shape_bucket(*shape)
             progress(f"  {dtype} {'x'.join(map(str, shape))} (bucket {'x'.join(map(str, bucket))})")
             try:
-                entry = tune_one(args.kernel, dtype, shape, warmup=args.warmup, iters=args.iters,
+                entry = tune_one(kernel, dtype, shape, warmup=args.warmup, iters=args.iters,
                                  band=args.band, progress=progress)
             except ValueError as e:
                 progress(f"  skipped: {e}")
                 continue
-            entries[cache_key(identity, args.kernel, dtype, bucket, chash)] = entry
+            entries[cache_key(identity, kernel, dtype, bucket, chash)] = entry
             save_cache(entries, path)  # after every shape: an interrupted run keeps its work
             torch.cuda.empty_cache()
     return 0

@@ -8,7 +8,10 @@ compile-time arithmetic mode:
   "int8"  int8 inputs on Tensor Cores, int32 accumulation; the epilogue multiplies by the
           per-row scale of a and the per-column scale of b.
 
-On a GPU each mode autotunes among a few block shapes (keyed on M, N, K); under the
+On a GPU each mode runs one of a few block shapes (CONFIGS): the one `python -m gks
+autotune --backend triton --kernel OP` stored for the device, dtype and shape bucket if
+any (see gks.profile.autotune), else the one Triton's own autotuner picks (timed in-process
+on the first call of each M, N, K, unchecked); `config=i` forces the i-th. Under the
 interpreter (TRITON_INTERPRET=1) one small block shape is used.
 """
 
@@ -69,24 +72,34 @@ def _gemm_kernel(
     tl.store(c_ptrs, out.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
-def _configs(specs):
-    return [
-        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8},
-                      num_warps=w, num_stages=s)
-        for bm, bn, bk, w, s in specs
-    ]
+# (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) per mode: what a GPU chooses among.
+CONFIGS = {
+    "ieee": [(128, 128, 16, 8, 3), (128, 128, 32, 8, 2), (128, 64, 32, 4, 3),
+             (64, 128, 32, 4, 3), (64, 64, 32, 4, 4), (32, 64, 32, 4, 4)],
+    "mma": [(128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 4, 4),
+            (128, 128, 64, 8, 4), (64, 128, 64, 4, 4), (64, 64, 64, 4, 4),
+            (16, 128, 128, 4, 4)],
+    "int8": [(128, 256, 128, 8, 3), (256, 128, 128, 8, 3), (128, 128, 128, 4, 4),
+             (128, 128, 128, 8, 4), (64, 128, 128, 4, 4), (64, 64, 128, 4, 4),
+             (16, 128, 256, 4, 4)],
+}
+# The op each mode serves (the autotune cache's kernel name is "triton." + op).
+MODE_OF = {"sgemm": "ieee", "wmma_gemm": "mma", "int8_gemm": "int8"}
 
 
-# (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) per mode, for the autotuner on a GPU.
+def config_names(op: str) -> list[str]:
+    """Names of the block shapes gks.triton.<op> runs, in the order `config` indexes."""
+    return [f"{bm}x{bn}x{bk}_w{w}_s{st}" for bm, bn, bk, w, st in CONFIGS[MODE_OF[op]]]
+
+
+def _block(spec) -> dict:
+    bm, bn, bk, _, _ = spec
+    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8}
+
+
 GPU_CONFIGS = {
-    "ieee": _configs([(128, 128, 16, 8, 3), (128, 128, 32, 8, 2), (128, 64, 32, 4, 3),
-                      (64, 128, 32, 4, 3), (64, 64, 32, 4, 4), (32, 64, 32, 4, 4)]),
-    "mma": _configs([(128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 4, 4),
-                     (128, 128, 64, 8, 4), (64, 128, 64, 4, 4), (64, 64, 64, 4, 4),
-                     (16, 128, 128, 4, 4)]),
-    "int8": _configs([(128, 256, 128, 8, 3), (256, 128, 128, 8, 3), (128, 128, 128, 4, 4),
-                      (128, 128, 128, 8, 4), (64, 128, 128, 4, 4), (64, 64, 128, 4, 4),
-                      (16, 128, 256, 4, 4)]),
+    mode: [triton.Config(_block(spec), num_warps=spec[3], num_stages=spec[4]) for spec in specs]
+    for mode, specs in CONFIGS.items()
 }
 # One shape under the interpreter (power-of-two blocks keep tl.dot's shape rules happy).
 INTERPRETER_BLOCK = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8}
@@ -119,9 +132,21 @@ def check_pair(a: torch.Tensor, b: torch.Tensor, op: str, a_name: str = "a", b_n
                          f"{list(b.shape)}")
 
 
-def launch(mode: str, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
-           a_scale: torch.Tensor | None = None, b_scale: torch.Tensor | None = None) -> None:
-    """c = a @ b (mode "ieee" / "mma"), or c = (a @ b) * a_scale * b_scale (mode "int8")."""
+def check_config(op: str, config: int) -> None:
+    count = len(CONFIGS[MODE_OF[op]])
+    if not isinstance(config, int) or not -1 <= config < count:
+        raise ValueError(f"gks.triton.{op}: argument 'config' must be -1 (the tuned entry, else "
+                         f"Triton's autotuner) or an index below {count} into "
+                         f"gks.triton.gemm_config_names('{op}'), got {config!r}")
+
+
+def launch(op: str, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
+           a_scale: torch.Tensor | None = None, b_scale: torch.Tensor | None = None, *,
+           config: int = -1, mode: str | None = None) -> None:
+    """c = a @ b (sgemm, wmma_gemm), or c = (a @ b) * a_scale * b_scale (int8_gemm), with
+    op's arithmetic mode unless `mode` overrides it; `config` as check_config says."""
+    check_config(op, config)
+    mode = mode or MODE_OF[op]
     m, k = a.shape
     n = b.shape[1]
     if m == 0 or n == 0:
@@ -139,8 +164,22 @@ def launch(mode: str, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
         blk = INTERPRETER_BLOCK
         grid = (triton.cdiv(m, blk["BLOCK_M"]) * triton.cdiv(n, blk["BLOCK_N"]),)
         _gemm_kernel[grid](*args, MODE=mode, **blk)
-    else:
-        def grid(meta):
-            return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
+        return
+    if config == -1:
+        from gks.profile import autotune
 
-        _tuned[mode][grid](*args, MODE=mode)
+        # The autotune key's dtype: the output's for int8 (as the CUDA op), else the inputs'.
+        key_dtype = c.dtype if op == "int8_gemm" else a.dtype
+        tuned = autotune.lookup(f"triton.{op}", str(key_dtype).removeprefix("torch."), m, n, k,
+                                a.device.index or 0)
+        config = -1 if tuned is None else tuned
+    if config >= 0:
+        spec = CONFIGS[mode][config]
+        grid = (triton.cdiv(m, spec[0]) * triton.cdiv(n, spec[1]),)
+        _gemm_kernel[grid](*args, MODE=mode, **_block(spec), num_warps=spec[3], num_stages=spec[4])
+        return
+
+    def autotuned_grid(meta):
+        return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
+
+    _tuned[mode][autotuned_grid](*args, MODE=mode)

@@ -24,8 +24,9 @@ def _scale(s: torch.Tensor, length: int, column: bool, op: str, arg: str) -> tor
 
 
 def int8_gemm(a_q: torch.Tensor, b_q: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor,
-              out_dtype: torch.dtype = torch.float16) -> torch.Tensor:
-    """c [M, N] = float(a_q [M, K] @ b_q [K, N]) * a_scale [M, 1] * b_scale [1, N]."""
+              out_dtype: torch.dtype = torch.float16, config: int = -1) -> torch.Tensor:
+    """c [M, N] = float(a_q [M, K] @ b_q [K, N]) * a_scale [M, 1] * b_scale [1, N]. config as
+    in gks.triton.sgemm, over gks.triton.gemm_config_names("int8_gemm")."""
     op = "gks.triton.int8_gemm"
     check_device(a_q, op, "a_q")
     check_operand(a_q, op, "a_q", (torch.int8,), "int8")
@@ -37,5 +38,5 @@ def int8_gemm(a_q: torch.Tensor, b_q: torch.Tensor, a_scale: torch.Tensor, b_sca
     sa = _scale(a_scale, a_q.shape[0], True, op, "a_scale")
     sb = _scale(b_scale, b_q.shape[1], False, op, "b_scale")
     c = torch.empty((a_q.shape[0], b_q.shape[1]), dtype=out_dtype, device=a_q.device)
-    launch("int8", a_q, b_q, c, sa, sb)
+    launch("int8_gemm", a_q, b_q, c, sa, sb, config=config)
     return c

@@ -12,8 +12,10 @@ from gks.triton._gemm import check_operand, check_pair, launch, interpreting
 _HALF = (torch.float16, torch.bfloat16)
 
 
-def wmma_gemm(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """c [M, N] (out_dtype: float32 or a's dtype) = a [M, K] @ b [K, N]."""
+def wmma_gemm(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype = torch.float32,
+              config: int = -1) -> torch.Tensor:
+    """c [M, N] (out_dtype: float32 or a's dtype) = a [M, K] @ b [K, N]. config as in
+    gks.triton.sgemm, over gks.triton.gemm_config_names("wmma_gemm")."""
     op = "gks.triton.wmma_gemm"
     check_device(a, op, "a")
     check_operand(a, op, "a", _HALF, "float16 or bfloat16")
@@ -28,7 +30,7 @@ def wmma_gemm(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype = torch.f
     if interpreting() and a.dtype == torch.bfloat16:
         # The interpreter's tl.dot misreads bfloat16 operands (numpy has no bfloat16): widen
         # them (exactly) to fp32 there. On a GPU, and for float16, the Tensor Core path runs.
-        launch("ieee", a.float(), b.float(), c)
+        launch("wmma_gemm", a.float(), b.float(), c, config=config, mode="ieee")
     else:
-        launch("mma", a, b, c)
+        launch("wmma_gemm", a, b, c, config=config)
     return c
