@@ -200,6 +200,25 @@ def test_triton_kernels_are_keyed_apart_from_the_cuda_ones():
     assert autotune._op("triton.sgemm") is gks.triton.sgemm
 
 
+def test_pallas_sgemm_is_tunable_and_looked_up_by_a_jax_made_identity(tmp_path, monkeypatch):
+    import gks.pallas
+    from gks.pallas import _bridge
+
+    assert autotune.kernel_config_names("pallas.sgemm") == tuple(gks.pallas.sgemm_config_names())
+    assert autotune._op("pallas.sgemm") is _bridge.sgemm  # torch in, torch out, as tune_one needs
+    monkeypatch.setenv("GKS_CACHE_DIR", str(tmp_path))
+    autotune._entries.cache_clear()
+    try:
+        chash = autotune._kernel_hash("pallas.sgemm")
+        autotune.save_cache({autotune.cache_key(IDENTITY, "pallas.sgemm", "float32", (128, 128, 128), chash):
+                             {"config": 2}})
+        assert autotune.lookup_for(IDENTITY, "pallas.sgemm", "float32", 100, 120, 128) == 2
+        assert autotune.lookup_for(IDENTITY, "pallas.sgemm", "float32", 100, 120, 129) is None
+        assert autotune.lookup_for(IDENTITY, "triton.sgemm", "float32", 100, 120, 128) is None
+    finally:
+        autotune._entries.cache_clear()
+
+
 def test_cli_refuses_a_kernel_the_backend_cannot_tune(capsys):
     assert autotune.main(["--backend", "triton", "--kernel", "gemm"]) == 2
     assert "the triton backend has no tunable 'gemm'" in capsys.readouterr().err

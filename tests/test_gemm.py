@@ -394,6 +394,21 @@ def test_triton_each_block_shape_on_its_own(kernel):
             _check(kernel, getattr(gks.triton, kernel)(**inputs, config=config), inputs, dtype)
 
 
+def test_pallas_sgemm_block_shapes_each_correct_and_a_bad_config_refused():
+    import jax.numpy as jnp
+
+    import gks.pallas
+    from gks.pallas._bridge import sgemm
+
+    names = gks.pallas.sgemm_config_names()
+    assert len(set(names)) == len(names) >= 4
+    inputs = _inputs("sgemm", (37, 45, 70), "float32", "pallas-configs")
+    for config in range(len(names)):  # interpret mode on a CPU, the Triton lowering on a GPU
+        _check("sgemm", sgemm(**inputs, config=config), inputs, "float32")
+    with pytest.raises(ValueError, match=rf"argument 'config' must be -1 .* below {len(names)}"):
+        gks.pallas.sgemm(jnp.ones((4, 6), jnp.float32), jnp.ones((6, 5), jnp.float32), config=len(names))
+
+
 def test_pallas_sgemm_on_an_odd_shape():
     from gks.pallas._bridge import sgemm
 

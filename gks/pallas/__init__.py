@@ -9,6 +9,7 @@ in Pallas interpret mode (chosen automatically, or forced with interpret=True).
 from gks.pallas.flash_attention_fwd import flash_attention_fwd
 from gks.pallas.quantize_int8 import dequantize_int8, quantize_int8
 from gks.pallas.rmsnorm import rmsnorm
+from gks.pallas.sgemm import config_names as sgemm_config_names
 from gks.pallas.sgemm import sgemm
 from gks.pallas.softmax import softmax, softmax_rmsnorm
 
@@ -19,5 +20,6 @@ __all__ = [
     "quantize_int8",
     "dequantize_int8",
     "sgemm",
+    "sgemm_config_names",
     "flash_attention_fwd",
 ]

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Autotuning of the GEMMs' tile configs: ``python -m gks autotune --kernel NAME`` for the
-CUDA kernels, ``--backend triton`` for the Triton ones (their block shapes; the cache names
-them ``triton.NAME``).
+CUDA kernels, ``--backend triton`` for the Triton ones and ``--backend pallas`` for the
+Pallas SGEMM (their block shapes; the cache names them ``triton.NAME``, ``pallas.NAME``).
 
 For each dtype and shape it runs every compiled config of the kernel, checks its output
 against the float64 reference (a config that fails may not win), times it with CUDA events
@@ -48,7 +48,7 @@ TIE_BAND = 0.02
 # The tunable GEMMs per backend; each is also the registry op that describes it (inputs,
 # reference, check, shapes).
 KERNELS = ("sgemm", "wmma_gemm", "int8_gemm", "gemm")
-BACKEND_KERNELS = {"cuda": KERNELS, "triton": ("sgemm", "wmma_gemm", "int8_gemm")}
+BACKEND_KERNELS = {"cuda": KERNELS, "triton": ("sgemm", "wmma_gemm", "int8_gemm"), "pallas": ("sgemm",)}
 
 
 def cache_kernel(backend: str, op: str) -> str:
@@ -182,7 +182,7 @@ def _shipped() -> dict[str, Any]:
     return out
 
 
-def _driver_version() -> str:
+def driver_version() -> str:
     """The NVIDIA driver version (NVML), else the CUDA driver API version, else 'unknown'."""
     try:
         nvml = ctypes.CDLL("libnvidia-ml.so.1")
@@ -209,8 +209,14 @@ def device_identity(device_index: int) -> dict[str, str]:
     import gks
 
     p = torch.cuda.get_device_properties(device_index)
-    return {"gpu": p.name, "cc": f"{p.major}.{p.minor}", "driver": _driver_version(),
+    return {"gpu": p.name, "cc": f"{p.major}.{p.minor}", "driver": driver_version(),
             "gks": gks.__version__}
+
+
+def gks_version() -> str:
+    from gks import __version__
+
+    return __version__
 
 
 @functools.cache
@@ -220,6 +226,10 @@ def kernel_config_names(kernel: str) -> tuple[str, ...]:
         from gks.triton._gemm import config_names
 
         return tuple(config_names(op))
+    if backend == "pallas":
+        from gks import pallas
+
+        return tuple(getattr(pallas, f"{op}_config_names")())
     from gks import cuda
 
     return tuple(cuda.gemm_config_names(op))
@@ -231,13 +241,19 @@ def _kernel_hash(kernel: str) -> str:
 
 
 def lookup(kernel: str, dtype: str, m: int, n: int, k: int, device_index: int) -> int | None:
-    """The tuned config for this device, dtype and shape bucket (the user's cache first, then
-    the shipped tables), or None."""
+    """The tuned config for CUDA device `device_index` (as torch numbers it), this dtype and
+    shape bucket (the user's cache first, then the shipped tables), or None."""
+    if not _entries() and not _shipped():
+        return None
+    return lookup_for(device_identity(device_index), kernel, dtype, m, n, k)
+
+
+def lookup_for(identity: dict[str, str], kernel: str, dtype: str, m: int, n: int, k: int) -> int | None:
+    """lookup() for a device identity the caller made (JAX callers, without torch)."""
     entries, shipped = _entries(), _shipped()
     if not entries and not shipped:
         return None
-    key = cache_key(device_identity(device_index), kernel, dtype, shape_bucket(m, n, k),
-                    _kernel_hash(kernel))
+    key = cache_key(identity, kernel, dtype, shape_bucket(m, n, k), _kernel_hash(kernel))
     entry = entries.get(key) or shipped.get(shipped_key(key))
     return int(entry["config"]) if entry else None
 
@@ -293,7 +309,9 @@ def _op(kernel: str):
     import importlib
 
     backend, op = split_kernel(kernel)
-    return getattr(importlib.import_module("gks" if backend == "cuda" else f"gks.{backend}"), op)
+    # Pallas ops take JAX arrays; their torch adapters take the spec's inputs.
+    module = {"cuda": "gks", "pallas": "gks.pallas._bridge"}.get(backend, f"gks.{backend}")
+    return getattr(importlib.import_module(module), op)
 
 
 def tune_one(kernel: str, dtype: str, shape: Sequence[int], *, warmup: int, iters: int,
@@ -345,8 +363,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--kernel", required=True, choices=KERNELS, help="the GEMM to tune")
     p.add_argument("--backend", choices=tuple(BACKEND_KERNELS), default="cuda",
-                   help="whose configs: the CUDA tile configs or the Triton block shapes "
-                        "(sgemm, wmma_gemm, int8_gemm)")
+                   help="whose configs: the CUDA tile configs, the Triton block shapes "
+                        "(sgemm, wmma_gemm, int8_gemm) or the Pallas ones (sgemm)")
     p.add_argument("--dtype", action="append",
                    help="dtype(s) to tune (repeat or comma-separate); default: all of the spec's")
     p.add_argument("--shapes", type=_parse_shapes,
