@@ -88,61 +88,19 @@ struct WmmaGemmParams {
 template <class Cfg, bool kAligned>
 __device__ __forceinline__ void wmma_load_tile(const WmmaGemmParams& p, int m0, int n0, int kt,
                                                uint16_t* As, uint16_t* Bs) {
-  const int tid = threadIdx.x;
   const int k0 = kt * Cfg::kBlockK;
   const auto* a = static_cast<const uint16_t*>(p.a);
   const auto* b = static_cast<const uint16_t*>(p.b);
-  if constexpr (kAligned) {
-    {  // A: 8-element chunks, kBlockK / 8 per row
-      constexpr int kPerRow = Cfg::kBlockK / 8;
-      constexpr int kRowStep = Cfg::kThreads / kPerRow;
-      constexpr int kCopies = Cfg::kBlockM * kPerRow / Cfg::kThreads;
-      const int kc = (tid % kPerRow) * 8;
-      const int r_first = tid / kPerRow;
-      const int k_left = p.s.k - (k0 + kc);
-      const int bytes = k_left >= 8 ? 16 : (k_left > 0 ? 2 * k_left : 0);
-#pragma unroll
-      for (int i = 0; i < kCopies; ++i) {
-        const int r = r_first + i * kRowStep;
-        const bool ok = bytes > 0 && m0 + r < p.s.m;
-        const uint16_t* src = ok ? a + int64_t(m0 + r) * p.s.lda + (k0 + kc) : a;
-        gemm::cp_async_zfill<16>(As + r * Cfg::kStrideA + kc, src, ok ? bytes : 0);
-      }
-    }
-    {  // B: 8-element chunks, kBlockN / 8 per k-row
-      constexpr int kPerRow = Cfg::kBlockN / 8;
-      constexpr int kRowStep = Cfg::kThreads / kPerRow;
-      constexpr int kCopies = Cfg::kBlockK * kPerRow / Cfg::kThreads;
-      const int nc = (tid % kPerRow) * 8;
-      const int r_first = tid / kPerRow;
-      const int n_left = p.s.n - (n0 + nc);
-      const int bytes = n_left >= 8 ? 16 : (n_left > 0 ? 2 * n_left : 0);
-#pragma unroll
-      for (int i = 0; i < kCopies; ++i) {
-        const int r = r_first + i * kRowStep;
-        const bool ok = bytes > 0 && k0 + r < p.s.k;
-        const uint16_t* src = ok ? b + int64_t(k0 + r) * p.s.ldb + (n0 + nc) : b;
-        gemm::cp_async_zfill<16>(Bs + r * Cfg::kStrideB + nc, src, ok ? bytes : 0);
-      }
-    }
-  } else {
-    // Element by element through registers (2-byte alignment is all we can assume).
-    constexpr int kCopiesA = Cfg::kBlockM * Cfg::kBlockK / Cfg::kThreads;
-#pragma unroll 4
-    for (int i = 0; i < kCopiesA; ++i) {
-      const int e = tid + i * Cfg::kThreads;
-      const int r = e / Cfg::kBlockK, kc = e % Cfg::kBlockK;
-      const bool ok = m0 + r < p.s.m && k0 + kc < p.s.k;
-      As[r * Cfg::kStrideA + kc] = ok ? a[int64_t(m0 + r) * p.s.lda + (k0 + kc)] : uint16_t(0);
-    }
-    constexpr int kCopiesB = Cfg::kBlockK * Cfg::kBlockN / Cfg::kThreads;
-#pragma unroll 4
-    for (int i = 0; i < kCopiesB; ++i) {
-      const int e = tid + i * Cfg::kThreads;
-      const int r = e / Cfg::kBlockN, nc = e % Cfg::kBlockN;
-      const bool ok = k0 + r < p.s.k && n0 + nc < p.s.n;
-      Bs[r * Cfg::kStrideB + nc] = ok ? b[int64_t(k0 + r) * p.s.ldb + (n0 + nc)] : uint16_t(0);
-    }
+  if constexpr (kAligned) {  // 8-element chunks into rows padded to kStrideA / kStrideB
+    gemm::cp_async_tile_checked<Cfg::kBlockM, Cfg::kBlockK / 8, Cfg::kThreads>(
+        As, a, p.s.lda, m0, k0, p.s.m, p.s.k, [](int r, int c) { return r * Cfg::kStrideA + c * 8; });
+    gemm::cp_async_tile_checked<Cfg::kBlockK, Cfg::kBlockN / 8, Cfg::kThreads>(
+        Bs, b, p.s.ldb, k0, n0, p.s.k, p.s.n, [](int r, int c) { return r * Cfg::kStrideB + c * 8; });
+  } else {  // 2-byte alignment is all we can assume
+    gemm::copy_tile_elementwise<Cfg::kBlockM, Cfg::kBlockK, Cfg::kThreads>(
+        As, a, p.s.lda, m0, k0, p.s.m, p.s.k, [](int r, int c) { return r * Cfg::kStrideA + c; });
+    gemm::copy_tile_elementwise<Cfg::kBlockK, Cfg::kBlockN, Cfg::kThreads>(
+        Bs, b, p.s.ldb, k0, n0, p.s.k, p.s.n, [](int r, int c) { return r * Cfg::kStrideB + c; });
   }
 }
 
