@@ -182,6 +182,7 @@ def _shipped() -> dict[str, Any]:
     return out
 
 
+@functools.cache
 def driver_version() -> str:
     """The NVIDIA driver version (NVML), else the CUDA driver API version, else 'unknown'."""
     try:
