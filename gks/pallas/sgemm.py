@@ -75,8 +75,7 @@ def _tuned_config(a: jax.Array, m: int, n: int, k: int) -> int:
     from gks.profile import autotune
 
     device = next(iter(a.devices()))
-    identity = {"gpu": device.device_kind, "cc": str(getattr(device, "compute_capability", "?")),
-                "driver": autotune.driver_version(), "gks": autotune.gks_version()}
+    identity = autotune.make_identity(device.device_kind, str(getattr(device, "compute_capability", "?")))
     tuned = autotune.lookup_for(identity, "pallas.sgemm", "float32", m, n, k)
     return 0 if tuned is None else tuned
 

@@ -203,21 +203,20 @@ def driver_version() -> str:
     return "unknown"
 
 
+def make_identity(gpu: str, cc: str) -> dict[str, str]:
+    """The device identity a cache key starts with: GPU model and compute capability as the
+    caller's framework reports them, with this machine's driver and gks version."""
+    from gks import __version__
+
+    return {"gpu": gpu, "cc": cc, "driver": driver_version(), "gks": __version__}
+
+
 @functools.cache
 def device_identity(device_index: int) -> dict[str, str]:
     import torch
 
-    import gks
-
     p = torch.cuda.get_device_properties(device_index)
-    return {"gpu": p.name, "cc": f"{p.major}.{p.minor}", "driver": driver_version(),
-            "gks": gks.__version__}
-
-
-def gks_version() -> str:
-    from gks import __version__
-
-    return __version__
+    return make_identity(p.name, f"{p.major}.{p.minor}")
 
 
 @functools.cache
