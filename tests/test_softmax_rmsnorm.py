@@ -117,7 +117,7 @@ def _special_rows(n: int, dtype, seed: int):
 
 @pytest.mark.parametrize("name,fn", _backends())
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("n", [5, 1000, 40000])
+@pytest.mark.parametrize("n", [5, 1000, 20000, 40000])
 def test_special_rows(name, fn, dtype, n):
     x = _special_rows(n, dtype, seed_for("special", name, str(dtype), n))
     w = _rand((n,), dtype, seed_for("special-w", n), mean=1.0, scale=0.5)
@@ -261,6 +261,34 @@ def test_out_variant_writes_every_element_and_nothing_else(config, dtype, shape)
     gks.cuda.softmax_rmsnorm_out(x, w, y, 1e-6, config)
     torch.cuda.synchronize()
     _check(y, x, w, 1e-6, f"out config={config}")
+    guard = buf.clone()
+    guard[1 : m + 1, 8 : n + 8] = NAN
+    assert torch.isnan(guard).all(), "the kernel wrote outside y"
+
+
+@requires_gpu
+@requires_native
+@pytest.mark.parametrize("config", [-1, 4, 5])  # the heuristic, staged, staged-recompute
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(300, 16392), (133, 32768), (1, 24000)])
+def test_persistent_blocks_walk_many_rows(config, dtype, shape):
+    # The staged kernel's blocks (one an SM) each take several rows and fetch the next
+    # while they work on the current one: more rows than SMs, a count that does not divide
+    # evenly, special rows among ordinary ones (a NaN row must not leak into its
+    # neighbours), a poisoned output.
+    m, n = shape
+    x = _rand(shape, dtype, seed_for("staged", config, str(dtype), shape), scale=2.0)
+    special = _special_rows(n, dtype, seed_for("staged-special", str(dtype), n))
+    for i, row in enumerate(range(m // 2, m, max(m // 12, 1))):
+        x[row] = special[i % len(special)]
+    w = _rand((n,), dtype, seed_for("staged-w", str(dtype), n), mean=1.0, scale=0.5)
+    buf = torch.full((m + 2, n + 16), NAN, dtype=dtype, device="cuda")
+    y = buf[1 : m + 1, 8 : n + 8]
+    gks.cuda.softmax_rmsnorm_out(x, w, y, 1e-6, config)
+    torch.cuda.synchronize()
+    ref = SPEC.reference(x, w, 1e-6, precise=True)
+    assert torch.equal(torch.isnan(y), torch.isnan(ref)), "NaN pattern differs"
+    assert_matches(y, ref, _name(dtype), TOL, f"staged config={config} {shape}")
     guard = buf.clone()
     guard[1 : m + 1, 8 : n + 8] = NAN
     assert torch.isnan(guard).all(), "the kernel wrote outside y"

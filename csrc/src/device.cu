@@ -17,15 +17,17 @@ DeviceLimits device_limits(int device) {
   }
   if (!known[device]) {
     DeviceLimits limits;
-    int l2 = 0, major = 0;
+    int l2 = 0, major = 0, smem = 0;
     GKS_CHECK(cudaDeviceGetAttribute(&limits.sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
                   cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device) == cudaSuccess &&
                   cudaDeviceGetAttribute(&limits.max_threads_per_sm,
                                          cudaDevAttrMaxThreadsPerMultiProcessor, device) == cudaSuccess &&
-                  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess,
+                  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+                  cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess,
               kCudaError)
         << "gks: cannot read the properties of CUDA device " << device;
     limits.l2_bytes = l2;
+    limits.smem_per_block = smem;
     limits.clusters = major >= 9;
     cache[device] = limits;
     known[device] = true;

@@ -1,11 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// Host-side helpers the GEMM .cu files share: config descriptions, the shared-memory
-// opt-in, the one-CTA-per-tile launch, and the K = 0 case.
+// Host-side helpers the GEMM .cu files share: config descriptions, the one-CTA-per-tile
+// launch, and the K = 0 case.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
-#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -14,26 +13,6 @@
 #include "launch.h"
 
 namespace gks::detail {
-
-// Raises a kernel's dynamic shared-memory limit (needed above 48 KiB) and asks for the
-// largest shared-memory carveout, once per device.
-template <auto kKernel>
-void prepare_gemm_kernel(int smem_bytes, int device) {
-  static std::atomic<uint64_t> done_devices{0};
-  const uint64_t bit = device < 64 ? (uint64_t(1) << device) : 0;
-  if (bit != 0 && (done_devices.load(std::memory_order_acquire) & bit)) return;
-  if (smem_bytes > 48 * 1024) {
-    const cudaError_t err =
-        cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
-    GKS_CHECK(err == cudaSuccess, kCudaError)
-        << "gks: cannot give a GEMM kernel " << smem_bytes
-        << " bytes of shared memory: " << cudaGetErrorString(err);
-  }
-  cudaFuncSetAttribute(kKernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                       cudaSharedmemCarveoutMaxShared);
-  (void)cudaGetLastError();  // the carveout is a hint; a refusal is not an error
-  done_devices.fetch_or(bit, std::memory_order_release);
-}
 
 // A compiled config's description, from its tile type (kBlockM/N/K, kThreads, kStages).
 template <class Cfg>
@@ -47,7 +26,7 @@ template <class Cfg, auto kKernel, class Params>
 void launch_gemm_tiles(Params p, int device, cudaStream_t stream) {
   p.s.tiles_m = int((p.s.m + Cfg::kBlockM - 1) / Cfg::kBlockM);
   p.s.tiles_n = int((p.s.n + Cfg::kBlockN - 1) / Cfg::kBlockN);
-  prepare_gemm_kernel<kKernel>(Cfg::kSmemBytes, device);
+  prepare_smem_kernel<kKernel>(Cfg::kSmemBytes, device);
   const auto blocks = static_cast<unsigned>(int64_t(p.s.tiles_m) * p.s.tiles_n);
   kKernel<<<blocks, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
 }

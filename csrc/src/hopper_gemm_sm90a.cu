@@ -97,7 +97,7 @@ void launch_config(const HopperGemmLaunch& L, cudaStream_t stream) {
   static_assert(kConfig.block_k == hk::kBlockK, "the kernel steps K by 64");
   using Cfg = hk::HopperTile<kConfig.block_m, kConfig.block_n, kConfig.stages, kConfig.cluster_m>;
   constexpr auto kernel = hk::hopper_gemm_kernel<T, Cfg>;
-  prepare_gemm_kernel<kernel>(Cfg::kSmemBytes, L.device);
+  prepare_smem_kernel<kernel>(Cfg::kSmemBytes, L.device);
 
   const CUtensorMap map_a = make_tensor_map(L.a, L.dtype, L.m, L.k, L.lda, Cfg::kBlockM, "a");
   const CUtensorMap map_b = make_tensor_map(L.b, L.dtype, L.k, L.n, L.ldb, hk::kBlockK, "b");

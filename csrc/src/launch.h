@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "gks/error.h"
@@ -59,6 +60,29 @@ inline cudaLaunchConfig_t cluster_launch_config(dim3 grid, dim3 block, size_t sm
   config.attrs = &attr;
   config.numAttrs = cluster > 1 ? 1 : 0;
   return config;
+}
+
+// Raises a kernel's dynamic shared-memory limit (needed above 48 KiB) and, with
+// max_carveout, asks for the largest shared-memory carveout (what shared memory leaves of
+// the SM's unified L1 / shared memory is L1), once per device.
+template <auto kKernel>
+void prepare_smem_kernel(int smem_bytes, int device, bool max_carveout = true) {
+  static std::atomic<uint64_t> done_devices{0};
+  const uint64_t bit = device < 64 ? (uint64_t(1) << device) : 0;
+  if (bit != 0 && (done_devices.load(std::memory_order_acquire) & bit)) return;
+  if (smem_bytes > 48 * 1024) {
+    const cudaError_t err =
+        cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+    GKS_CHECK(err == cudaSuccess, kCudaError)
+        << "gks: cannot give a kernel " << smem_bytes
+        << " bytes of shared memory: " << cudaGetErrorString(err);
+  }
+  if (max_carveout) {
+    cudaFuncSetAttribute(kKernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                         cudaSharedmemCarveoutMaxShared);
+    (void)cudaGetLastError();  // the carveout is a hint; a refusal is not an error
+  }
+  done_devices.fetch_or(bit, std::memory_order_release);
 }
 
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }

@@ -23,7 +23,10 @@ namespace detail {
 // element an access) keep 8 accesses a thread, as RMSNorm does, and 16-bit ones at most 512
 // threads.
 constexpr int kWideConfig = 2;
-constexpr int kClusterConfig = 3;  // softmax_rmsnorm only
+constexpr int kClusterConfig = 3;  // softmax_rmsnorm only, as the two below
+constexpr int kStagedConfig = 4;
+constexpr int kStagedRecomputeConfig = 5;
+constexpr int kStagedThreads = 1024;
 constexpr int kClusterThreads = 256;
 constexpr int kMaxCluster = 8;
 constexpr int kVecsPerThread = 4;
@@ -45,11 +48,34 @@ constexpr int max_vecs(int vec, int elem_size, bool fused_ragged) {
                   : fused_ragged ? kMaxVecsPerThread32 / 2 : kMaxVecsPerThread32;
 }
 
+int64_t staged_smem_bytes(const SoftmaxPlan& plan) {
+  return int64_t(plan.threads_per_row) * plan.vecs_per_thread * 16 * (plan.stage_weight ? 2 : 1);
+}
+
 SoftmaxPlan plan_softmax(int64_t cols, DType dtype, bool aligned16, int config, bool fused,
-                         bool clusters) {
+                         bool clusters, int64_t smem_per_block) {
   SoftmaxPlan plan;
   const int elem_size = int(dtype_size(dtype));
   plan.vec = aligned16 ? 16 / elem_size : 1;
+  const bool whole_accesses = aligned16 && cols % plan.vec == 0;
+  // The staged kernel takes the fused op's rows of 16385-32768 elements: fp32 at two exps
+  // a value (x held as loaded), 16-bit at one (the weight in shared memory). TODO(measure).
+  if (config == -1 && fused && whole_accesses && cols > 16384 && cols <= 32768)
+    config = elem_size == 4 ? kStagedRecomputeConfig : kStagedConfig;
+  if ((config == kStagedConfig || config == kStagedRecomputeConfig) && fused && whole_accesses) {
+    SoftmaxPlan staged = plan;
+    staged.kind = SoftmaxPlan::Kind::kStaged;
+    staged.threads_per_row = kStagedThreads;
+    staged.vecs_per_thread = max_vecs(plan.vec, elem_size, false);
+    staged.hold_exps = config == kStagedConfig;
+    if (cols <= int64_t(staged.threads_per_row) * staged.vecs_per_thread * plan.vec &&
+        staged_smem_bytes(staged) <= smem_per_block) {
+      staged.stage_weight = staged.hold_exps;
+      if (staged_smem_bytes(staged) > smem_per_block) staged.stage_weight = false;
+      return staged;
+    }
+    config = -1;  // the smem is not there: the heuristic's plan (as registers for 4 and 5)
+  }
   if (config == kClusterConfig && fused && clusters && aligned16 && cols % plan.vec == 0) {
     // 256-thread CTAs of 16 values a thread, as few as hold the row (up to 8); a row one
     // CTA holds takes config 0's plan.
@@ -208,6 +234,33 @@ void launch_plan(const SoftmaxPlan& plan, const SoftmaxParams& p, cudaStream_t s
       << vecs << " accesses";
 }
 
+template <typename T, bool kHoldExps, bool kStageWeight>
+void launch_staged_kernel(const SoftmaxPlan& plan, const SoftmaxParams& p, int device, int sms,
+                          cudaStream_t stream) {
+  constexpr int kVec = kernels::kVec16<T>;
+  constexpr int kVecs = max_vecs(kVec, int(sizeof(T)), false);
+  constexpr auto kKernel =
+      kernels::softmax_rmsnorm_staged_kernel<T, kVec, kStagedThreads, kVecs, kHoldExps, kStageWeight>;
+  GKS_CHECK(plan.vecs_per_thread == kVecs && plan.threads_per_row == kStagedThreads, kInvalidArgument)
+      << "gks.softmax_rmsnorm: internal error: no staged kernel of " << plan.threads_per_row
+      << " threads x " << plan.vecs_per_thread << " accesses";
+  const int64_t smem = staged_smem_bytes(plan);
+  // The default carveout: what the block's shared memory leaves is L1, where the weight is read.
+  prepare_smem_kernel<kKernel>(int(smem), device, /*max_carveout=*/false);
+  const auto grid = static_cast<unsigned>(std::min<int64_t>(p.rows, sms));  // one block an SM
+  kKernel<<<grid, kStagedThreads, smem, stream>>>(p);
+}
+
+template <typename T>
+void launch_staged(const SoftmaxPlan& plan, const SoftmaxParams& p, int device, int sms,
+                   cudaStream_t stream) {
+  if (!plan.hold_exps) return launch_staged_kernel<T, false, false>(plan, p, device, sms, stream);
+  if constexpr (sizeof(T) < 4) {  // an fp32 row of 32768 and its weight would take 256 KiB
+    if (plan.stage_weight) return launch_staged_kernel<T, true, true>(plan, p, device, sms, stream);
+  }
+  launch_staged_kernel<T, true, false>(plan, p, device, sms, stream);
+}
+
 // Checks shared by both ops; returns the row layouts of x and y.
 struct Rows {
   RowLayout x, y;
@@ -225,25 +278,32 @@ Rows check_x_y(const TensorRef& x, const TensorRef& y, const char* op) {
 }
 
 void check_config(int config, bool fused, const char* op) {
-  GKS_CHECK(config >= -1 && config <= (fused ? kClusterConfig : kWideConfig), kInvalidArgument)
+  GKS_CHECK(config >= -1 && config <= (fused ? kStagedRecomputeConfig : kWideConfig), kInvalidArgument)
       << op << ": argument 'config' must be -1 (heuristic), 0 (registers), 1 (looped)"
-      << (fused ? ", 2 (registers-wide) or 3 (cluster)" : " or 2 (registers-wide)") << ", got " << config;
+      << (fused ? ", 2 (registers-wide), 3 (cluster), 4 (staged) or 5 (staged-recompute)"
+                : " or 2 (registers-wide)")
+      << ", got " << config;
 }
 
 template <bool kFused>
 void launch(const TensorRef& x, const TensorRef& y, const void* weight, const Rows& rows,
             float eps, bool aligned, int config, const char* op, cudaStream_t stream) {
   // Clusters split one row over several CTAs, one grid block each: the grid must hold them.
-  const bool clusters = kFused && config == kClusterConfig && device_limits(x.device.index).clusters &&
+  const DeviceLimits limits = device_limits(x.device.index);
+  const bool clusters = kFused && config == kClusterConfig && limits.clusters &&
                         rows.x.rows <= int64_t(INT32_MAX) / kMaxCluster;
-  const SoftmaxPlan plan = plan_softmax(rows.x.cols, x.dtype, aligned, config, kFused, clusters);
+  const SoftmaxPlan plan = plan_softmax(rows.x.cols, x.dtype, aligned, config, kFused, clusters,
+                                        kFused ? limits.smem_per_block : 0);
   const SoftmaxParams params{x.data, weight, y.data, rows.x, rows.y, rows.x.rows, rows.x.cols, eps};
   const DeviceGuard guard(x.device.index);
   GKS_DISPATCH_FLOAT(x.dtype, {
-    if (plan.vec == 1)
+    if (plan.kind == SoftmaxPlan::Kind::kStaged) {
+      if constexpr (kFused) launch_staged<scalar_t>(plan, params, x.device.index, limits.sms, stream);
+    } else if (plan.vec == 1) {
       launch_plan<scalar_t, 1, kFused>(plan, params, stream);
-    else
+    } else {
       launch_plan<scalar_t, kernels::kVec16<scalar_t>, kFused>(plan, params, stream);
+    }
   });
   check_launch(op);
 }

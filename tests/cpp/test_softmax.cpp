@@ -120,9 +120,9 @@ TEST(Softmax, RejectsUnknownConfig) {
   f.config = -2;
   expect_error([&] { gks::softmax_rmsnorm(f, nullptr); }, ErrorKind::kInvalidArgument,
                "gks.softmax_rmsnorm: argument 'config' must be -1");
-  f.config = 4;
+  f.config = 6;
   expect_error([&] { gks::softmax_rmsnorm(f, nullptr); }, ErrorKind::kInvalidArgument,
-               "2 (registers-wide) or 3 (cluster), got 4");
+               "2 (registers-wide), 3 (cluster), 4 (staged) or 5 (staged-recompute), got 6");
 }
 
 TEST(Softmax, EmptyTensorsReturnWithoutTouchingTheGpu) {

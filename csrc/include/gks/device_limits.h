@@ -12,6 +12,7 @@ struct DeviceLimits {
   int64_t l2_bytes = 50 << 20;
   int max_threads_per_sm = 2048;
   bool clusters = true;  // thread block clusters (compute capability 9.0 and later)
+  int64_t smem_per_block = 227 << 10;  // the most shared memory a block may opt in to
 };
 
 // The limits of CUDA device `device`, read on first use and cached. Throws gks::Error.

@@ -20,9 +20,13 @@ namespace gks {
 inline constexpr const char* kSoftmaxConfigs[] = {"registers", "looped", "registers-wide"};
 // softmax_rmsnorm's: softmax's, and 3 (cluster): 16-byte aligned rows of more than 256
 // threads' worth of 16 values split over a thread block cluster of 256-thread CTAs (sm_90;
-// up to 8 CTAs, so rows of up to 32768), else as 0.
-inline constexpr const char* kSoftmaxRmsNormConfigs[] = {"registers", "looped", "registers-wide",
-                                                         "cluster"};
+// up to 8 CTAs, so rows of up to 32768), else as 0; 4 (staged) and 5 (staged-recompute):
+// 16-byte aligned rows of up to 32768 elements, a whole number of 16-byte accesses, in
+// persistent 1024-thread blocks that fetch their next row into shared memory while they
+// process the current one from registers (one exp a value, the weight in shared memory
+// where it fits; or two exps a value, x held as loaded), else as 0.
+inline constexpr const char* kSoftmaxRmsNormConfigs[] = {
+    "registers", "looped", "registers-wide", "cluster", "staged", "staged-recompute"};
 
 struct SoftmaxArgs {
   TensorRef x;  // [..., N], fp32/fp16/bf16, last dim contiguous, any row strides
@@ -53,17 +57,24 @@ struct SoftmaxPlan {
   // kRegisters: the row is read once and held in registers (one read, one write).
   // kLooped: a block walks the row twice (online max/sum, then normalize and write), the
   //   second pass mostly from L2; the fused op adds a first pass for the sum of squares.
-  enum class Kind { kRegisters, kLooped };
+  // kStaged (fused op only): as kRegisters in persistent blocks (one an SM) that fetch
+  //   their next row into shared memory while they process the current one.
+  enum class Kind { kRegisters, kLooped, kStaged };
   Kind kind = Kind::kRegisters;
   int vec = 1;              // elements per memory access (16 bytes' worth, or 1 when unaligned)
   int threads_per_row = 32;
   int vecs_per_thread = 1;  // kRegisters: accesses each thread keeps in registers (as loaded)
   int rows_per_block = 1;
   int cluster = 1;          // kRegisters: CTAs of a thread block cluster that share a row
+  bool hold_exps = false;     // kStaged: one exp a value (else two, x held as loaded)
+  bool stage_weight = false;  // kStaged: the weight, too, is copied into shared memory
 };
-// clusters: whether the device has thread block clusters (sm_90+).
+// clusters: whether the device has thread block clusters (sm_90+); smem_per_block: the
+// shared memory a block may opt in to (0 rules out the staged kernel).
 SoftmaxPlan plan_softmax(int64_t cols, DType dtype, bool aligned16, int config = -1,
-                         bool fused = false, bool clusters = false);
+                         bool fused = false, bool clusters = false, int64_t smem_per_block = 0);
+// The dynamic shared memory of a staged plan, in bytes.
+int64_t staged_smem_bytes(const SoftmaxPlan& plan);
 }  // namespace detail
 
 }  // namespace gks

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-// Device helpers the GEMM kernels share: cp.async with zero fill, the checked operand-tile
+// Device helpers the GEMM kernels share: the checked operand-tile
 // copies, the tile raster, and the parameters every GEMM kernel takes.
 #pragma once
 
 #include <cstdint>
+
+#include "gks/kernels/cp_async.cuh"
 
 namespace gks::kernels::gemm {
 
@@ -15,33 +17,10 @@ struct GemmShape {
   int tiles_m, tiles_n;
 };
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// Copies `src_bytes` (0..kBytes) from global `src` to shared `dst` and zero-fills the rest
-// of the kBytes destination; with src_bytes == 0 nothing is read (the caller still passes
-// an address inside the tensor). 16-byte copies bypass L1 (.cg); smaller ones cannot.
-template <int kBytes>
-__device__ __forceinline__ void cp_async_zfill(void* dst, const void* src, int src_bytes) {
-  static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "cp.async copies 4, 8 or 16 bytes");
-  const uint32_t d = smem_addr(dst);
-  if constexpr (kBytes == 16) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
-                 "r"(src_bytes));
-  } else {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(d), "l"(src),
-                 "n"(kBytes), "r"(src_bytes));
-  }
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-
-// Waits until at most kPending of this thread's committed groups are still in flight.
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
+using kernels::cp_async_commit;
+using kernels::cp_async_wait;
+using kernels::cp_async_zfill;
+using kernels::smem_addr;
 
 // The checked copy of one operand tile (any block, any k-tile) with 16-byte cp.async
 // chunks: tile row r, chunk c (kElems = 16 / sizeof(T) elements) comes from row row0 + r,
