@@ -23,10 +23,10 @@ namespace detail {
 // element an access) keep 8 accesses a thread, as RMSNorm does, and 16-bit ones at most 512
 // threads.
 constexpr int kWideConfig = 2;
-constexpr int kClusterConfig = 3;  // softmax_rmsnorm only, as the two below
+constexpr int kClusterConfig = 3;  // softmax_rmsnorm only, as the one below
 constexpr int kStagedConfig = 4;
-constexpr int kStagedRecomputeConfig = 5;
 constexpr int kStagedThreads = 1024;
+constexpr int kMaxStages = 2;
 constexpr int kClusterThreads = 256;
 constexpr int kMaxCluster = 8;
 constexpr int kVecsPerThread = 4;
@@ -49,7 +49,7 @@ constexpr int max_vecs(int vec, int elem_size, bool fused_ragged) {
 }
 
 int64_t staged_smem_bytes(const SoftmaxPlan& plan) {
-  return int64_t(plan.threads_per_row) * plan.vecs_per_thread * 16 * (plan.stage_weight ? 2 : 1);
+  return int64_t(plan.threads_per_row) * plan.vecs_per_thread * 16 * (plan.stages + plan.stage_weight);
 }
 
 SoftmaxPlan plan_softmax(int64_t cols, DType dtype, bool aligned16, int config, bool fused,
@@ -58,23 +58,24 @@ SoftmaxPlan plan_softmax(int64_t cols, DType dtype, bool aligned16, int config, 
   const int elem_size = int(dtype_size(dtype));
   plan.vec = aligned16 ? 16 / elem_size : 1;
   const bool whole_accesses = aligned16 && cols % plan.vec == 0;
-  // The staged kernel takes the fused op's rows of 16385-32768 elements: fp32 at two exps
-  // a value (x held as loaded), 16-bit at one (the weight in shared memory). TODO(measure).
-  if (config == -1 && fused && whole_accesses && cols > 16384 && cols <= 32768)
-    config = elem_size == 4 ? kStagedRecomputeConfig : kStagedConfig;
-  if ((config == kStagedConfig || config == kStagedRecomputeConfig) && fused && whole_accesses) {
+  // The staged kernel takes the fused op's rows of 16385-32768 elements (measured on an
+  // H200 at 8192x32768: see softmax.cuh).
+  if (config == -1 && fused && whole_accesses && cols > 16384 && cols <= 32768) config = kStagedConfig;
+  if (config == kStagedConfig && fused && whole_accesses) {
+    // A row's stage first, then the weight's, then a second row's, as shared memory allows.
     SoftmaxPlan staged = plan;
     staged.kind = SoftmaxPlan::Kind::kStaged;
     staged.threads_per_row = kStagedThreads;
     staged.vecs_per_thread = max_vecs(plan.vec, elem_size, false);
-    staged.hold_exps = config == kStagedConfig;
     if (cols <= int64_t(staged.threads_per_row) * staged.vecs_per_thread * plan.vec &&
         staged_smem_bytes(staged) <= smem_per_block) {
-      staged.stage_weight = staged.hold_exps;
+      staged.stage_weight = true;
       if (staged_smem_bytes(staged) > smem_per_block) staged.stage_weight = false;
+      staged.stages = kMaxStages;
+      if (staged_smem_bytes(staged) > smem_per_block) staged.stages = 1;
       return staged;
     }
-    config = -1;  // the smem is not there: the heuristic's plan (as registers for 4 and 5)
+    config = -1;  // the shared memory is not there: the heuristic's plan
   }
   if (config == kClusterConfig && fused && clusters && aligned16 && cols % plan.vec == 0) {
     // 256-thread CTAs of 16 values a thread, as few as hold the row (up to 8); a row one
@@ -234,18 +235,19 @@ void launch_plan(const SoftmaxPlan& plan, const SoftmaxParams& p, cudaStream_t s
       << vecs << " accesses";
 }
 
-template <typename T, bool kHoldExps, bool kStageWeight>
+template <typename T, int kStages, bool kStageWeight>
 void launch_staged_kernel(const SoftmaxPlan& plan, const SoftmaxParams& p, int device, int sms,
                           cudaStream_t stream) {
   constexpr int kVec = kernels::kVec16<T>;
   constexpr int kVecs = max_vecs(kVec, int(sizeof(T)), false);
   constexpr auto kKernel =
-      kernels::softmax_rmsnorm_staged_kernel<T, kVec, kStagedThreads, kVecs, kHoldExps, kStageWeight>;
+      kernels::softmax_rmsnorm_staged_kernel<T, kVec, kStagedThreads, kVecs, kStages, kStageWeight>;
   GKS_CHECK(plan.vecs_per_thread == kVecs && plan.threads_per_row == kStagedThreads, kInvalidArgument)
       << "gks.softmax_rmsnorm: internal error: no staged kernel of " << plan.threads_per_row
       << " threads x " << plan.vecs_per_thread << " accesses";
   const int64_t smem = staged_smem_bytes(plan);
-  // The default carveout: what the block's shared memory leaves is L1, where the weight is read.
+  // The default carveout: what the block's shared memory leaves is L1, where the weight is
+  // read when it is not staged.
   prepare_smem_kernel<kKernel>(int(smem), device, /*max_carveout=*/false);
   const auto grid = static_cast<unsigned>(std::min<int64_t>(p.rows, sms));  // one block an SM
   kKernel<<<grid, kStagedThreads, smem, stream>>>(p);
@@ -254,11 +256,16 @@ void launch_staged_kernel(const SoftmaxPlan& plan, const SoftmaxParams& p, int d
 template <typename T>
 void launch_staged(const SoftmaxPlan& plan, const SoftmaxParams& p, int device, int sms,
                    cudaStream_t stream) {
-  if (!plan.hold_exps) return launch_staged_kernel<T, false, false>(plan, p, device, sms, stream);
-  if constexpr (sizeof(T) < 4) {  // an fp32 row of 32768 and its weight would take 256 KiB
-    if (plan.stage_weight) return launch_staged_kernel<T, true, true>(plan, p, device, sms, stream);
+  // An fp32 row of 32768 takes 128 KiB: one stage, the weight read from L1/L2.
+  if constexpr (sizeof(T) < 4) {
+    if (plan.stages == 2)
+      return plan.stage_weight ? launch_staged_kernel<T, 2, true>(plan, p, device, sms, stream)
+                               : launch_staged_kernel<T, 2, false>(plan, p, device, sms, stream);
+    if (plan.stage_weight) return launch_staged_kernel<T, 1, true>(plan, p, device, sms, stream);
   }
-  launch_staged_kernel<T, true, false>(plan, p, device, sms, stream);
+  GKS_CHECK(plan.stages == 1 && !plan.stage_weight, kInvalidArgument)
+      << "gks.softmax_rmsnorm: internal error: no staged fp32 kernel of " << plan.stages << " stages";
+  launch_staged_kernel<T, 1, false>(plan, p, device, sms, stream);
 }
 
 // Checks shared by both ops; returns the row layouts of x and y.
@@ -278,10 +285,9 @@ Rows check_x_y(const TensorRef& x, const TensorRef& y, const char* op) {
 }
 
 void check_config(int config, bool fused, const char* op) {
-  GKS_CHECK(config >= -1 && config <= (fused ? kStagedRecomputeConfig : kWideConfig), kInvalidArgument)
+  GKS_CHECK(config >= -1 && config <= (fused ? kStagedConfig : kWideConfig), kInvalidArgument)
       << op << ": argument 'config' must be -1 (heuristic), 0 (registers), 1 (looped)"
-      << (fused ? ", 2 (registers-wide), 3 (cluster), 4 (staged) or 5 (staged-recompute)"
-                : " or 2 (registers-wide)")
+      << (fused ? ", 2 (registers-wide), 3 (cluster) or 4 (staged)" : " or 2 (registers-wide)")
       << ", got " << config;
 }
 

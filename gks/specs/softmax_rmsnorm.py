@@ -59,7 +59,6 @@ SPEC = register(
         peers=(Peer("F.rms_norm+torch.softmax", _torch_two_step), reference_peer("softmax_rmsnorm", compiled=True)),
         # SoftmaxRmsNormArgs::config indexes these (kSoftmaxRmsNormConfigs in
         # csrc/include/gks/softmax.h).
-        configs=tuple({"name": n} for n in ("registers", "looped", "registers-wide", "cluster", "staged",
-                                             "staged-recompute")),
+        configs=tuple({"name": n} for n in ("registers", "looped", "registers-wide", "cluster", "staged")),
     )
 )

@@ -120,9 +120,9 @@ TEST(Softmax, RejectsUnknownConfig) {
   f.config = -2;
   expect_error([&] { gks::softmax_rmsnorm(f, nullptr); }, ErrorKind::kInvalidArgument,
                "gks.softmax_rmsnorm: argument 'config' must be -1");
-  f.config = 6;
+  f.config = 5;
   expect_error([&] { gks::softmax_rmsnorm(f, nullptr); }, ErrorKind::kInvalidArgument,
-               "2 (registers-wide), 3 (cluster), 4 (staged) or 5 (staged-recompute), got 6");
+               "2 (registers-wide), 3 (cluster) or 4 (staged), got 5");
 }
 
 TEST(Softmax, EmptyTensorsReturnWithoutTouchingTheGpu) {
@@ -321,6 +321,53 @@ TEST(SoftmaxPlan, ConfigOneForcesTheLoopedKernel) {
   for (int64_t cols : {1, 1000, 4096}) {
     EXPECT_EQ(gks::detail::plan_softmax(cols, DType::kFloat16, true, 1).kind,
               Plan::Kind::kLooped);
+  }
+}
+
+TEST(SoftmaxPlan, StagedTakesTheLongestFusedRowsWhereSharedMemoryHoldsThem) {
+  using gks::detail::plan_softmax;
+  using gks::detail::staged_smem_bytes;
+  constexpr int64_t kH100 = 227 << 10, kA100 = 163 << 10, kSm86 = 99 << 10;
+  for (auto dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    const bool fp32 = dtype == DType::kFloat32;
+    for (int64_t cols : {16392, 20000, 32768}) {
+      const auto p = plan_softmax(cols, dtype, true, -1, /*fused=*/true, true, kH100);
+      ASSERT_EQ(p.kind, Plan::Kind::kStaged) << cols;
+      EXPECT_EQ(p.threads_per_row, 1024);
+      EXPECT_EQ(p.vecs_per_thread * p.vec, 32);  // the whole row of 32768 in one block
+      // fp32: one row's stage (128 KiB); 16-bit: the weight's and two rows' (3 x 64 KiB).
+      EXPECT_EQ(p.stage_weight, !fp32);
+      EXPECT_EQ(p.stages, fp32 ? 1 : 2);
+      EXPECT_EQ(staged_smem_bytes(p), fp32 ? 128 << 10 : 192 << 10);
+      EXPECT_EQ(plan_softmax(cols, dtype, true, 4, true, true, kH100).stages, p.stages);
+    }
+    // Less shared memory: the weight before a second row, and fp32 rows not at all below
+    // their 128 KiB.
+    const auto a = plan_softmax(32768, dtype, true, 4, true, true, kA100);
+    EXPECT_EQ(a.kind, Plan::Kind::kStaged);
+    EXPECT_EQ(a.stages, 1);
+    EXPECT_EQ(a.stage_weight, !fp32);
+    const auto c = plan_softmax(32768, dtype, true, 4, true, true, kSm86);
+    EXPECT_EQ(c.kind == Plan::Kind::kStaged, !fp32);
+    if (!fp32) {
+      EXPECT_FALSE(c.stage_weight);
+      EXPECT_EQ(staged_smem_bytes(c), 64 << 10);
+    }
+    // Not staged: unfused, unaligned, ragged or too long rows, no shared memory given; the
+    // heuristic's plan instead, also for config 4. (The heuristic leaves rows of 16384 and
+    // less to the registers kernel; config 4 stages them too.)
+    for (const auto& q : {plan_softmax(32768, dtype, true, 4, false, true, kH100),
+                          plan_softmax(32768, dtype, false, 4, true, true, kH100),
+                          plan_softmax(32766, dtype, true, -1, true, true, kH100),
+                          plan_softmax(32776, dtype, true, 4, true, true, kH100),
+                          plan_softmax(16384, dtype, true, -1, true, true, kH100),
+                          plan_softmax(32768, dtype, true, -1, true, true, 0)})
+      EXPECT_NE(q.kind, Plan::Kind::kStaged);
+    EXPECT_EQ(plan_softmax(1000, dtype, true, 4, true, true, kH100).kind, Plan::Kind::kStaged);
+    const auto d = plan_softmax(32776, dtype, true, 4, true, true, kH100);
+    const auto e = plan_softmax(32776, dtype, true, -1, true, true, kH100);
+    EXPECT_EQ(d.kind, e.kind);
+    EXPECT_EQ(d.threads_per_row, e.threads_per_row);
   }
 }
 

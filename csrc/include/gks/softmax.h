@@ -20,13 +20,12 @@ namespace gks {
 inline constexpr const char* kSoftmaxConfigs[] = {"registers", "looped", "registers-wide"};
 // softmax_rmsnorm's: softmax's, and 3 (cluster): 16-byte aligned rows of more than 256
 // threads' worth of 16 values split over a thread block cluster of 256-thread CTAs (sm_90;
-// up to 8 CTAs, so rows of up to 32768), else as 0; 4 (staged) and 5 (staged-recompute):
-// 16-byte aligned rows of up to 32768 elements, a whole number of 16-byte accesses, in
-// persistent 1024-thread blocks that fetch their next row into shared memory while they
-// process the current one from registers (one exp a value, the weight in shared memory
-// where it fits; or two exps a value, x held as loaded), else as 0.
-inline constexpr const char* kSoftmaxRmsNormConfigs[] = {
-    "registers", "looped", "registers-wide", "cluster", "staged", "staged-recompute"};
+// up to 8 CTAs, so rows of up to 32768), else as 0; 4 (staged): 16-byte aligned rows of up
+// to 32768 elements, a whole number of 16-byte accesses, in persistent 1024-thread blocks
+// that fetch their next rows into shared memory while they process the current one from
+// registers (the weight, too, where it fits), else the heuristic's plan.
+inline constexpr const char* kSoftmaxRmsNormConfigs[] = {"registers", "looped", "registers-wide",
+                                                         "cluster", "staged"};
 
 struct SoftmaxArgs {
   TensorRef x;  // [..., N], fp32/fp16/bf16, last dim contiguous, any row strides
@@ -66,7 +65,7 @@ struct SoftmaxPlan {
   int vecs_per_thread = 1;  // kRegisters: accesses each thread keeps in registers (as loaded)
   int rows_per_block = 1;
   int cluster = 1;          // kRegisters: CTAs of a thread block cluster that share a row
-  bool hold_exps = false;     // kStaged: one exp a value (else two, x held as loaded)
+  int stages = 1;              // kStaged: rows fetched ahead into shared memory (1 or 2)
   bool stage_weight = false;  // kStaged: the weight, too, is copied into shared memory
 };
 // clusters: whether the device has thread block clusters (sm_90+); smem_per_block: the
