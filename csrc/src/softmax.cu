@@ -26,7 +26,6 @@ constexpr int kWideConfig = 2;
 constexpr int kClusterConfig = 3;  // softmax_rmsnorm only, as the one below
 constexpr int kStagedConfig = 4;
 constexpr int kStagedThreads = 1024;
-constexpr int kMaxStages = 2;
 constexpr int kClusterThreads = 256;
 constexpr int kMaxCluster = 8;
 constexpr int kVecsPerThread = 4;
@@ -49,7 +48,7 @@ constexpr int max_vecs(int vec, int elem_size, bool fused_ragged) {
 }
 
 int64_t staged_smem_bytes(const SoftmaxPlan& plan) {
-  return int64_t(plan.threads_per_row) * plan.vecs_per_thread * 16 * (plan.stages + plan.stage_weight);
+  return int64_t(plan.threads_per_row) * plan.vecs_per_thread * 16 * (plan.stage_weight ? 2 : 1);
 }
 
 SoftmaxPlan plan_softmax(int64_t cols, DType dtype, bool aligned16, int config, bool fused,
@@ -58,11 +57,11 @@ SoftmaxPlan plan_softmax(int64_t cols, DType dtype, bool aligned16, int config, 
   const int elem_size = int(dtype_size(dtype));
   plan.vec = aligned16 ? 16 / elem_size : 1;
   const bool whole_accesses = aligned16 && cols % plan.vec == 0;
-  // The staged kernel takes the fused op's rows of 16385-32768 elements (measured on an
-  // H200 at 8192x32768: see softmax.cuh).
+  // The staged kernel takes the fused op's rows of 16385-32768 elements (measured at
+  // 8192x32768: see softmax.cuh).
   if (config == -1 && fused && whole_accesses && cols > 16384 && cols <= 32768) config = kStagedConfig;
   if (config == kStagedConfig && fused && whole_accesses) {
-    // A row's stage first, then the weight's, then a second row's, as shared memory allows.
+    // A row's slots, and the weight's where shared memory has room (16-bit rows).
     SoftmaxPlan staged = plan;
     staged.kind = SoftmaxPlan::Kind::kStaged;
     staged.threads_per_row = kStagedThreads;
@@ -71,8 +70,6 @@ SoftmaxPlan plan_softmax(int64_t cols, DType dtype, bool aligned16, int config, 
         staged_smem_bytes(staged) <= smem_per_block) {
       staged.stage_weight = true;
       if (staged_smem_bytes(staged) > smem_per_block) staged.stage_weight = false;
-      staged.stages = kMaxStages;
-      if (staged_smem_bytes(staged) > smem_per_block) staged.stages = 1;
       return staged;
     }
     config = -1;  // the shared memory is not there: the heuristic's plan
@@ -235,13 +232,13 @@ void launch_plan(const SoftmaxPlan& plan, const SoftmaxParams& p, cudaStream_t s
       << vecs << " accesses";
 }
 
-template <typename T, int kStages, bool kStageWeight>
+template <typename T, bool kStageWeight>
 void launch_staged_kernel(const SoftmaxPlan& plan, const SoftmaxParams& p, int device, int sms,
                           cudaStream_t stream) {
   constexpr int kVec = kernels::kVec16<T>;
   constexpr int kVecs = max_vecs(kVec, int(sizeof(T)), false);
   constexpr auto kKernel =
-      kernels::softmax_rmsnorm_staged_kernel<T, kVec, kStagedThreads, kVecs, kStages, kStageWeight>;
+      kernels::softmax_rmsnorm_staged_kernel<T, kVec, kStagedThreads, kVecs, kStageWeight>;
   GKS_CHECK(plan.vecs_per_thread == kVecs && plan.threads_per_row == kStagedThreads, kInvalidArgument)
       << "gks.softmax_rmsnorm: internal error: no staged kernel of " << plan.threads_per_row
       << " threads x " << plan.vecs_per_thread << " accesses";
@@ -256,16 +253,10 @@ void launch_staged_kernel(const SoftmaxPlan& plan, const SoftmaxParams& p, int d
 template <typename T>
 void launch_staged(const SoftmaxPlan& plan, const SoftmaxParams& p, int device, int sms,
                    cudaStream_t stream) {
-  // An fp32 row of 32768 takes 128 KiB: one stage, the weight read from L1/L2.
-  if constexpr (sizeof(T) < 4) {
-    if (plan.stages == 2)
-      return plan.stage_weight ? launch_staged_kernel<T, 2, true>(plan, p, device, sms, stream)
-                               : launch_staged_kernel<T, 2, false>(plan, p, device, sms, stream);
-    if (plan.stage_weight) return launch_staged_kernel<T, 1, true>(plan, p, device, sms, stream);
+  if constexpr (sizeof(T) < 4) {  // an fp32 row of 32768 and its weight would take 256 KiB
+    if (plan.stage_weight) return launch_staged_kernel<T, true>(plan, p, device, sms, stream);
   }
-  GKS_CHECK(plan.stages == 1 && !plan.stage_weight, kInvalidArgument)
-      << "gks.softmax_rmsnorm: internal error: no staged fp32 kernel of " << plan.stages << " stages";
-  launch_staged_kernel<T, 1, false>(plan, p, device, sms, stream);
+  launch_staged_kernel<T, false>(plan, p, device, sms, stream);
 }
 
 // Checks shared by both ops; returns the row layouts of x and y.

@@ -335,17 +335,15 @@ TEST(SoftmaxPlan, StagedTakesTheLongestFusedRowsWhereSharedMemoryHoldsThem) {
       ASSERT_EQ(p.kind, Plan::Kind::kStaged) << cols;
       EXPECT_EQ(p.threads_per_row, 1024);
       EXPECT_EQ(p.vecs_per_thread * p.vec, 32);  // the whole row of 32768 in one block
-      // fp32: one row's stage (128 KiB); 16-bit: the weight's and two rows' (3 x 64 KiB).
+      // fp32: the row's slots (128 KiB); 16-bit: the row's and the weight's (2 x 64 KiB).
       EXPECT_EQ(p.stage_weight, !fp32);
-      EXPECT_EQ(p.stages, fp32 ? 1 : 2);
-      EXPECT_EQ(staged_smem_bytes(p), fp32 ? 128 << 10 : 192 << 10);
-      EXPECT_EQ(plan_softmax(cols, dtype, true, 4, true, true, kH100).stages, p.stages);
+      EXPECT_EQ(staged_smem_bytes(p), 128 << 10);
+      EXPECT_EQ(plan_softmax(cols, dtype, true, 4, true, true, kH100).stage_weight, p.stage_weight);
     }
-    // Less shared memory: the weight before a second row, and fp32 rows not at all below
-    // their 128 KiB.
+    // Less shared memory: 16-bit rows without the weight, fp32 rows not at all below their
+    // 128 KiB.
     const auto a = plan_softmax(32768, dtype, true, 4, true, true, kA100);
     EXPECT_EQ(a.kind, Plan::Kind::kStaged);
-    EXPECT_EQ(a.stages, 1);
     EXPECT_EQ(a.stage_weight, !fp32);
     const auto c = plan_softmax(32768, dtype, true, 4, true, true, kSm86);
     EXPECT_EQ(c.kind == Plan::Kind::kStaged, !fp32);

@@ -22,7 +22,7 @@ inline constexpr const char* kSoftmaxConfigs[] = {"registers", "looped", "regist
 // threads' worth of 16 values split over a thread block cluster of 256-thread CTAs (sm_90;
 // up to 8 CTAs, so rows of up to 32768), else as 0; 4 (staged): 16-byte aligned rows of up
 // to 32768 elements, a whole number of 16-byte accesses, in persistent 1024-thread blocks
-// that fetch their next rows into shared memory while they process the current one from
+// that fetch their next row into shared memory while they process the current one from
 // registers (the weight, too, where it fits), else the heuristic's plan.
 inline constexpr const char* kSoftmaxRmsNormConfigs[] = {"registers", "looped", "registers-wide",
                                                          "cluster", "staged"};
@@ -65,7 +65,6 @@ struct SoftmaxPlan {
   int vecs_per_thread = 1;  // kRegisters: accesses each thread keeps in registers (as loaded)
   int rows_per_block = 1;
   int cluster = 1;          // kRegisters: CTAs of a thread block cluster that share a row
-  int stages = 1;              // kStaged: rows fetched ahead into shared memory (1 or 2)
   bool stage_weight = false;  // kStaged: the weight, too, is copied into shared memory
 };
 // clusters: whether the device has thread block clusters (sm_90+); smem_per_block: the

@@ -409,13 +409,15 @@ __device__ __forceinline__ void softmax_rmsnorm_row_recompute(const SoftmaxParam
 // op needs to keep up with memory (recomputing x * inv_rms * w and its exp for the output
 // held 16-bit rows to 55-69% of copy bandwidth on an H200).
 // load_x(i) and load_w(i) give access i of the thread's part of x and of the weight (from
-// global memory, or as the staged kernel has them), as load_raw would (0 past the row's end).
+// global memory, or from the staged kernel's shared memory), as load_raw would (0 past the
+// row's end); `held` runs once every thread holds its part (after the first reduction's
+// block barrier).
 template <bool kRagged, typename T, int kVec, int kThreadsPerRow, int kVecsPerThread, int kCluster,
-          typename LoadX, typename LoadW>
+          typename LoadX, typename LoadW, typename Held>
 __device__ __forceinline__ void softmax_rmsnorm_row_values(const SoftmaxParams& p, int64_t row,
                                                            int first, LoadX load_x, LoadW load_w,
-                                                           float* scratch_m, float* scratch_s,
-                                                           ClusterPart part) {
+                                                           Held held, float* scratch_m,
+                                                           float* scratch_s, ClusterPart part) {
   constexpr int kStride = kThreadsPerRow * kVec;  // columns between a thread's accesses
   const int cols = static_cast<int>(p.cols);      // bounded by the host (see the kernel)
   const auto col = [&](int i) { return first + i * kStride; };
@@ -440,6 +442,7 @@ __device__ __forceinline__ void softmax_rmsnorm_row_values(const SoftmaxParams& 
       }
   }
   float total = row_sum<kThreadsPerRow>(sumsq, scratch_s);
+  held();
   if constexpr (kCluster > 1) total = cluster_sum<kCluster>(total, part.slots);
   const float inv_rms = rsqrtf(total / float(cols) + p.eps);
 
@@ -501,7 +504,7 @@ __device__ __forceinline__ void softmax_rmsnorm_row_in_registers(const SoftmaxPa
       p, row, first,
       [&](int i) { return load_raw<kRagged, kVec>(x, first + i * kStride, cols, /*neg_inf=*/false); },
       [&](int i) { return load_raw<kRagged, kVec>(w, first + i * kStride, cols, /*neg_inf=*/false); },
-      scratch_m, scratch_s, part);
+      [] {}, scratch_m, scratch_s, part);
 }
 
 // One row of the (unfused) registers kernel (see softmax_registers_kernel). The row is held
@@ -681,80 +684,65 @@ __global__ void __launch_bounds__(
 // accesses, up to kThreads x kVecsPerThread accesses): persistent blocks, one an SM, each
 // taking rows blockIdx.x, blockIdx.x + gridDim.x, ... A block that holds such a row in
 // registers fills its SM, so in the registers kernel memory idled while the row was
-// reduced, exponentiated and written (fp32 8192x32768 at 83% of copy bandwidth on an
-// H200, 16-bit rows looped at 74%). Here the block's next kStages rows are on their way
-// into shared memory (cp.async) while the current one is processed from registers. Each
-// thread copies the very accesses it will read (slot i * kThreads + t of a stage:
-// conflict-free), so no barrier guards a stage: a thread refills its slots as soon as it
-// has read them, the copies' addresses made to depend on the values read (through
-// SoftmaxParams::zero), so that no copy can overtake a read of its slot.
-// A row goes through softmax_rmsnorm_row_values (one exp a value). With kStageWeight the
-// block also copies the weight into shared memory, once. (Holding x as loaded and taking
-// two exps a value, as the registers kernel does for fp32, lost here: 613 vs 588 us for
-// fp32 8192x32768, 371 vs 313 for fp16, on an H200.)
-template <typename T, int kVec, int kThreads, int kVecsPerThread, int kStages, bool kStageWeight>
+// reduced, exponentiated and written. Here the block's next row is on its way into shared
+// memory (cp.async) while the current one is processed from registers
+// (softmax_rmsnorm_row_values: one exp a value). Each thread copies the very accesses it
+// will read (slot i * kThreads + t: conflict-free), so no barrier guards the buffer beyond
+// the one the sum of squares already takes: the next row's copies start after it (`held`),
+// when every thread has read its slots. With kStageWeight the block also copies the weight
+// into shared memory, once.
+// Measured on an H200 at 8192x32768 (us; fp32, fp16): this 588, 313; the registers kernel
+// 617, 413; looped 975, 345. Variants that lost or tied: the next copies started as soon
+// as a thread has read its slots (634 fp32; 309-311 16-bit, also two rows ahead), x held
+// as loaded with two exps a value (613, 371), two CTAs of a cluster sharing a row (665,
+// 437), 512-thread blocks of 64 values two an SM (16-bit, 309-322). The SMs, not memory,
+// limit it: under ncu's locked 1.5 GHz clock the fp32 kernel took 735 us.
+template <typename T, int kVec, int kThreads, int kVecsPerThread, bool kStageWeight>
 __global__ void __launch_bounds__(kThreads, 1) softmax_rmsnorm_staged_kernel(const SoftmaxParams p) {
   static_assert(kVec * sizeof(T) == 16, "16-byte accesses");
   constexpr int kStride = kThreads * kVec;
   constexpr int kSlots = kThreads * kVecsPerThread;  // a row's, or the weight's
   __shared__ float scratch_m[kThreads / 32], scratch_s[kThreads / 32];
-  extern __shared__ uint4 staged[];  // kStages rows' slots, then (kStageWeight) the weight's
+  extern __shared__ uint4 staged[];  // the row's slots, then (kStageWeight) the weight's
+  uint4* const x_slots = staged;
+  uint4* const weight_slots = staged + kSlots;
   const int cols = static_cast<int>(p.cols);  // bounded by the host
   const int first = threadIdx.x * kVec;
   const auto in_row = [&](int i) { return first + i * kStride < cols; };
   const auto slot = [&](int i) { return i * kThreads + int(threadIdx.x); };
-  // Copies this thread's accesses of `src` (a row of x, or the weight) to its slots in
-  // `stage`, as one cp.async group; an empty group past the last row keeps the count.
-  const auto copy = [&](uint4* stage, const T* src, bool valid) {
-    if (valid) {
+  // Copies this thread's accesses of `src` (a row of x, or the weight) to its slots.
+  const auto copy = [&](uint4* slots, const T* src) {
 #pragma unroll
-      for (int i = 0; i < kVecsPerThread; ++i)
-        if (in_row(i)) cp_async_zfill<16>(&stage[slot(i)], src + first + i * kStride, 16);
-    }
+    for (int i = 0; i < kVecsPerThread; ++i)
+      if (in_row(i)) cp_async_zfill<16>(&slots[slot(i)], src + first + i * kStride, 16);
     cp_async_commit();
   };
-  const auto read_slot = [&](const uint4* stage, int i) {
+  const auto read_slot = [&](const uint4* slots, int i) {
     Raw<T, kVec> r;
-    const uint4 v = in_row(i) ? stage[slot(i)] : make_uint4(0u, 0u, 0u, 0u);
+    const uint4 v = in_row(i) ? slots[slot(i)] : make_uint4(0u, 0u, 0u, 0u);
     r.w[0] = v.x, r.w[1] = v.y, r.w[2] = v.z, r.w[3] = v.w;
     return r;
   };
-  const auto x_row = [&](int64_t row, uint32_t dep = 0) {
-    return static_cast<const T*>(p.x) + p.x_rows.row_offset(row) + dep;
-  };
-  uint4* const weight_stage = staged + kStages * kSlots;
+  const auto x_row = [&](int64_t row) { return static_cast<const T*>(p.x) + p.x_rows.row_offset(row); };
+  const T* w = static_cast<const T*>(p.weight);
 
-  if constexpr (kStageWeight) copy(weight_stage, static_cast<const T*>(p.weight), true);
-#pragma unroll
-  for (int s = 0; s < kStages; ++s) {
-    const int64_t row = blockIdx.x + int64_t(s) * gridDim.x;
-    copy(staged + s * kSlots, x_row(row), row < p.rows);
-  }
-  int stage = 0;
+  if constexpr (kStageWeight) copy(weight_slots, w);
+  if (blockIdx.x < p.rows) copy(x_slots, x_row(blockIdx.x));
   for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
-    cp_async_wait<kStages - 1>();   // this row's group (and the weight's) has landed
+    cp_async_wait<0>();             // this row (and the weight) has landed
     asm volatile("" ::: "memory");  // the slots are read after the wait, not before
-    uint4* const slots = staged + stage * kSlots;
-    Raw<T, kVec> xr[kVecsPerThread];
-    uint32_t any = 0;
-#pragma unroll
-    for (int i = 0; i < kVecsPerThread; ++i) {
-      xr[i] = read_slot(slots, i);
-      any |= xr[i].w[0];
-    }
-    const int64_t ahead = row + int64_t(kStages) * gridDim.x;
-    copy(slots, x_row(ahead, any & p.zero), ahead < p.rows);
-    stage = stage + 1 == kStages ? 0 : stage + 1;
-
-    const T* w = static_cast<const T*>(p.weight);
+    const int64_t next = row + gridDim.x;
     softmax_rmsnorm_row_values<false, T, kVec, kThreads, kVecsPerThread, 1>(
-        p, row, first, [&](int i) { return xr[i]; },
+        p, row, first, [&](int i) { return read_slot(x_slots, i); },
         [&](int i) {
           if constexpr (kStageWeight) {
-            return read_slot(weight_stage, i);
+            return read_slot(weight_slots, i);
           } else {
             return load_raw<false, kVec>(w, first + i * kStride, cols, /*neg_inf=*/false);
           }
+        },
+        [&] {
+          if (next < p.rows) copy(x_slots, x_row(next));
         },
         scratch_m, scratch_s, ClusterPart{});
   }
