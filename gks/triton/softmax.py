@@ -123,7 +123,8 @@ def _launch(op: str, x: torch.Tensor, xr, weight, eps: float) -> torch.Tensor:
         xr.inner, xr.outer_stride, xr.inner_stride,
         yr.inner, yr.outer_stride, yr.inner_stride,
         BLOCK_N=block_n, ONE_PASS=one_pass, FUSED=weight is not None,
-        num_warps=row_num_warps(block_n, x.element_size(), long_row_max_warps(x.element_size())),
+        num_warps=row_num_warps(block_n, x.element_size(),
+                                long_row_max_warps(x.element_size(), fused=weight is not None)),
     )
     return y
 
