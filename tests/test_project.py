@@ -95,6 +95,21 @@ def test_cli_bench_needs_a_kernel():
     assert out.returncode == 2 and "--kernel" in out.stderr
 
 
+def test_cli_bench_shapes_go_to_the_ops_of_their_rank():
+    from gks.profile import bench
+
+    sgemm, softmax = registry.get("sgemm"), registry.get("softmax")
+    given = bench._parse_shapes("4096x4096x4096,32768x4096,8x8")
+    assert bench.shapes_for(sgemm, given) == [(4096, 4096, 4096)]
+    assert bench.shapes_for(softmax, given) == [(32768, 4096), (8, 8)]
+    assert bench.shapes_for(softmax, None) == list(softmax.bench_shapes)
+    out = _gks("bench", "--kernel", "sgemm", "--shapes", "32768x4096")
+    assert out.returncode == 2
+    assert "no shape in --shapes fits sgemm, whose shapes have 3 dims (e.g. 4096x4096x4096)" in out.stderr
+    out = _gks("bench", "--kernel", "softmax", "--shapes", "4096xa")
+    assert out.returncode == 2 and "'4096xa' is not a shape like 4096x4096" in out.stderr
+
+
 def test_registry_get_unknown_names_known_ops():
     with pytest.raises(KeyError, match="known ops: .*rmsnorm"):
         registry.get("nope")

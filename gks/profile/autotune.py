@@ -16,8 +16,9 @@ hash of the kernel's config names. An entry made under any other value of these 
 never matched (``--prune`` deletes such entries for the current GPU).
 
 Tables measured this way ship with gks in ``gks/profile/tuned/`` (``nvidia-h200.json``: the
-H200, every GEMM's bench shapes; regenerate with ``python -m gks autotune --kernel K --cache
-gks/profile/tuned/nvidia-h200.json`` for each GEMM on that GPU). A shipped entry applies to the
+H200, every tunable GEMM of every backend at its bench shapes; regenerate with ``python -m gks
+autotune --backend B --kernel K --cache gks/profile/tuned/nvidia-h200.json`` for each on that
+GPU). A shipped entry applies to the
 same GPU model and compute capability, kernel, dtype, shape bucket and config list whatever
 the driver and gks version (the config-list hash still guards against changed configs); an
 entry of the user's own cache takes precedence.

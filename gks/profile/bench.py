@@ -246,7 +246,30 @@ def print_table(rows: list[dict], copy_gbps: float | None) -> None:
 def _parse_shapes(text: str | None) -> list[tuple[int, ...]] | None:
     if not text:
         return None
-    return [tuple(int(d) for d in s.split("x")) for s in text.split(",")]
+    out = []
+    for s in text.split(","):
+        try:
+            shape = tuple(int(d) for d in s.split("x"))
+        except ValueError:
+            shape = ()
+        if not shape or min(shape) < 0:
+            raise ValueError(f"gks bench: --shapes: {s!r} is not a shape like 4096x4096")
+        out.append(shape)
+    return out
+
+
+def shapes_for(spec, given: list[tuple[int, ...]] | None) -> list[tuple[int, ...]]:
+    """The shapes to bench `spec` at: its bench shapes, or those of `given` with as many dims
+    as its shapes have (so one --shapes list can serve ops of different ranks)."""
+    if given is None:
+        return list(spec.bench_shapes)
+    dims = len(spec.bench_shapes[0])
+    fit = [s for s in given if len(s) == dims]
+    if not fit:
+        example = "x".join(map(str, spec.bench_shapes[0]))
+        raise ValueError(f"gks bench: no shape in --shapes fits {spec.name}, whose shapes have "
+                         f"{dims} dims (e.g. {example})")
+    return fit
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -254,7 +277,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--all", action="store_true", help="every op in the registry")
     p.add_argument("--backends", help=f"comma list (default: {','.join(DEFAULT_BACKENDS)})")
     p.add_argument("--dtypes", help="comma list (default: the spec's dtypes)")
-    p.add_argument("--shapes", help="comma list like 4096x4096,1024x8192 (default: the spec's bench shapes)")
+    p.add_argument("--shapes", help="comma list like 4096x4096,1024x8192 (default: the spec's bench "
+                   "shapes); each op takes those with as many dims as its own shapes")
     p.add_argument("--with-references", action="store_true", help="also time the spec's peers")
     p.add_argument("--json", type=Path, help="write the results here (schema in gks.profile.bench)")
     p.add_argument("--configs", action="store_true",
@@ -272,6 +296,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"gks bench: {e.args[0]}", file=sys.stderr)
         return 2
     dtypes = args.dtypes.split(",") if args.dtypes else None
+    try:
+        given = _parse_shapes(args.shapes)
+        jobs = [(s, sh, dt) for s in specs for sh in shapes_for(s, given) for dt in (dtypes or s.dtypes)]
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
     import torch
 
     if not torch.cuda.is_available():
@@ -288,8 +318,6 @@ def run(args: argparse.Namespace) -> int:
     device = _device_info()
     copy_gbps = copy_bandwidth_gbps()
     rows = []
-    jobs = [(s, sh, dt) for s in specs for sh in (_parse_shapes(args.shapes) or s.bench_shapes)
-            for dt in (dtypes or s.dtypes)]
     try:
         from tqdm import tqdm
 
