@@ -58,19 +58,10 @@ struct SoftmaxParams {
 // instructions a value, which the 16-bit kernels feel.)
 constexpr float kLog2e = 1.4426950408889634f;
 
-__device__ __forceinline__ float ex2_approx(float v) {
+__device__ __forceinline__ float exp_via_exp2(float v) {
   float r;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v * kLog2e));
   return r;
-}
-
-__device__ __forceinline__ float exp_via_exp2(float v) { return ex2_approx(v * kLog2e); }
-
-// e^v, or with kBase2 2^v: the fused kernel keeps its values in log2 units (v * log2(e)),
-// which spares a multiply a value.
-template <bool kBase2>
-__device__ __forceinline__ float exp_of(float v) {
-  return kBase2 ? ex2_approx(v) : exp_via_exp2(v);
 }
 
 // The offset the sum of a set with max m is kept relative to (see the top of the file).
@@ -79,12 +70,10 @@ __device__ __forceinline__ float softmax_offset(float m) { return m == -INFINITY
 // Merges the pair (m2, s2) into (m, s). The scale factors use m, not offset(m): a part
 // whose max is -inf has s = 0 (or NaN), and exp(-inf - offset) = 0 keeps it so even when
 // offset is very negative (exp(0 - offset) could overflow to inf and make 0 * inf = NaN).
-// kBase2: m and m2 are in log2 units.
-template <bool kBase2 = false>
 __device__ __forceinline__ void softmax_merge(float& m, float& s, float m2, float s2) {
   const float m_new = fmaxf(m, m2);
   const float offset = softmax_offset(m_new);
-  s = s * exp_of<kBase2>(m - offset) + s2 * exp_of<kBase2>(m2 - offset);
+  s = s * exp_via_exp2(m - offset) + s2 * exp_via_exp2(m2 - offset);
   m = m_new;
 }
 
@@ -94,23 +83,23 @@ __device__ __forceinline__ float softmax_inv_sum(float m, float s) {
 }
 
 // Merges (m, s) over the kWidth lanes of each aligned lane group; every lane gets the result.
-template <int kWidth, bool kBase2 = false>
+template <int kWidth>
 __device__ __forceinline__ void warp_reduce_softmax(float& m, float& s) {
 #pragma unroll
   for (int offset = kWidth / 2; offset > 0; offset /= 2) {
     const float m2 = __shfl_xor_sync(0xffffffffu, m, offset, kWidth);
     const float s2 = __shfl_xor_sync(0xffffffffu, s, offset, kWidth);
-    softmax_merge<kBase2>(m, s, m2, s2);
+    softmax_merge(m, s, m2, s2);
   }
 }
 
 // Merges (m, s) over a 1-D group of kThreads threads of one block; every thread gets the
 // result. scratch_m and scratch_s hold kThreads / 32 floats each; ends with a barrier.
-template <int kThreads, bool kBase2 = false>
+template <int kThreads>
 __device__ __forceinline__ void group_reduce_softmax(float& m, float& s, float* scratch_m,
                                                      float* scratch_s) {
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "kThreads: a multiple of 32 up to 1024");
-  warp_reduce_softmax<32, kBase2>(m, s);
+  warp_reduce_softmax<32>(m, s);
   if constexpr (kThreads > 32) {
     constexpr int kWarps = kThreads / 32;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -121,7 +110,7 @@ __device__ __forceinline__ void group_reduce_softmax(float& m, float& s, float* 
     __syncthreads();
     m = scratch_m[lane % kWarps];
     s = scratch_s[lane % kWarps];
-    warp_reduce_softmax<kWarps, kBase2>(m, s);
+    warp_reduce_softmax<kWarps>(m, s);
     __syncthreads();
   }
 }
@@ -136,13 +125,13 @@ __device__ __forceinline__ float row_sum(float v, float* scratch) {
   }
 }
 
-template <int kThreads, bool kBase2 = false>
+template <int kThreads>
 __device__ __forceinline__ void row_reduce_softmax(float& m, float& s, float* scratch_m,
                                                    float* scratch_s) {
   if constexpr (kThreads <= 32) {
-    warp_reduce_softmax<kThreads, kBase2>(m, s);
+    warp_reduce_softmax<kThreads>(m, s);
   } else {
-    group_reduce_softmax<kThreads, kBase2>(m, s, scratch_m, scratch_s);
+    group_reduce_softmax<kThreads>(m, s, scratch_m, scratch_s);
   }
 }
 
@@ -342,7 +331,7 @@ struct ClusterPart {
 // on every CTA (so all get the same result); `slots` is two floats of this CTA's shared
 // memory. As cluster_sum: the caller must have waited out any earlier arrive, and must call
 // cluster_release_wait() before it exits.
-template <int kCluster, bool kBase2 = false>
+template <int kCluster>
 __device__ __forceinline__ void cluster_merge_softmax(float& m, float& s, float* slots) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
@@ -355,7 +344,7 @@ __device__ __forceinline__ void cluster_merge_softmax(float& m, float& s, float*
 #pragma unroll
   for (int r = 0; r < kCluster; ++r) {
     const float* peer = cg::this_cluster().map_shared_rank(slots, r);
-    softmax_merge<kBase2>(m_all, s_all, peer[0], peer[1]);
+    softmax_merge(m_all, s_all, peer[0], peer[1]);
   }
   cg::this_cluster().barrier_arrive();
   m = m_all;
@@ -433,13 +422,9 @@ __device__ __forceinline__ void softmax_rmsnorm_row_values(const SoftmaxParams& 
   const int cols = static_cast<int>(p.cols);      // bounded by the host (see the kernel)
   const auto col = [&](int i) { return first + i * kStride; };
 
-  // The values are kept in log2 units, u = x * w * scale with scale = inv_rms * log2(e), so
-  // that e^(v - m) = 2^(u - m'): v[i][j] holds the product x * w, then e = 2^(u - m_t), one
-  // FFMA and one ex2 a value. Since scale > 0 and rounding is monotonic, the thread's max u
-  // is scale times its max product, which it takes while it loads (columns past the row's
-  // end left out).
+  // v[i][j] holds x * w, then v = x * inv_rms * w, then e = exp(v - m_t).
   float v[kVecsPerThread][kVec];
-  float sumsq = 0.f, max_product = -INFINITY;
+  float sumsq = 0.f;
   {
     Raw<T, kVec> xr[kVecsPerThread], wr[kVecsPerThread];
 #pragma unroll
@@ -448,47 +433,48 @@ __device__ __forceinline__ void softmax_rmsnorm_row_values(const SoftmaxParams& 
       wr[i] = load_w(i);
     }
 #pragma unroll
-    for (int i = 0; i < kVecsPerThread; ++i) {
-      float access_max = -INFINITY;
+    for (int i = 0; i < kVecsPerThread; ++i)
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
         const float xv = elem(xr[i], j);
         sumsq += xv * xv;
         v[i][j] = xv * elem(wr[i], j);
-        access_max = fmaxf(access_max, !kRagged || col(i) + j < cols ? v[i][j] : -INFINITY);
       }
-      max_product = fmaxf(max_product, kRagged || col(i) < cols ? access_max : -INFINITY);
-    }
   }
   float total = row_sum<kThreadsPerRow>(sumsq, scratch_s);
   held();
   if constexpr (kCluster > 1) total = cluster_sum<kCluster>(total, part.slots);
-  const float scale = rsqrtf(total / float(cols) + p.eps) * kLog2e;
+  const float inv_rms = rsqrtf(total / float(cols) + p.eps);
 
-  // (-inf stays -inf even when scale is 0: x so large that its square sum overflowed.)
-  const float m_t = max_product == -INFINITY ? -INFINITY : max_product * scale;
+  // Past the row's end v is -inf, which drops out of the max and the sum (e = 0).
+  float m_t = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < kVecsPerThread; ++i)
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      const bool in_row = kRagged ? col(i) + j < cols : col(i) < cols;
+      v[i][j] = in_row ? v[i][j] * inv_rms : -INFINITY;
+      m_t = fmaxf(m_t, v[i][j]);
+    }
   const float offset = softmax_offset(m_t);
   float s_t = 0.f;
 #pragma unroll
-  for (int i = 0; i < kVecsPerThread; ++i) {
-    // -inf past the row's end (x is 0 there, so u - m_t = -inf and e = 0).
-    const float access_bias = kRagged || col(i) < cols ? -offset : -INFINITY;
+  for (int i = 0; i < kVecsPerThread; ++i)
 #pragma unroll
     for (int j = 0; j < kVec; ++j) {
-      const float bias = kRagged ? (col(i) + j < cols ? -offset : -INFINITY) : access_bias;
-      v[i][j] = ex2_approx(fmaf(v[i][j], scale, bias));
+      v[i][j] = exp_via_exp2(v[i][j] - offset);
       s_t += v[i][j];
     }
-  }
   float m = m_t, s = s_t;
-  row_reduce_softmax<kThreadsPerRow, /*kBase2=*/true>(m, s, scratch_m, scratch_s);
+  row_reduce_softmax<kThreadsPerRow>(m, s, scratch_m, scratch_s);
   if constexpr (kCluster > 1) {
     cluster_release_wait();  // every CTA has read the sums of squares: the barrier is free
-    cluster_merge_softmax<kCluster, /*kBase2=*/true>(m, s, part.slots + 1);
+    cluster_merge_softmax<kCluster>(m, s, part.slots + 1);
   }
-  // e^(v_t - V) / S; a thread whose values are all -inf (or NaN) has e = 0 (or NaN), and
+  // exp(m_t - M) / S; a thread whose values are all -inf (or NaN) has e = 0 (or NaN), and
   // 0 * inv_sum keeps the row all NaN when inv_sum is (M = +-inf, or a NaN anywhere).
-  const float factor = (m_t == -INFINITY ? 0.f : ex2_approx(m_t - m)) * softmax_inv_sum(m, s);
+  const float factor =
+      (m_t == -INFINITY ? 0.f : exp_via_exp2(m_t - m)) * softmax_inv_sum(m, s);
 
   T* y = static_cast<T*>(p.y) + p.y_rows.row_offset(row);
 #pragma unroll
