@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// cp.async (sm_80+): asynchronous global -> shared copies, which the GEMMs use to fill
-// their tile rings and the staged softmax(RMSNorm) kernel to fetch a block's next row.
+// cp.async (sm_80+): asynchronous global -> shared copies, which the GEMMs and
+// FlashAttention use to fill their tile rings and the staged softmax(RMSNorm) kernel to
+// fetch a block's next row.
 #pragma once
 
 #include <cstdint>
@@ -14,10 +15,10 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 // Copies `src_bytes` (0..kBytes) from global `src` to shared `dst` and zero-fills the rest
 // of the kBytes destination; with src_bytes == 0 nothing is read (the caller still passes
 // an address inside the tensor). 16-byte copies bypass L1 (.cg); smaller ones cannot.
+// `dst` is a shared-window address (smem_addr) or a generic pointer to shared memory.
 template <int kBytes>
-__device__ __forceinline__ void cp_async_zfill(void* dst, const void* src, int src_bytes) {
+__device__ __forceinline__ void cp_async_zfill(uint32_t d, const void* src, int src_bytes) {
   static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "cp.async copies 4, 8 or 16 bytes");
-  const uint32_t d = smem_addr(dst);
   if constexpr (kBytes == 16) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
                  "r"(src_bytes));
@@ -25,6 +26,10 @@ __device__ __forceinline__ void cp_async_zfill(void* dst, const void* src, int s
     asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(d), "l"(src),
                  "n"(kBytes), "r"(src_bytes));
   }
+}
+template <int kBytes>
+__device__ __forceinline__ void cp_async_zfill(void* dst, const void* src, int src_bytes) {
+  cp_async_zfill<kBytes>(smem_addr(dst), src, src_bytes);
 }
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }

@@ -23,6 +23,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "gks/kernels/cp_async.cuh"
+
 namespace gks::kernels {
 
 struct FlashAttentionFwdParams {
@@ -83,23 +85,11 @@ template <> struct FlashFwdConfig<256> { using Tile = FlashFwdTile<256, 64, 32, 
 
 namespace flash {
 
-// ---- PTX wrappers ----
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
+// ---- PTX wrappers (cp.async: cp_async.cuh) ----
 
 // 16 bytes global -> shared, bypassing L1; reads nothing and writes zeros when !valid.
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
-  const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-// Waits until at most kPending of this thread's committed groups are still in flight.
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+  cp_async_zfill<16>(dst, src, valid ? 16 : 0);
 }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
