@@ -47,8 +47,11 @@ def softmax_out(x, y, config: int = -1) -> None:
 
 def softmax_rmsnorm_out(x, weight, y, eps: float = 1e-6, config: int = -1) -> None:
     """y = softmax(rmsnorm(x, weight, eps)) over the last dim, in one kernel, written into y
-    (same shape and dtype as x). config: as for softmax_out, and 3 splits long 16-byte
-    aligned rows over a thread block cluster (sm_90; otherwise as 0)."""
+    (same shape and dtype as x). config: as for softmax_out; 3 splits long 16-byte aligned
+    rows over a thread block cluster (sm_90; otherwise as 0); 4 (staged) runs 16-byte aligned
+    rows of up to 32768 elements in persistent blocks that fetch their next row into shared
+    memory while they work on the current one (the heuristic's pick for rows of 16385-32768;
+    otherwise the heuristic's plan)."""
     _native.module().softmax_rmsnorm(x, weight, y, float(eps), int(config))
 
 
