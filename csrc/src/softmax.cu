@@ -68,13 +68,12 @@ SoftmaxPlan plan_softmax(int64_t cols, DType dtype, bool aligned16, int config, 
     staged.vecs_per_thread = max_vecs(plan.vec, elem_size, false);
     if (cols <= int64_t(staged.threads_per_row) * staged.vecs_per_thread * plan.vec &&
         staged_smem_bytes(staged) <= smem_per_block) {
-      staged.stage_weight = true;
-      if (staged_smem_bytes(staged) > smem_per_block) staged.stage_weight = false;
+      staged.stage_weight = 2 * staged_smem_bytes(staged) <= smem_per_block;
       return staged;
     }
     config = -1;  // the shared memory is not there: the heuristic's plan
   }
-  if (config == kClusterConfig && fused && clusters && aligned16 && cols % plan.vec == 0) {
+  if (config == kClusterConfig && fused && clusters && whole_accesses) {
     // 256-thread CTAs of 16 values a thread, as few as hold the row (up to 8); a row one
     // CTA holds takes config 0's plan.
     const int64_t accesses = cols / plan.vec;
@@ -93,7 +92,7 @@ SoftmaxPlan plan_softmax(int64_t cols, DType dtype, bool aligned16, int config, 
   // bench --configs, µs): fp16 32768x4096 registers-wide 133.3 vs registers 152.7; 65536x1024
   // 68.8 vs 75.1; 8192x32768 looped 346.1 vs registers (1024 x 4 either way) 404.4. fp32
   // keeps registers: looped was 983.5 vs 612.9 at 8192x32768.
-  if (config == -1 && fused && elem_size == 2 && plan.vec > 1 && cols % plan.vec == 0)
+  if (config == -1 && fused && elem_size == 2 && whole_accesses)
     config = cols / plan.vec > 512 * 2 * base_vecs(plan.vec, true) ? 1 : kWideConfig;
   const bool fused_ragged = fused && cols % plan.vec != 0;
   const int most = max_vecs(plan.vec, elem_size, fused_ragged);

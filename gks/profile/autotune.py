@@ -18,10 +18,9 @@ never matched (``--prune`` deletes such entries for the current GPU).
 Tables measured this way ship with gks in ``gks/profile/tuned/`` (``nvidia-h200.json``: the
 H200, every tunable GEMM of every backend at its bench shapes; regenerate with ``python -m gks
 autotune --backend B --kernel K --cache gks/profile/tuned/nvidia-h200.json`` for each on that
-GPU). A shipped entry applies to the
-same GPU model and compute capability, kernel, dtype, shape bucket and config list whatever
-the driver and gks version (the config-list hash still guards against changed configs); an
-entry of the user's own cache takes precedence.
+GPU). A shipped entry applies to the same GPU model and compute capability, kernel, dtype,
+shape bucket and config list whatever the driver and gks version (the config-list hash still
+guards against changed configs); an entry of the user's own cache takes precedence.
 
 The torch custom ops call :func:`resolve_config` on every call with config=-1: one dict
 lookup in the cache and the shipped tables, each loaded once per process; without a tuned
@@ -54,7 +53,7 @@ BACKEND_KERNELS = {"cuda": KERNELS, "triton": ("sgemm", "wmma_gemm", "int8_gemm"
 
 def cache_kernel(backend: str, op: str) -> str:
     """The kernel field of a cache key: the op for CUDA (as before Triton was tunable),
-    "triton.OP" for Triton."""
+    "BACKEND.OP" for the others ("triton.sgemm", "pallas.sgemm")."""
     return op if backend == "cuda" else f"{backend}.{op}"
 
 
@@ -244,8 +243,6 @@ def _kernel_hash(kernel: str) -> str:
 def lookup(kernel: str, dtype: str, m: int, n: int, k: int, device_index: int) -> int | None:
     """The tuned config for CUDA device `device_index` (as torch numbers it), this dtype and
     shape bucket (the user's cache first, then the shipped tables), or None."""
-    if not _entries() and not _shipped():
-        return None
     return lookup_for(device_identity(device_index), kernel, dtype, m, n, k)
 
 

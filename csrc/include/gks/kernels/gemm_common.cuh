@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Device helpers the GEMM kernels share: the checked operand-tile
-// copies, the tile raster, and the parameters every GEMM kernel takes.
+// Device helpers the GEMM kernels share: the checked operand-tile copies (cp.async itself
+// is in cp_async.cuh), the tile raster, and the parameters every GEMM kernel takes.
 #pragma once
 
 #include <cstdint>

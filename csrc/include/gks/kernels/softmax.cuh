@@ -720,10 +720,8 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_rmsnorm_staged_kernel(con
     cp_async_commit();
   };
   const auto read_slot = [&](const uint4* slots, int i) {
-    Raw<T, kVec> r;
-    const uint4 v = in_row(i) ? slots[slot(i)] : make_uint4(0u, 0u, 0u, 0u);
-    r.w[0] = v.x, r.w[1] = v.y, r.w[2] = v.z, r.w[3] = v.w;
-    return r;
+    return in_row(i) ? load_raw_vec(reinterpret_cast<const Vec<T, kVec>*>(&slots[slot(i)]))
+                     : Raw<T, kVec>{};
   };
   const auto x_row = [&](int64_t row) { return static_cast<const T*>(p.x) + p.x_rows.row_offset(row); };
   const T* w = static_cast<const T*>(p.weight);
