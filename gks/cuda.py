@@ -78,10 +78,25 @@ def wmma_gemm_out(a, b, c, config: int = -1) -> None:
 
 
 def int8_gemm_out(a_q, b_q, a_scale, b_scale, c, config: int = -1) -> None:
-    """c = float(a_q @ b_q) * a_scale * b_scale: a_q [M, K], b_q [K, N] int8 (row-major,
-    any leading dimension), int32 accumulation; a_scale [M, 1] (or [M]), b_scale [1, N]
-    (or [N]) float32; c [M, N] float16, bfloat16 or float32."""
+    """c = float(a_q @ b_q) * a_scale * b_scale: a_q [M, K] int8 (row-major, any leading
+    dimension), b_q [K, N] int8, row-major or K-major (a transposed view of [N, K]: stride(0)
+    == 1, stride(1) >= K), int32 accumulation; a_scale [M, 1] (or [M]), b_scale [1, N] (or
+    [N]) float32; c [M, N] float16, bfloat16 or float32. On sm_90 the Hopper kernel (TMA +
+    int8 wgmma, reading b_q K-major), else the mma.sync kernel (reading b_q row-major); a
+    b_q in the other layout is transposed into a stream-ordered temporary first. See
+    int8_gemm_path and gks.int8_gemm. config: an index into
+    gemm_config_names("int8_gemm") (mma.sync configs first, then the "hopper_" ones), or -1
+    for the heuristic."""
     _native.module().int8_gemm(a_q, b_q, a_scale, b_scale, c, int(config))
+
+
+def int8_gemm_path(a_q, b_q, a_scale, b_scale, c, config: int = -1) -> str:
+    """The path int8_gemm_out(..., config) takes on this GPU (after the same argument
+    checks): 'hopper' (b_q K-major, read in place), 'hopper+transpose' (row-major b_q
+    transposed first; M >= 512 or a forced "hopper_" config), 'mma' (b_q row-major) or
+    'mma+transpose' (K-major b_q transposed first). The Hopper kernel needs an sm_90 GPU
+    and a_q (and an in-place b_q) 16-byte aligned: base pointer and leading dimension."""
+    return str(_native.module().int8_gemm_path(a_q, b_q, a_scale, b_scale, c, int(config)))
 
 
 GEMM_KERNELS = ("sgemm", "wmma_gemm", "int8_gemm", "gemm")

@@ -256,7 +256,7 @@ def _int8_path(backend):
     b = torch.randn((k, n), generator=gen, device=DEVICE)
     a_q, a_scale = _quantize_rows(a)
     q, s = _quantize_rows(b.t().contiguous())  # per column of b
-    b_q, b_scale = q.t().contiguous(), s.t()
+    b_q, b_scale = q.t(), s.t()  # b_q K-major, as every int8_gemm backend accepts
     if backend == "cuda":
         import gks
 
@@ -322,8 +322,12 @@ def test_errors_name_the_argument():
         bq = torch.zeros(6, 5, dtype=torch.int8, device=dev)
         with pytest.raises(ValueError, match=r"argument 'b_scale' must have shape \[1, N\]"):
             gks.int8_gemm(q, bq, torch.ones(4, 1, device=dev), torch.ones(5, 1, device=dev))
-        with pytest.raises(ValueError, match="transposed views are not accepted"):
-            gks.int8_gemm(q, torch.zeros(5, 6, dtype=torch.int8, device=dev).t(),
+        # int8_gemm takes b_q K-major (a transposed view), but not one whose rows overlap.
+        overlapping = torch.zeros(40, dtype=torch.int8, device=dev).as_strided((6, 5), (1, 4))
+        with pytest.raises(ValueError, match=r"K-major view \(stride\(0\) == 1\), so its stride\(1\) must be at least its 6 rows"):
+            gks.int8_gemm(q, overlapping, torch.ones(4, 1, device=dev), torch.ones(1, 5, device=dev))
+        with pytest.raises(ValueError, match="argument 'b_q' must be row-major"):
+            gks.int8_gemm(q, torch.zeros(6, 10, dtype=torch.int8, device=dev)[:, ::2],
                           torch.ones(4, 1, device=dev), torch.ones(1, 5, device=dev))
 
 

@@ -329,3 +329,172 @@ def test_opcheck_and_compile():
         return gks.gemm(a * 2, b, torch.float32) + 1
 
     _check(f(a, b) - 1, a * 2, b, "float32", "compiled")
+
+
+# ---------------------------------------------------------------- int8 on the Hopper kernel
+
+INT8_SPEC = registry.get("int8_gemm")
+INT8_MMA = 4  # the mma.sync configs lead gks.cuda.gemm_config_names("int8_gemm")
+INT8_HOPPER = [i for i, c in enumerate(INT8_SPEC.configs) if c["name"].startswith("hopper_")]
+# As CONFIG_SHAPES, plus a long K (many laps of the ring within a tile).
+INT8_SHAPES = [(600, 712, 1000), (2000, 2056, 520), (1, 8, 8), (129, 136, 72), (257, 264, 4104)]
+B_LAYOUTS = ["k_major", "row_major", "row_major_unaligned"]
+
+
+def _pad16(x: int) -> int:
+    return (x + 15) // 16 * 16
+
+
+def _int8_inputs(shape, out_dtype, seed, b_layout="k_major"):
+    """The spec's inputs with a_q in a buffer whose rows are padded to a multiple of 16
+    bytes (so TMA can load it whatever K is), and b_q laid out as asked: 'k_major' (a
+    transposed view of [N, K] storage with padded rows), 'row_major' (contiguous [K, N]) or
+    'row_major_unaligned' (rows of N + 3 bytes: the transpose's byte-wise reads)."""
+    m, n, k = shape
+    inputs = INT8_SPEC.make_inputs(shape, out_dtype, "cuda", seed)
+    a_buf = torch.zeros((m, _pad16(k) + 16), dtype=torch.int8, device="cuda")
+    a_buf[:, :k] = inputs["a_q"]
+    inputs["a_q"] = a_buf[:, :k]
+    b = inputs["b_q"]
+    if b_layout == "k_major":
+        b_buf = torch.zeros((n, _pad16(k) + 16), dtype=torch.int8, device="cuda")
+        b_buf[:, :k] = b.t()
+        inputs["b_q"] = b_buf[:, :k].t()
+    elif b_layout == "row_major":
+        inputs["b_q"] = b.contiguous()
+    else:
+        b_buf = torch.zeros((k, n + 3), dtype=torch.int8, device="cuda")
+        b_buf[:, :n] = b
+        inputs["b_q"] = b_buf[:, :n]
+    return inputs
+
+
+def _int8_out_call(inputs, c, config):
+    gks.cuda.int8_gemm_out(inputs["a_q"], inputs["b_q"], inputs["a_scale"], inputs["b_scale"], c, config)
+
+
+def _int8_path(inputs, c, config=-1):
+    return gks.cuda.int8_gemm_path(inputs["a_q"], inputs["b_q"], inputs["a_scale"], inputs["b_scale"], c, config)
+
+
+def _int8_check(out, inputs, out_dtype):
+    INT8_SPEC.check(out, INT8_SPEC.reference(**inputs, precise=True), out_dtype, inputs)
+
+
+@requires_native
+def test_int8_config_names_match_the_library():
+    assert [str(n) for n in _native.module().int8_gemm_configs()] == [c["name"] for c in INT8_SPEC.configs]
+    assert all(not c["name"].startswith("hopper_") for c in INT8_SPEC.configs[:INT8_MMA])
+    assert INT8_HOPPER == list(range(INT8_MMA, len(INT8_SPEC.configs)))
+
+
+@requires_gpu
+@requires_sm90
+@requires_native
+@pytest.mark.parametrize("config", INT8_HOPPER, ids=[INT8_SPEC.configs[i]["name"] for i in INT8_HOPPER])
+@pytest.mark.parametrize("out_dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("b_layout", B_LAYOUTS)
+@pytest.mark.parametrize("shape", INT8_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_int8_each_hopper_config(config, out_dtype, b_layout, shape):
+    m, n, k = shape
+    inputs = _int8_inputs(shape, out_dtype, seed_for("int8-hopper", config, out_dtype, shape), b_layout)
+    c, buf = _poisoned_out(m, n, getattr(torch, out_dtype))
+    assert _int8_path(inputs, c, config) == ("hopper" if b_layout == "k_major" else "hopper+transpose")
+    _int8_out_call(inputs, c, config)
+    torch.cuda.synchronize()
+    _int8_check(c, inputs, out_dtype)
+    _assert_guard_untouched(buf, m, n)
+    # The mma.sync kernel computes the same int32 sums and applies the scales in the same
+    # order: the two agree bit for bit.
+    mma = torch.empty_like(c)
+    _int8_out_call(inputs, mma, 0)
+    torch.cuda.synchronize()
+    what = f"{INT8_SPEC.configs[config]['name']} {shape} {out_dtype} {b_layout}"
+    assert torch.equal(c, mma), f"{what}: differs from the mma.sync kernel"
+
+
+@requires_gpu
+@requires_sm90
+@requires_native
+def test_int8_heuristic_paths_and_strided_scales():
+    # K-major b_q: the Hopper kernel at any M. Row-major b_q: transposed for the Hopper
+    # kernel from M = 512 on, the mma.sync kernel below.
+    for (m, n, k), b_layout, path in [((1024, 1032, 1024), "k_major", "hopper"),
+                                      ((16, 1032, 1024), "k_major", "hopper"),
+                                      ((512, 264, 1024), "row_major", "hopper+transpose"),
+                                      ((511, 264, 1024), "row_major", "mma")]:
+        inputs = _int8_inputs((m, n, k), "float16", seed_for("int8-hopper-heuristic", m, b_layout), b_layout)
+        sa = torch.rand(m, 2, device="cuda")[:, 1] * 0.02 + 0.01  # 1-D, stride 2
+        sb = torch.rand(3, n, device="cuda")[1:2] * 0.02 + 0.01   # [1, N], a row of a bigger tensor
+        inputs["a_scale"], inputs["b_scale"] = sa, sb
+        out = gks.int8_gemm(**inputs)
+        _int8_check(out, inputs, "float16")
+        assert _int8_path(inputs, torch.empty_like(out)) == path, (m, b_layout)
+
+
+@requires_gpu
+@requires_native
+@pytest.mark.parametrize("b_layout", ["k_major", "row_major"])
+def test_int8_misaligned_a_falls_back_to_mma_even_for_a_hopper_config(b_layout):
+    # a_q's leading dimension K + 1 is not a multiple of 16 bytes: TMA cannot describe it,
+    # so the mma.sync kernel runs (a forced Hopper config gives way to its heuristic); a
+    # K-major b_q is transposed for it.
+    m, n, k = 200, 136, 264
+    inputs = _int8_inputs((m, n, k), "bfloat16", seed_for("int8-fallback", b_layout), b_layout)
+    a_buf = torch.zeros((m, k + 1), dtype=torch.int8, device="cuda")
+    a_buf[:, :k] = inputs["a_q"]
+    inputs["a_q"] = a_buf[:, :k]
+    c, buf = _poisoned_out(m, n, torch.bfloat16)
+    assert _int8_path(inputs, c, INT8_HOPPER[0]) == ("mma+transpose" if b_layout == "k_major" else "mma")
+    _int8_out_call(inputs, c, INT8_HOPPER[0])
+    torch.cuda.synchronize()
+    _int8_check(c, inputs, "bfloat16")
+    _assert_guard_untouched(buf, m, n)
+
+
+@requires_gpu
+@requires_native
+def test_int8_k_major_b_whose_rows_tma_cannot_load_goes_through_mma():
+    # K-major storage with rows of K = 72 bytes (not a multiple of 16).
+    m, n, k = 640, 136, 72
+    inputs = INT8_SPEC.make_inputs((m, n, k), "float16", "cuda", seed_for("int8-kmajor-odd"))
+    a_buf = torch.zeros((m, 96), dtype=torch.int8, device="cuda")
+    a_buf[:, :k] = inputs["a_q"]
+    inputs["a_q"] = a_buf[:, :k]
+    assert inputs["b_q"].stride() == (1, k)
+    c, buf = _poisoned_out(m, n, torch.float16)
+    assert _int8_path(inputs, c) == "mma+transpose"
+    _int8_out_call(inputs, c, -1)
+    torch.cuda.synchronize()
+    _int8_check(c, inputs, "float16")
+    _assert_guard_untouched(buf, m, n)
+
+
+@requires_gpu
+@requires_sm90
+@requires_native
+@pytest.mark.parametrize("b_layout,config,path", [("row_major", -1, "hopper+transpose"),
+                                                  ("k_major", 0, "mma+transpose"),
+                                                  ("k_major", -1, "hopper")])
+def test_int8_paths_on_a_side_stream_and_in_a_cuda_graph(b_layout, config, path):
+    # Temporaries are allocated and freed in stream order on the caller's stream (from gks's
+    # pool, or as graph allocation nodes while a graph is captured).
+    m, n, k = 512, 264, 512
+    inputs = _int8_inputs((m, n, k), "float16", seed_for("int8-graph", b_layout, config), b_layout)
+    ref = INT8_SPEC.reference(**inputs, precise=True)
+    c = torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda")
+    assert _int8_path(inputs, c, config) == path
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        out = gks.int8_gemm(**inputs, config=config)
+    stream.synchronize()
+    INT8_SPEC.check(out, ref, "float16", inputs)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        _int8_out_call(inputs, c, config)
+    for _ in range(2):
+        c.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        INT8_SPEC.check(c, ref, "float16", inputs)

@@ -32,8 +32,25 @@ int64_t int8_gemm_heuristic(int64_t m, int64_t n, int64_t k, int64_t num_sms) {
   return gks::detail::int8_gemm_heuristic(m, n, k, static_cast<int>(num_sms));
 }
 
+// The path int8_gemm(..., config) would take: "hopper", "hopper+transpose", "mma" or
+// "mma+transpose" (after the same validation).
+tvm::ffi::String int8_gemm_path(tvm::ffi::TensorView a_q, tvm::ffi::TensorView b_q,
+                                tvm::ffi::TensorView a_scale, tvm::ffi::TensorView b_scale,
+                                tvm::ffi::TensorView c, int64_t config) {
+  using namespace gks::ffi;
+  const char* name = "";
+  translate_errors([&] {
+    gks::Int8GemmArgs args{to_ref(a_q), to_ref(b_q), to_ref(a_scale), to_ref(b_scale),
+                           to_ref(c)};
+    args.config = static_cast<int>(std::clamp<int64_t>(config, INT_MIN, INT_MAX));
+    name = gks::detail::int8_gemm_path_name(gks::detail::int8_gemm_path(args));
+  });
+  return tvm::ffi::String(name);
+}
+
 }  // namespace
 
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(int8_gemm, int8_gemm);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(int8_gemm_configs, int8_gemm_configs);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(int8_gemm_heuristic, int8_gemm_heuristic);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(int8_gemm_path, int8_gemm_path);

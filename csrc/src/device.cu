@@ -1,38 +1,25 @@
 // SPDX-License-Identifier: Apache-2.0
-#include <mutex>
-#include <vector>
-
 #include "launch.h"
 
 namespace gks::detail {
 
 DeviceLimits device_limits(int device) {
-  static std::mutex mutex;
-  static std::vector<DeviceLimits> cache;
-  static std::vector<bool> known;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (device >= int(cache.size())) {
-    cache.resize(device + 1);
-    known.resize(device + 1, false);
-  }
-  if (!known[device]) {
+  return once_per_device(device, [](int d) {
     DeviceLimits limits;
     int l2 = 0, major = 0, smem = 0;
-    GKS_CHECK(cudaDeviceGetAttribute(&limits.sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
-                  cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device) == cudaSuccess &&
+    GKS_CHECK(cudaDeviceGetAttribute(&limits.sms, cudaDevAttrMultiProcessorCount, d) == cudaSuccess &&
+                  cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, d) == cudaSuccess &&
                   cudaDeviceGetAttribute(&limits.max_threads_per_sm,
-                                         cudaDevAttrMaxThreadsPerMultiProcessor, device) == cudaSuccess &&
-                  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-                  cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess,
+                                         cudaDevAttrMaxThreadsPerMultiProcessor, d) == cudaSuccess &&
+                  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d) == cudaSuccess &&
+                  cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, d) == cudaSuccess,
               kCudaError)
-        << "gks: cannot read the properties of CUDA device " << device;
+        << "gks: cannot read the properties of CUDA device " << d;
     limits.l2_bytes = l2;
     limits.smem_per_block = smem;
     limits.clusters = major >= 9;
-    cache[device] = limits;
-    known[device] = true;
-  }
-  return cache[device];
+    return limits;
+  });
 }
 
 }  // namespace gks::detail

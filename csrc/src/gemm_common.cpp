@@ -4,8 +4,8 @@
 #include <cuda_runtime_api.h>
 
 #include <climits>
-#include <mutex>
-#include <unordered_map>
+
+#include "gks/device_limits.h"
 
 namespace gks::detail {
 
@@ -43,20 +43,7 @@ bool gemm_rows_aligned16(const GemmMatrix& m, int64_t elem_bytes) {
   return base && (m.ld * elem_bytes) % 16 == 0;
 }
 
-int device_sm_count(int device) {
-  static std::mutex mutex;
-  static std::unordered_map<int, int> cache;
-  std::lock_guard<std::mutex> lock(mutex);
-  const auto it = cache.find(device);
-  if (it != cache.end()) return it->second;
-  int sms = 0;
-  const cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  GKS_CHECK(err == cudaSuccess && sms > 0, kCudaError)
-      << "gks: cannot read the multiprocessor count of cuda:" << device << ": "
-      << cudaGetErrorString(err);
-  cache.emplace(device, sms);
-  return sms;
-}
+int device_sm_count(int device) { return device_limits(device).sms; }
 
 void check_gemm_config(int config, int count, const char* op) {
   GKS_CHECK(config >= -1 && config < count, kInvalidArgument)

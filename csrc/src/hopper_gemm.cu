@@ -7,9 +7,8 @@
 #include <cuda_runtime_api.h>
 
 #include <climits>
+#include <cstddef>
 #include <iterator>
-#include <mutex>
-#include <unordered_map>
 
 #include "gemm_launch.h"
 #include "gks/wmma_gemm.h"
@@ -21,41 +20,13 @@ namespace {
 
 constexpr const char* kOp = "gks.gemm";
 
-// TMA coordinates are int32: keep every tile origin (up to 2 tiles of 256 past the edge
-// for a cluster of 2) representable.
-constexpr int64_t kMaxTmaDim = INT_MAX - 1024;
-
 GemmOperands validate(const GemmArgs& args) {
   return half_gemm_operands(args.a, args.b, args.c, args.config, kNumHopperGemmConfigs, kOp);
 }
 
-// Compute capability 9.0 exactly: sm_90a code runs on no other architecture.
-bool device_is_sm90(int device) {
-  static std::mutex mutex;
-  static std::unordered_map<int, bool> cache;
-  std::lock_guard<std::mutex> lock(mutex);
-  const auto it = cache.find(device);
-  if (it != cache.end()) return it->second;
-  int major = 0, minor = 0;
-  const cudaError_t e1 = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  const cudaError_t e2 = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
-  GKS_CHECK(e1 == cudaSuccess && e2 == cudaSuccess, kCudaError)
-      << kOp << ": cannot read the compute capability of cuda:" << device << ": "
-      << cudaGetErrorString(e1 != cudaSuccess ? e1 : e2);
-  const bool sm90 = major == 9 && minor == 0;
-  cache.emplace(device, sm90);
-  return sm90;
-}
-
-}  // namespace
-
-const std::vector<HopperGemmConfig>& hopper_gemm_configs() {
-  static const std::vector<HopperGemmConfig> configs(std::begin(kHopperGemmConfigs),
-                                                     std::end(kHopperGemmConfigs));
-  return configs;
-}
-
-int hopper_gemm_heuristic(int64_t m, int64_t n, int64_t /*k*/, int num_sms) {
+// The heuristic over one config table (see hopper_gemm_heuristic).
+template <size_t kCount>
+int pick_hopper_config(const HopperGemmConfig (&table)[kCount], int64_t m, int64_t n, int num_sms) {
   // Single-CTA configs only: one CTA per SM (persistent), so the score is the share of the
   // last wave that is busy x the share of the tiles inside the matrix x a guess at the
   // inner loop's efficiency (wide tiles reuse more per byte loaded). The cluster configs
@@ -63,8 +34,8 @@ int hopper_gemm_heuristic(int64_t m, int64_t n, int64_t /*k*/, int num_sms) {
   std::vector<GemmConfigInfo> infos;
   std::vector<GemmConfigTraits> traits;
   std::vector<int> index;
-  for (int i = 0; i < kNumHopperGemmConfigs; ++i) {
-    const HopperGemmConfig& c = kHopperGemmConfigs[i];
+  for (int i = 0; i < int(kCount); ++i) {
+    const HopperGemmConfig& c = table[i];
     if (c.cluster_m != 1) continue;
     infos.push_back({c.name, c.block_m, c.block_n, c.block_k, 384, c.stages});
     const int area = c.block_m * c.block_n;
@@ -74,6 +45,35 @@ int hopper_gemm_heuristic(int64_t m, int64_t n, int64_t /*k*/, int num_sms) {
     index.push_back(i);
   }
   return index[pick_gemm_config(infos, traits, m, n, num_sms)];
+}
+
+}  // namespace
+
+// Compute capability 9.0 exactly: sm_90a code runs on no other architecture.
+bool device_is_sm90(int device) {
+  return once_per_device(device, [](int d) {
+    int major = 0, minor = 0;
+    const cudaError_t e1 = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d);
+    const cudaError_t e2 = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d);
+    GKS_CHECK(e1 == cudaSuccess && e2 == cudaSuccess, kCudaError)
+        << "gks: cannot read the compute capability of cuda:" << d << ": "
+        << cudaGetErrorString(e1 != cudaSuccess ? e1 : e2);
+    return major == 9 && minor == 0;
+  });
+}
+
+const std::vector<HopperGemmConfig>& hopper_gemm_configs() {
+  static const std::vector<HopperGemmConfig> configs(std::begin(kHopperGemmConfigs),
+                                                     std::end(kHopperGemmConfigs));
+  return configs;
+}
+
+int hopper_gemm_heuristic(int64_t m, int64_t n, int64_t /*k*/, int num_sms) {
+  return pick_hopper_config(kHopperGemmConfigs, m, n, num_sms);
+}
+
+int hopper_int8_gemm_heuristic(int64_t m, int64_t n, int64_t /*k*/, int num_sms) {
+  return pick_hopper_config(kHopperInt8Configs, m, n, num_sms);
 }
 
 bool tma_can_describe(const GemmMatrix& m, int64_t elem_bytes) {
@@ -134,7 +134,7 @@ void gemm(const GemmArgs& args, cudaStream_t stream) {
   launch.n = int(n);
   launch.k = int(k);
   launch.dtype = args.a.dtype;
-  launch.c_is_f32 = args.c.dtype == DType::kFloat32;
+  launch.c_dtype = args.c.dtype;
   launch.c_vec = detail::gemm_rows_aligned16(ops.c, c_elem);
   launch.device = device;
   launch.num_sms = detail::device_sm_count(device);

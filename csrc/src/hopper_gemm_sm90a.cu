@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// The sm_90a half of gks::gemm: tensor maps, grid size and the launch of the Hopper kernel
-// (kernels/hopper_gemm.cuh). CMake compiles *_sm90a.cu sources for sm_90a only and adds
-// them to the library only when 90a is among GKS_CUDA_ARCHS; gks::gemm (hopper_gemm.cu)
-// validates everything before calling in here.
+// The sm_90a half of gks::gemm and of gks::int8_gemm's Hopper path: tensor maps, grid size
+// and the launch of the Hopper kernel (kernels/hopper_gemm.cuh). CMake compiles *_sm90a.cu
+// sources for sm_90a only and adds them to the library only when 90a is among
+// GKS_CUDA_ARCHS; gks::gemm (hopper_gemm.cu) and gks::int8_gemm (int8_gemm.cu) validate
+// everything before calling in here.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
@@ -34,34 +35,37 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
                                                              cudaEnableDefault, &status);
     GKS_CHECK(err == cudaSuccess && status == cudaDriverEntryPointSuccess && fn != nullptr,
               kCudaError)
-        << kOp << ": the CUDA driver does not provide cuTensorMapEncodeTiled ("
+        << "gks: the CUDA driver does not provide cuTensorMapEncodeTiled ("
         << cudaGetErrorString(err) << ")";
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
   }();
   return encode;
 }
 
-// A 2-D tensor map over a row-major [rows, cols] matrix of 16-bit elements, read in boxes of
-// [box_rows, 64] with the 128-byte swizzle the wgmma descriptors expect. Elements outside
-// the matrix read as zero.
+// A 2-D tensor map over a row-major [rows, cols] matrix of 16-bit or 8-bit elements, read
+// in boxes of [box_rows, 128 bytes] with the 128-byte swizzle the wgmma descriptors expect.
+// Elements outside the matrix read as zero.
 CUtensorMap make_tensor_map(const void* data, DType dtype, int64_t rows, int64_t cols, int64_t ld,
-                            int box_rows, const char* arg) {
+                            int box_rows, const char* op, const char* arg) {
   CUtensorMap map;
   std::memset(&map, 0, sizeof(map));
+  const int64_t elem = dtype == DType::kInt8 ? 1 : 2;
   // A single row never steps to a next row; pad its stride to what TMA accepts.
-  const int64_t stride_bytes = rows <= 1 ? (cols * 2 + 15) / 16 * 16 : ld * 2;
+  const int64_t stride_bytes = rows <= 1 ? (cols * elem + 15) / 16 * 16 : ld * elem;
   const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
   const cuuint64_t strides[1] = {cuuint64_t(stride_bytes)};
-  const cuuint32_t box[2] = {cuuint32_t(hk::kBlockK), cuuint32_t(box_rows)};
+  const cuuint32_t box[2] = {cuuint32_t(hk::kRowBytes / elem), cuuint32_t(box_rows)};
   const cuuint32_t element_strides[2] = {1, 1};
+  // int8 travels as bytes (TMA's zero fill is the same 0 either way).
+  const CUtensorMapDataType type = dtype == DType::kInt8       ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                   : dtype == DType::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                               : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   const CUresult result = tensor_map_encoder()(
-      &map,
-      dtype == DType::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-      2, const_cast<void*>(data), dims, strides, box, element_strides,
+      &map, type, 2, const_cast<void*>(data), dims, strides, box, element_strides,
       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   GKS_CHECK(result == CUDA_SUCCESS, kCudaError)
-      << kOp << ": cuTensorMapEncodeTiled failed (error " << int(result) << ") for argument '"
+      << op << ": cuTensorMapEncodeTiled failed (error " << int(result) << ") for argument '"
       << arg << "' (shape [" << rows << ", " << cols << "], leading dimension " << ld << ")";
   return map;
 }
@@ -91,16 +95,22 @@ int max_active_clusters(int device, int num_sms, int smem_bytes) {
   }
 }
 
-template <typename T, int kIndex>
+// Launches config kTable[kIndex] of the kernel on operands Op.
+template <class Op, const HopperGemmConfig* kTable, int kIndex>
 void launch_config(const HopperGemmLaunch& L, cudaStream_t stream) {
-  constexpr HopperGemmConfig kConfig = kHopperGemmConfigs[kIndex];
-  static_assert(kConfig.block_k == hk::kBlockK, "the kernel steps K by 64");
+  constexpr HopperGemmConfig kConfig = kTable[kIndex];
+  static_assert(kConfig.block_k == hk::kBlockK<Op>, "a k-block is 128 bytes of K");
   using Cfg = hk::HopperTile<kConfig.block_m, kConfig.block_n, kConfig.stages, kConfig.cluster_m>;
-  constexpr auto kernel = hk::hopper_gemm_kernel<T, Cfg>;
+  constexpr auto kernel = hk::hopper_gemm_kernel<Op, Cfg>;
   prepare_smem_kernel<kernel>(Cfg::kSmemBytes, L.device);
+  const char* op = Op::kInt8 ? "gks.int8_gemm" : kOp;
 
-  const CUtensorMap map_a = make_tensor_map(L.a, L.dtype, L.m, L.k, L.lda, Cfg::kBlockM, "a");
-  const CUtensorMap map_b = make_tensor_map(L.b, L.dtype, L.k, L.n, L.ldb, hk::kBlockK, "b");
+  const CUtensorMap map_a = make_tensor_map(L.a, L.dtype, L.m, L.k, L.lda, Cfg::kBlockM, op, "a");
+  // B boxes are 64 columns of c by one k-block: [64 k][64 n] of b, or [64 n][128 k] of the
+  // transposed int8 b.
+  const CUtensorMap map_b =
+      Op::kInt8 ? make_tensor_map(L.b, L.dtype, L.n, L.k, L.ldb, hk::kBBlockCols, op, "b")
+                : make_tensor_map(L.b, L.dtype, L.k, L.n, L.ldb, hk::kBlockK<Op>, op, "b");
 
   hk::HopperGemmParams p{};
   p.c = L.c;
@@ -108,19 +118,23 @@ void launch_config(const HopperGemmLaunch& L, cudaStream_t stream) {
   p.m = L.m;
   p.n = L.n;
   p.k = L.k;
-  p.k_blocks = int(ceil_div(L.k, hk::kBlockK));
+  p.k_blocks = int(ceil_div(L.k, hk::kBlockK<Op>));
   const int64_t tiles_m = ceil_div(L.m, Cfg::kBlockM);
   const int64_t unit_rows = ceil_div(tiles_m, Cfg::kClusterM);
   const int64_t tiles_n = ceil_div(L.n, Cfg::kBlockN);
   const int64_t units = unit_rows * tiles_n;
   // The unit loop adds the grid to a unit index: keep that sum inside int.
   GKS_CHECK(units <= int64_t(INT_MAX) - 4096, kInvalidArgument)
-      << kOp << ": the output " << L.m << " x " << L.n << " has too many tiles (" << units << ")";
+      << op << ": the output " << L.m << " x " << L.n << " has too many tiles (" << units << ")";
   p.unit_rows = int(unit_rows);
   p.tiles_n = int(tiles_n);
   p.num_units = int(units);
-  p.c_is_f32 = L.c_is_f32 ? 1 : 0;
+  p.c_kind = L.c_dtype == DType::kFloat32 ? 0 : L.c_dtype == DType::kFloat16 ? 1 : 2;
   p.c_vec = L.c_vec ? 1 : 0;
+  p.a_scale = L.a_scale;
+  p.b_scale = L.b_scale;
+  p.a_scale_stride = L.a_scale_stride;
+  p.b_scale_stride = L.b_scale_stride;
 
   const int clusters =
       int(std::min<int64_t>(units, max_active_clusters<kernel, Cfg::kClusterM>(
@@ -137,33 +151,49 @@ void launch_config(const HopperGemmLaunch& L, cudaStream_t stream) {
                             size_t(Cfg::kSmemBytes), stream, Cfg::kClusterM, attribute);
   const cudaError_t err = cudaLaunchKernelEx(&config, kernel, map_a, map_b, p);
   GKS_CHECK(err == cudaSuccess, kCudaError)
-      << kOp << ": launching the Hopper kernel (config " << kConfig.name
+      << op << ": launching the Hopper kernel (config " << kConfig.name
       << ") failed: " << cudaGetErrorString(err);
 }
 
-template <typename T>
-void launch_typed(const HopperGemmLaunch& L, cudaStream_t stream) {
+template <class Op>
+void launch_half(const HopperGemmLaunch& L, cudaStream_t stream) {
   static_assert(kNumHopperGemmConfigs == 7, "one case per config below");
   switch (L.config) {
-    case 0: return launch_config<T, 0>(L, stream);
-    case 1: return launch_config<T, 1>(L, stream);
-    case 2: return launch_config<T, 2>(L, stream);
-    case 3: return launch_config<T, 3>(L, stream);
-    case 4: return launch_config<T, 4>(L, stream);
-    case 5: return launch_config<T, 5>(L, stream);
-    case 6: return launch_config<T, 6>(L, stream);
+    case 0: return launch_config<Op, kHopperGemmConfigs, 0>(L, stream);
+    case 1: return launch_config<Op, kHopperGemmConfigs, 1>(L, stream);
+    case 2: return launch_config<Op, kHopperGemmConfigs, 2>(L, stream);
+    case 3: return launch_config<Op, kHopperGemmConfigs, 3>(L, stream);
+    case 4: return launch_config<Op, kHopperGemmConfigs, 4>(L, stream);
+    case 5: return launch_config<Op, kHopperGemmConfigs, 5>(L, stream);
+    case 6: return launch_config<Op, kHopperGemmConfigs, 6>(L, stream);
     default:
       GKS_CHECK(false, kInvalidArgument) << kOp << ": no Hopper config " << L.config;
+  }
+}
+
+void launch_int8(const HopperGemmLaunch& L, cudaStream_t stream) {
+  using Op = hk::Int8Operands;
+  static_assert(kNumHopperInt8Configs == 5, "one case per config below");
+  switch (L.config) {
+    case 0: return launch_config<Op, kHopperInt8Configs, 0>(L, stream);
+    case 1: return launch_config<Op, kHopperInt8Configs, 1>(L, stream);
+    case 2: return launch_config<Op, kHopperInt8Configs, 2>(L, stream);
+    case 3: return launch_config<Op, kHopperInt8Configs, 3>(L, stream);
+    case 4: return launch_config<Op, kHopperInt8Configs, 4>(L, stream);
+    default:
+      GKS_CHECK(false, kInvalidArgument) << "gks.int8_gemm: no Hopper config " << L.config;
   }
 }
 
 }  // namespace
 
 void launch_hopper_gemm_sm90a(const HopperGemmLaunch& launch, cudaStream_t stream) {
-  if (launch.dtype == DType::kBFloat16)
-    launch_typed<__nv_bfloat16>(launch, stream);
+  if (launch.dtype == DType::kInt8)
+    launch_int8(launch, stream);
+  else if (launch.dtype == DType::kBFloat16)
+    launch_half<hk::HalfOperands<__nv_bfloat16>>(launch, stream);
   else
-    launch_typed<__half>(launch, stream);
+    launch_half<hk::HalfOperands<__half>>(launch, stream);
 }
 
 }  // namespace gks::detail

@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gks/int8_gemm.h"
 
+#include <algorithm>
 #include <climits>
+#include <cstdint>
 
 #include "gemm_launch.h"
+#include "gks/hopper_gemm.h"
 #include "gks/kernels/int8_gemm.cuh"
 #include "launch.h"
 
@@ -49,25 +52,60 @@ int64_t scale_stride(const TensorRef& s, int64_t len, bool column, const char* o
 }  // namespace
 
 const std::vector<GemmConfigInfo>& int8_gemm_configs() {
-  static const std::vector<GemmConfigInfo> configs = {
-      gemm_config_info<Int8_128x128x64>("128x128x64_w64x64_s4"),
-      gemm_config_info<Int8_128x128x128>("128x128x128_w64x64_s3"),
-      gemm_config_info<Int8_128x256x128>("128x256x128_w64x64_s3"),
-      gemm_config_info<Int8_64x64x128>("64x64x128_w32x32_s4"),
-  };
+  static const std::vector<GemmConfigInfo> configs = [] {
+    std::vector<GemmConfigInfo> list = {
+        gemm_config_info<Int8_128x128x64>("128x128x64_w64x64_s4"),
+        gemm_config_info<Int8_128x128x128>("128x128x128_w64x64_s3"),
+        gemm_config_info<Int8_128x256x128>("128x256x128_w64x64_s3"),
+        gemm_config_info<Int8_64x64x128>("64x64x128_w32x32_s4"),
+    };
+    for (const HopperGemmConfig& c : kHopperInt8Configs)
+      list.push_back({c.name, c.block_m, c.block_n, c.block_k, 384, c.stages});
+    return list;
+  }();
   return configs;
 }
 
 int int8_gemm_heuristic(int64_t m, int64_t n, int64_t /*k*/, int num_sms) {
   // Relative speeds as measured (see above); blocks per SM from registers and shared memory.
   static const std::vector<GemmConfigTraits> traits = {{2, 1.0}, {2, 0.98}, {1, 0.9}, {4, 0.65}};
-  return pick_gemm_config(int8_gemm_configs(), traits, m, n, num_sms);
+  const auto& all = int8_gemm_configs();
+  static const std::vector<GemmConfigInfo> mma(all.begin(), all.begin() + kInt8MmaConfigs);
+  return pick_gemm_config(mma, traits, m, n, num_sms);
 }
 
-}  // namespace detail
+const char* int8_gemm_path_name(Int8GemmPath path) {
+  switch (path) {
+    case Int8GemmPath::kHopper: return "hopper";
+    case Int8GemmPath::kHopperTransposed: return "hopper+transpose";
+    case Int8GemmPath::kMma: return "mma";
+    default: return "mma+transpose";
+  }
+}
 
-void int8_gemm(const Int8GemmArgs& args, cudaStream_t stream) {
-  constexpr const char* kOp = "gks.int8_gemm";
+Int8GemmPath choose_int8_gemm_path(const Int8PathFacts& f) {
+  const Int8GemmPath mma = f.b_k_major ? Int8GemmPath::kMmaTransposed : Int8GemmPath::kMma;
+  const bool forced_mma = f.config >= 0 && f.config < kInt8MmaConfigs;
+  const bool forced_hopper = f.config >= kInt8MmaConfigs;
+  if (forced_mma || !f.device_is_sm90 || !f.built_with_sm90a || !tma_can_describe(f.a, 1))
+    return mma;
+  if (f.a.rows > kMaxTmaDim || f.a.cols > kMaxTmaDim || f.n > kMaxTmaDim) return mma;
+  if (f.b_k_major) return tma_can_describe(f.b_storage, 1) ? Int8GemmPath::kHopper : mma;
+  return forced_hopper || f.a.rows >= kInt8HopperMinRows ? Int8GemmPath::kHopperTransposed : mma;
+}
+
+namespace {
+
+constexpr const char* kOp = "gks.int8_gemm";
+
+struct Int8Operands {
+  GemmOperands ops;  // ops.b is meaningful only when b_q is row-major
+  bool b_k_major = false;
+  GemmMatrix b_storage;  // b_q's storage, row-major: [K, N], or [N, K] when K-major
+  int64_t sa_stride = 0, sb_stride = 0;
+};
+
+Int8Operands validate(const Int8GemmArgs& args) {
   check_cuda(args.a, kOp, "a_q");
   GKS_CHECK(args.a.dtype == DType::kInt8, kUnsupportedDtype)
       << kOp << ": argument 'a_q' must be int8, got " << dtype_name(args.a.dtype);
@@ -82,31 +120,158 @@ void int8_gemm(const Int8GemmArgs& args, cudaStream_t stream) {
             kUnsupportedDtype)
       << kOp << ": argument 'c' must be float16, bfloat16 or float32, got "
       << dtype_name(args.c.dtype);
-  const auto& configs = detail::int8_gemm_configs();
-  const detail::GemmOperands ops = detail::gemm_operands(args.a, "a_q", args.b, "b_q", args.c,
-                                                         args.config, int(configs.size()), kOp);
-  const detail::GemmMatrix &a = ops.a, &b = ops.b, &c = ops.c;
-  const int64_t m = ops.m, n = ops.n, k = ops.k;
-  const int64_t sa_stride = detail::scale_stride(args.a_scale, a.rows, true, kOp, "a_scale");
-  const int64_t sb_stride = detail::scale_stride(args.b_scale, b.cols, false, kOp, "b_scale");
-  if (m == 0 || n == 0) return;
-
-  const int device = args.a.device.index;
-  const detail::DeviceGuard guard(device);
-  const int64_t c_elem = dtype_size(args.c.dtype);
-  if (k == 0) {
-    detail::zero_gemm_output(c, c_elem, stream, kOp);
-    return;
+  Int8Operands v;
+  // A K-major b_q (a transposed view): its shape is checked like a row-major one's, then
+  // its storage is the row-major [N, K] matrix with leading dimension stride(1).
+  const TensorRef& b = args.b;
+  v.b_k_major = b.ndim == 2 && b.shape[0] > 1 && b.shape[1] > 1 && b.strides[0] == 1 &&
+                b.strides[1] != 1;
+  TensorRef b_shape = b;
+  if (v.b_k_major) {
+    b_shape.strides[0] = b.shape[1];
+    b_shape.strides[1] = 1;
   }
-  const int config = args.config >= 0
+  v.ops = gemm_operands(args.a, "a_q", b_shape, "b_q", args.c, args.config,
+                        int(int8_gemm_configs().size()), kOp);
+  if (v.b_k_major) {
+    GKS_CHECK(b.strides[1] >= b.shape[0], kInvalidArgument)
+        << kOp << ": argument 'b_q' is a K-major view (stride(0) == 1), so its stride(1) must be "
+        << "at least its " << b.shape[0] << " rows (K), got " << b.strides[1];
+    v.b_storage = GemmMatrix{b.data, b.shape[1], b.shape[0], b.strides[1]};
+    v.ops.b.data = nullptr;  // not a row-major matrix: only b_storage may be read
+  } else {
+    v.b_storage = v.ops.b;
+  }
+  v.sa_stride = scale_stride(args.a_scale, v.ops.a.rows, true, kOp, "a_scale");
+  v.sb_stride = scale_stride(args.b_scale, v.ops.n, false, kOp, "b_scale");
+  return v;
+}
+
+Int8PathFacts path_facts(const Int8GemmArgs& args, const Int8Operands& v) {
+  Int8PathFacts f;
+  f.device_is_sm90 = device_is_sm90(args.a.device.index);
+  f.built_with_sm90a = hopper_gemm_compiled();
+  f.a = v.ops.a;
+  f.b_k_major = v.b_k_major;
+  f.b_storage = v.b_storage;
+  f.n = v.ops.n;
+  f.config = args.config;
+  return f;
+}
+
+// The stream-ordered pool temporaries come from, one per device, created on first use.
+// It keeps freed memory for the next call (release threshold: unlimited) rather than
+// hand it back to the driver at every synchronization, which costs tens of microseconds
+// a call at these sizes.
+cudaMemPool_t temporary_pool(int device) {
+  return once_per_device(device, [](int d) {
+    cudaMemPoolProps props{};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = d;
+    cudaMemPool_t pool = nullptr;
+    cudaError_t err = cudaMemPoolCreate(&pool, &props);
+    GKS_CHECK(err == cudaSuccess, kCudaError)
+        << kOp << ": cannot create a memory pool on cuda:" << d << ": " << cudaGetErrorString(err);
+    uint64_t keep_all = UINT64_MAX;
+    err = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all);
+    GKS_CHECK(err == cudaSuccess, kCudaError)
+        << kOp << ": cannot configure the memory pool: " << cudaGetErrorString(err);
+    return pool;
+  });
+}
+
+// A temporary device buffer, allocated and freed in the order of `stream`.
+class StreamBuffer {
+ public:
+  StreamBuffer(size_t bytes, int device, cudaStream_t stream) : stream_(stream) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    cudaError_t err = cudaStreamIsCapturing(stream, &capture);
+    if (err == cudaSuccess) {
+      // A graph being captured gets its own allocation node (the graph owns that memory).
+      err = capture == cudaStreamCaptureStatusNone
+                ? cudaMallocFromPoolAsync(&ptr_, bytes, temporary_pool(device), stream)
+                : cudaMallocAsync(&ptr_, bytes, stream);
+    }
+    GKS_CHECK(err == cudaSuccess, kCudaError)
+        << kOp << ": cannot allocate " << bytes << " bytes for the transposed b_q: "
+        << cudaGetErrorString(err);
+  }
+  ~StreamBuffer() { (void)cudaFreeAsync(ptr_, stream_); }
+  StreamBuffer(const StreamBuffer&) = delete;
+  StreamBuffer& operator=(const StreamBuffer&) = delete;
+  int8_t* get() const { return static_cast<int8_t*>(ptr_); }
+
+ private:
+  void* ptr_ = nullptr;
+  cudaStream_t stream_;
+};
+
+// dst = src^T for the row-major int8 matrix `src`, into `dst` (leading dimension ld_dst).
+void transpose(const GemmMatrix& src, int8_t* dst, int64_t ld_dst, cudaStream_t stream) {
+  kernels::TransposeInt8Params t{};
+  t.src = static_cast<const int8_t*>(src.data);
+  t.ld_src = src.ld;
+  t.dst = dst;
+  t.ld_dst = ld_dst;
+  t.rows = int(src.rows);
+  t.cols = int(src.cols);
+  t.src_vec = gemm_rows_aligned16(src, 1);
+  const dim3 grid(unsigned(ceil_div(src.cols, kernels::kTransposeTile)),
+                  unsigned(std::min<int64_t>(ceil_div(src.rows, kernels::kTransposeTile), 65535)));
+  kernels::transpose_int8_kernel<<<grid, kernels::kTransposeThreads, 0, stream>>>(t);
+  check_launch(kOp);
+}
+
+// Rows of a transposed copy are padded to 16 bytes (TMA and cp.async want that).
+int64_t padded_ld(int64_t cols) { return (cols + 15) / 16 * 16; }
+
+#if defined(GKS_WITH_SM90A)
+// The Hopper kernel on a_q and the K-major b `bt` ([N, K], leading dimension ldbt).
+void launch_hopper(const Int8GemmArgs& args, const Int8Operands& v, const void* bt, int64_t ldbt,
+                   int config, int device, cudaStream_t stream) {
+  const GemmMatrix &a = v.ops.a, &c = v.ops.c;
+  HopperGemmLaunch launch{};
+  launch.a = a.data;
+  launch.lda = a.ld;
+  launch.b = bt;
+  launch.ldb = ldbt;
+  launch.c = c.data;
+  launch.ldc = c.ld;
+  launch.m = int(v.ops.m);
+  launch.n = int(v.ops.n);
+  launch.k = int(v.ops.k);
+  launch.dtype = DType::kInt8;
+  launch.c_dtype = args.c.dtype;
+  launch.c_vec = gemm_rows_aligned16(c, dtype_size(args.c.dtype));
+  launch.a_scale = static_cast<const float*>(args.a_scale.data);
+  launch.b_scale = static_cast<const float*>(args.b_scale.data);
+  launch.a_scale_stride = v.sa_stride;
+  launch.b_scale_stride = v.sb_stride;
+  launch.config = config;
+  launch.device = device;
+  launch.num_sms = device_sm_count(device);
+  launch_hopper_gemm_sm90a(launch, stream);
+  check_launch(kOp);
+}
+#endif
+
+// The mma.sync kernel on a_q and the row-major b [K, N] at `b` (leading dimension ldb).
+void launch_mma(const Int8GemmArgs& args, const Int8Operands& v, const void* b, int64_t ldb,
+                int device, cudaStream_t stream) {
+  const GemmMatrix &a = v.ops.a, &c = v.ops.c;
+  const int64_t m = v.ops.m, n = v.ops.n, k = v.ops.k;
+  const auto& configs = int8_gemm_configs();
+  const int config = args.config >= 0 && args.config < kInt8MmaConfigs
                          ? args.config
-                         : detail::int8_gemm_heuristic(m, n, k, detail::device_sm_count(device));
-  GKS_CHECK(detail::gemm_tile_count(configs[config], m, n) <= INT_MAX, kInvalidArgument)
+                         : int8_gemm_heuristic(m, n, k, device_sm_count(device));
+  GKS_CHECK(gemm_tile_count(configs[config], m, n) <= INT_MAX, kInvalidArgument)
       << kOp << ": the output " << m << " x " << n << " needs more than 2^31 - 1 tiles";
+  const GemmMatrix b_rows{const_cast<void*>(b), k, n, ldb};
 
   kernels::Int8GemmParams p{};
   p.a = static_cast<const int8_t*>(a.data);
-  p.b = static_cast<const int8_t*>(b.data);
+  p.b = static_cast<const int8_t*>(b);
   p.a_scale = static_cast<const float*>(args.a_scale.data);
   p.b_scale = static_cast<const float*>(args.b_scale.data);
   p.c = c.data;
@@ -114,20 +279,74 @@ void int8_gemm(const Int8GemmArgs& args, cudaStream_t stream) {
   p.s.n = int(n);
   p.s.k = int(k);
   p.s.lda = a.ld;
-  p.s.ldb = b.ld;
+  p.s.ldb = ldb;
   p.s.ldc = c.ld;
-  p.a_scale_stride = sa_stride;
-  p.b_scale_stride = sb_stride;
+  p.a_scale_stride = v.sa_stride;
+  p.b_scale_stride = v.sb_stride;
   p.c_kind = args.c.dtype == DType::kFloat32 ? 0 : args.c.dtype == DType::kFloat16 ? 1 : 2;
-  p.c_vec = detail::gemm_rows_aligned16(c, c_elem);
-  const bool aligned = detail::gemm_rows_aligned16(a, 1) && detail::gemm_rows_aligned16(b, 1);
+  p.c_vec = gemm_rows_aligned16(c, dtype_size(args.c.dtype));
+  const bool aligned = gemm_rows_aligned16(a, 1) && gemm_rows_aligned16(b_rows, 1);
   switch (config) {
-    case 0: detail::launch_config<detail::Int8_128x128x64>(p, aligned, device, stream); break;
-    case 1: detail::launch_config<detail::Int8_128x128x128>(p, aligned, device, stream); break;
-    case 2: detail::launch_config<detail::Int8_128x256x128>(p, aligned, device, stream); break;
-    default: detail::launch_config<detail::Int8_64x64x128>(p, aligned, device, stream); break;
+    case 0: launch_config<Int8_128x128x64>(p, aligned, device, stream); break;
+    case 1: launch_config<Int8_128x128x128>(p, aligned, device, stream); break;
+    case 2: launch_config<Int8_128x256x128>(p, aligned, device, stream); break;
+    default: launch_config<Int8_64x64x128>(p, aligned, device, stream); break;
   }
-  detail::check_launch(kOp);
+  check_launch(kOp);
+}
+
+}  // namespace
+
+Int8GemmPath int8_gemm_path(const Int8GemmArgs& args) {
+  const Int8Operands v = validate(args);
+  return choose_int8_gemm_path(path_facts(args, v));
+}
+
+}  // namespace detail
+
+void int8_gemm(const Int8GemmArgs& args, cudaStream_t stream) {
+  using namespace detail;
+  const Int8Operands v = validate(args);
+  const int64_t m = v.ops.m, n = v.ops.n, k = v.ops.k;
+  if (m == 0 || n == 0) return;
+
+  const int device = args.a.device.index;
+  const DeviceGuard guard(device);
+  if (k == 0) {
+    zero_gemm_output(v.ops.c, dtype_size(args.c.dtype), stream, kOp);
+    return;
+  }
+  const Int8GemmPath path = choose_int8_gemm_path(path_facts(args, v));
+  const GemmMatrix& bs = v.b_storage;
+  switch (path) {
+#if defined(GKS_WITH_SM90A)
+    case Int8GemmPath::kHopper:
+    case Int8GemmPath::kHopperTransposed: {
+      const int config = args.config >= kInt8MmaConfigs
+                             ? args.config - kInt8MmaConfigs
+                             : hopper_int8_gemm_heuristic(m, n, k, device_sm_count(device));
+      if (path == Int8GemmPath::kHopper) {
+        launch_hopper(args, v, bs.data, bs.ld, config, device, stream);
+      } else {
+        const int64_t ldbt = padded_ld(k);
+        StreamBuffer bt(size_t(n) * size_t(ldbt), device, stream);
+        transpose(bs, bt.get(), ldbt, stream);  // [K, N] -> [N, K]
+        launch_hopper(args, v, bt.get(), ldbt, config, device, stream);
+      }
+      return;
+    }
+#endif
+    case Int8GemmPath::kMmaTransposed: {
+      const int64_t ldb = padded_ld(n);
+      StreamBuffer b(size_t(k) * size_t(ldb), device, stream);
+      transpose(bs, b.get(), ldb, stream);  // [N, K] -> [K, N]
+      launch_mma(args, v, b.get(), ldb, device, stream);
+      return;
+    }
+    default:
+      launch_mma(args, v, bs.data, bs.ld, device, stream);
+      return;
+  }
 }
 
 }  // namespace gks

@@ -8,12 +8,28 @@
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
+#include <unordered_map>
 
 #include "gks/error.h"
 #include "gks/device_limits.h"
 #include "gks/tensor.h"
 
 namespace gks::detail {
+
+// make(device), computed once per device and kept (thread-safe). Each call site passes its
+// own lambda, so each gets its own cache. A make() that throws caches nothing.
+template <typename Make>
+auto once_per_device(int device, Make make) -> decltype(make(device)) {
+  static std::mutex mutex;
+  static std::unordered_map<int, decltype(make(device))> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto it = cache.find(device);
+  if (it != cache.end()) return it->second;
+  const auto value = make(device);
+  cache.emplace(device, value);
+  return value;
+}
 
 // Throws gks::Error(kCudaError) if the last launch (or an earlier asynchronous error) failed.
 inline void check_launch(const char* op) {

@@ -35,19 +35,36 @@ def int8_gemm(
     b_q [K, N] int8 with b_scale [1, N] float32 is b quantized per column::
 
         q, s = gks.quantize_int8(b.t().contiguous())   # per row of b.T = per column of b
-        b_q, b_scale = q.t().contiguous(), s.t()
+        b_q, b_scale = q.t(), s.t()
 
-    b_q must be row-major ([K, N], stride(1) == 1, any leading dimension): the transposed
-    view q.t() is rejected (ValueError), hence the .contiguous(). The scales may also be 1-D
-    ([M], [N]) and have any stride. The int32 sum is exact while K * 128 * 128 < 2^31
-    (K < 131072); beyond that it wraps like torch._int_mm. out_dtype: float16 (default),
-    bfloat16 or float32.
+    b_q may be row-major ([K, N], stride(1) == 1, any leading dimension) or K-major, a
+    transposed view like q.t() above (stride(0) == 1, stride(1) >= K) — the layout of an
+    nn.Linear weight's .t(). The scales may also be 1-D ([M], [N]) and have any stride.
+    The int32 sum is exact while K * 128 * 128 < 2^31 (K < 131072); beyond that it wraps
+    like torch._int_mm. out_dtype: float16 (default), bfloat16 or float32.
+
+    On an sm_90 GPU (library built for sm_90a) with a_q 16-byte aligned (base pointer and
+    leading dimension) this runs the Hopper kernel (TMA, int8 wgmma, warp-specialized and
+    persistent), which reads b_q K-major: a K-major b_q is read in place; a row-major one is
+    first transposed into a temporary (N x K bytes, stream-ordered) when M >= 512, and
+    left to the mma.sync kernel below that. Elsewhere the mma.sync kernel runs, which reads
+    b_q row-major (a K-major b_q is transposed into a temporary first).
+    gks.cuda.int8_gemm_path tells which; every path gives identical results. config: -1 =
+    tuned entry if any (for a K-major b_q), else the heuristic; an index into
+    gks.cuda.gemm_config_names("int8_gemm") forces that config (a "hopper_" config gives
+    way to the mma.sync heuristic where the Hopper kernel cannot run). Runs on the current
+    CUDA stream.
     """
     check_matrix(a_q, "gks.int8_gemm", "a_q")
     check_matrix(b_q, "gks.int8_gemm", "b_q")
     c = torch.empty((a_q.shape[0], b_q.shape[1]), dtype=_out_dtype(out_dtype), device=a_q.device)
-    cfg = resolve_config("int8_gemm", a_q, a_q.shape[0], b_q.shape[1], a_q.shape[1], config,
-                         dtype=c.dtype)
+    # The tuned table was measured on K-major b_q (the registry's inputs); a row-major b_q
+    # is left to the heuristic, which weighs the transpose the Hopper kernel would need.
+    k_major = b_q.stride(0) == 1 and b_q.stride(1) != 1 and min(b_q.shape) > 1
+    cfg = config
+    if k_major:
+        cfg = resolve_config("int8_gemm", a_q, a_q.shape[0], b_q.shape[1], a_q.shape[1], config,
+                             dtype=c.dtype)
     cuda.int8_gemm_out(a_q, b_q, a_scale, b_scale, c, cfg)
     return c
 

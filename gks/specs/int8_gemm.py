@@ -16,7 +16,10 @@ def make_inputs(shape, dtype, device, seed):
     m, n, k = shape
     gen = torch.Generator(device=device).manual_seed(seed)
     a_q = torch.randint(-127, 128, (m, k), generator=gen, device=device, dtype=torch.int8)
-    b_q = torch.randint(-127, 128, (k, n), generator=gen, device=device, dtype=torch.int8)
+    # b_q K-major, a transposed view of [N, K]: the layout quantizing b per column gives
+    # (quantize_int8(b.t()), then .t()), that of an nn.Linear weight, and the one the Hopper
+    # kernel reads in place. Tests cover the row-major layout on their own.
+    b_q = torch.randint(-127, 128, (n, k), generator=gen, device=device, dtype=torch.int8).t()
     # Scales of the size absmax / 127 gives for unit-variance data.
     a_scale = 0.01 + 0.02 * torch.rand((m, 1), generator=gen, device=device)
     b_scale = 0.01 + 0.02 * torch.rand((1, n), generator=gen, device=device)
@@ -51,17 +54,27 @@ def _int_mm():
     return run
 
 
+# The compiled configs in index order: the mma.sync kernel's, then the Hopper kernel's
+# (TMA + int8 wgmma, sm_90a; where that path cannot run they give way to the mma.sync
+# heuristic's pick). A test keeps this in step with gks.cuda.gemm_config_names("int8_gemm").
 CONFIGS = (
     {"name": "128x128x64_w64x64_s4", "block": (128, 128, 64), "threads": 128, "stages": 4},
     {"name": "128x128x128_w64x64_s3", "block": (128, 128, 128), "threads": 128, "stages": 3},
     {"name": "128x256x128_w64x64_s3", "block": (128, 256, 128), "threads": 256, "stages": 3},
     {"name": "64x64x128_w32x32_s4", "block": (64, 64, 128), "threads": 128, "stages": 4},
+    {"name": "hopper_128x256x128_s4_c1", "block": (128, 256, 128), "threads": 384, "stages": 4, "cluster": 1},
+    {"name": "hopper_128x256x128_s4_c2", "block": (128, 256, 128), "threads": 384, "stages": 4, "cluster": 2},
+    {"name": "hopper_256x128x128_s4_c1", "block": (256, 128, 128), "threads": 384, "stages": 4, "cluster": 1},
+    {"name": "hopper_128x128x128_s6_c1", "block": (128, 128, 128), "threads": 384, "stages": 6, "cluster": 1},
+    {"name": "hopper_128x64x128_s8_c1", "block": (128, 64, 128), "threads": 384, "stages": 8, "cluster": 1},
 )
+MMA_CONFIGS = 4  # the mma.sync configs lead the list
 
 SPEC = register(
     OpSpec(
         name="int8_gemm",
-        summary="int8 GEMM on Tensor Cores (mma.sync m16n8k32, int32 accumulate) with row/column scales",
+        summary="int8 GEMM on Tensor Cores (int32 accumulate) with row/column scales: TMA + "
+                "wgmma on sm_90a, mma.sync m16n8k32 elsewhere",
         signature="int8_gemm(a_q[M, K], b_q[K, N], a_scale[M, 1], b_scale[1, N], "
                   "out_dtype=float16, config=-1) -> c[M, N]",
         shape_names=("M", "N", "K"),

@@ -228,13 +228,23 @@ TEST(Int8Gemm, RejectsInt32Output) {
                "argument 'c' must be float16, bfloat16 or float32");
 }
 
-TEST(Int8Gemm, RejectsTransposedViewOfQuantizedB) {
-  // b_q = q.T for q [N, K] contiguous: strides (1, K).
+TEST(Int8Gemm, KMajorViewOfQuantizedBNeedsAStrideOfAtLeastK) {
+  // b_q = q.T for q [N, K] is accepted (stride(0) == 1); its stride(1) is q's leading
+  // dimension and must cover K = 6.
   char buf[64];
   auto a = int8_args(buf, 4, 5, 6);
-  a.b = mat(buf, gks::DType::kInt8, 6, 5, {1, 6});
+  a.b = mat(buf, gks::DType::kInt8, 6, 5, {1, 5});
   expect_error([&] { gks::int8_gemm(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
-               "transposed views are not accepted");
+               "argument 'b_q' is a K-major view (stride(0) == 1), so its stride(1) must be at "
+               "least its 6 rows (K), got 5");
+}
+
+TEST(Int8Gemm, RejectsBThatIsNeitherRowMajorNorKMajor) {
+  char buf[64];
+  auto a = int8_args(buf, 4, 5, 6);
+  a.b = mat(buf, gks::DType::kInt8, 6, 5, {10, 2});
+  expect_error([&] { gks::int8_gemm(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "argument 'b_q' must be row-major");
 }
 
 // ---- config lists and the heuristic ----

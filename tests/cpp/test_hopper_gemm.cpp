@@ -152,6 +152,100 @@ TEST(HopperGemmHeuristic, SkinnyMGetsMoreTiles) {
   EXPECT_LT(c.block_m * c.block_n, 128 * 256) << c.name;
 }
 
+// ---- gks::int8_gemm's Hopper path ----
+
+// A Hopper-capable machine, a_q [M, 64] TMA can load, b_q row-major [64, 64].
+gks::detail::Int8PathFacts int8_facts(int64_t m) {
+  gks::detail::Int8PathFacts f;
+  f.device_is_sm90 = true;
+  f.built_with_sm90a = true;
+  f.a = GemmMatrix{g_buf, m, 64, 64};
+  f.b_storage = GemmMatrix{g_buf, 64, 64, 64};
+  f.n = 64;
+  return f;
+}
+
+TEST(Int8HopperPath, KMajorBIsReadInPlaceOnHopper) {
+  using gks::detail::Int8GemmPath;
+  auto f = int8_facts(16);
+  f.b_k_major = true;
+  EXPECT_EQ(gks::detail::choose_int8_gemm_path(f), Int8GemmPath::kHopper);
+  // Off sm_90, without sm_90a code, or with a forced mma.sync config: transposed for mma.sync.
+  for (auto change : {+[](gks::detail::Int8PathFacts& x) { x.device_is_sm90 = false; },
+                      +[](gks::detail::Int8PathFacts& x) { x.built_with_sm90a = false; },
+                      +[](gks::detail::Int8PathFacts& x) { x.config = 0; }}) {
+    auto g = f;
+    change(g);
+    EXPECT_EQ(gks::detail::choose_int8_gemm_path(g), Int8GemmPath::kMmaTransposed);
+  }
+  // A K-major b_q whose rows TMA cannot load (leading dimension 40 bytes).
+  f.b_storage = GemmMatrix{g_buf, 64, 40, 40};
+  EXPECT_EQ(gks::detail::choose_int8_gemm_path(f), Int8GemmPath::kMmaTransposed);
+}
+
+TEST(Int8HopperPath, RowMajorBIsTransposedOnlyForLargeMOrAForcedHopperConfig) {
+  using gks::detail::Int8GemmPath;
+  const int64_t big = gks::detail::kInt8HopperMinRows;
+  EXPECT_EQ(gks::detail::choose_int8_gemm_path(int8_facts(big)), Int8GemmPath::kHopperTransposed);
+  EXPECT_EQ(gks::detail::choose_int8_gemm_path(int8_facts(big - 1)), Int8GemmPath::kMma);
+  auto forced = int8_facts(16);
+  forced.config = gks::detail::kInt8MmaConfigs;  // the first Hopper config
+  EXPECT_EQ(gks::detail::choose_int8_gemm_path(forced), Int8GemmPath::kHopperTransposed);
+  forced.config = gks::detail::kInt8MmaConfigs - 1;
+  EXPECT_EQ(gks::detail::choose_int8_gemm_path(forced), Int8GemmPath::kMma);
+}
+
+TEST(Int8HopperPath, ATmaCannotLoadOrTooLargeMeansMma) {
+  using gks::detail::Int8GemmPath;
+  // int8 rows: the leading dimension must be a multiple of 16 elements, the base aligned.
+  auto f = int8_facts(1024);
+  f.a = GemmMatrix{g_buf, 1024, 40, 48};
+  EXPECT_EQ(gks::detail::choose_int8_gemm_path(f), Int8GemmPath::kHopperTransposed);
+  f.a = GemmMatrix{g_buf, 1024, 40, 40};
+  EXPECT_EQ(gks::detail::choose_int8_gemm_path(f), Int8GemmPath::kMma);
+  f.a = GemmMatrix{g_buf + 1, 1024, 64, 64};
+  EXPECT_EQ(gks::detail::choose_int8_gemm_path(f), Int8GemmPath::kMma);
+  f = int8_facts(1024);
+  f.n = gks::detail::kMaxTmaDim + 1;  // TMA coordinates are int32
+  EXPECT_EQ(gks::detail::choose_int8_gemm_path(f), Int8GemmPath::kMma);
+  f.config = gks::detail::kInt8MmaConfigs;  // a forced Hopper config gives way too
+  EXPECT_EQ(gks::detail::choose_int8_gemm_path(f), Int8GemmPath::kMma);
+}
+
+TEST(Int8HopperPath, Names) {
+  using gks::detail::Int8GemmPath;
+  EXPECT_STREQ(gks::detail::int8_gemm_path_name(Int8GemmPath::kHopper), "hopper");
+  EXPECT_STREQ(gks::detail::int8_gemm_path_name(Int8GemmPath::kHopperTransposed), "hopper+transpose");
+  EXPECT_STREQ(gks::detail::int8_gemm_path_name(Int8GemmPath::kMma), "mma");
+  EXPECT_STREQ(gks::detail::int8_gemm_path_name(Int8GemmPath::kMmaTransposed), "mma+transpose");
+}
+
+TEST(Int8HopperConfigs, FollowTheMmaConfigsAndSpellTheirShape) {
+  const auto& all = gks::detail::int8_gemm_configs();
+  ASSERT_EQ(int(all.size()), gks::detail::kInt8MmaConfigs + gks::detail::kNumHopperInt8Configs);
+  std::set<std::string> names;
+  for (const auto& c : all) EXPECT_TRUE(names.insert(c.name).second) << "duplicate " << c.name;
+  for (int i = 0; i < gks::detail::kNumHopperInt8Configs; ++i) {
+    const auto& h = gks::detail::kHopperInt8Configs[i];
+    const auto& c = all[gks::detail::kInt8MmaConfigs + i];
+    EXPECT_STREQ(c.name, h.name);
+    EXPECT_EQ(h.block_k, 128) << h.name;  // 128 bytes of K, like the 16-bit tiles' 64
+    const std::string expected = "hopper_" + std::to_string(h.block_m) + "x" +
+                                 std::to_string(h.block_n) + "x128_s" + std::to_string(h.stages) +
+                                 "_c" + std::to_string(h.cluster_m);
+    EXPECT_EQ(expected, h.name);
+  }
+  // The mma.sync heuristic never picks a Hopper config; the Hopper one a single-CTA config.
+  for (int64_t m : {1, 128, 4096, 8192})
+    for (int64_t n : {8, 4096, 14336}) {
+      EXPECT_LT(gks::detail::int8_gemm_heuristic(m, n, 4096, kH200Sms), gks::detail::kInt8MmaConfigs);
+      const int h = gks::detail::hopper_int8_gemm_heuristic(m, n, 4096, kH200Sms);
+      ASSERT_GE(h, 0);
+      ASSERT_LT(h, gks::detail::kNumHopperInt8Configs);
+      EXPECT_EQ(gks::detail::kHopperInt8Configs[h].cluster_m, 1);
+    }
+}
+
 // ---- validation: every error names its argument, before any CUDA call ----
 
 TEST(HopperGemmValidation, RejectsCpuTensorFirst) {

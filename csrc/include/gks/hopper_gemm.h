@@ -63,16 +63,39 @@ inline constexpr HopperGemmConfig kHopperGemmConfigs[] = {
 inline constexpr int kNumHopperGemmConfigs =
     int(sizeof(kHopperGemmConfigs) / sizeof(kHopperGemmConfigs[0]));
 
+// The same kernel's int8 configs (gks::int8_gemm's Hopper path): a k-block is 128 bytes
+// either way, so the int8 tiles are 128 elements deep with the 16-bit tiles' footprint.
+// They follow the mma.sync configs in int8_gemm_configs() (see int8_gemm.h).
+inline constexpr HopperGemmConfig kHopperInt8Configs[] = {
+    {"hopper_128x256x128_s4_c1", 128, 256, 128, 4, 1},
+    {"hopper_128x256x128_s4_c2", 128, 256, 128, 4, 2},
+    {"hopper_256x128x128_s4_c1", 256, 128, 128, 4, 1},
+    {"hopper_128x128x128_s6_c1", 128, 128, 128, 6, 1},
+    {"hopper_128x64x128_s8_c1", 128, 64, 128, 8, 1},
+};
+inline constexpr int kNumHopperInt8Configs =
+    int(sizeof(kHopperInt8Configs) / sizeof(kHopperInt8Configs[0]));
+
 // The same table as a vector. Available in every build.
 const std::vector<HopperGemmConfig>& hopper_gemm_configs();
 
 // The config the heuristic picks for an M x N x K problem on `num_sms` multiprocessors.
 int hopper_gemm_heuristic(int64_t m, int64_t n, int64_t k, int num_sms);
+// The same for the int8 configs: an index into kHopperInt8Configs.
+int hopper_int8_gemm_heuristic(int64_t m, int64_t n, int64_t k, int num_sms);
 
-// True when a TMA tensor map can describe the row-major operand `m` with 2-byte elements
-// loaded in 16-bit boxes: base pointer 16-byte aligned, leading dimension in bytes a
-// multiple of 16 (not needed for a single row) and below 2^40.
+// True when a TMA tensor map can describe the row-major operand `m` with `elem_bytes`-byte
+// elements: base pointer 16-byte aligned, leading dimension in bytes a multiple of 16 (not
+// needed for a single row) and below 2^40.
 bool tma_can_describe(const GemmMatrix& m, int64_t elem_bytes);
+
+// TMA coordinates are int32: every tile origin (up to 2 tiles of 256 past the edge for a
+// cluster of 2) must stay representable, so no dim of a Hopper operand may exceed this.
+inline constexpr int64_t kMaxTmaDim = INT32_MAX - 1024;
+
+// True for a compute-capability 9.0 device (sm_90a code runs on no other), cached per
+// device.
+bool device_is_sm90(int device);
 
 enum class GemmPath { kHopper, kWmma };
 const char* gemm_path_name(GemmPath path);  // "hopper" / "wmma"
@@ -94,18 +117,25 @@ constexpr bool hopper_gemm_compiled() {
 }
 
 // What the sm_90a launcher needs; built by gemm() after validation.
+// (gks::int8_gemm builds it too, with dtype kInt8.)
 struct HopperGemmLaunch {
   const void* a;
   int64_t lda;
+  // 16-bit: b [K, N] row-major. int8: b transposed, [N, K] row-major (K-major), with a
+  // leading dimension TMA can describe.
   const void* b;
   int64_t ldb;
   void* c;
   int64_t ldc;
-  int m, n, k;  // all >= 1
-  DType dtype;  // of a and b: kFloat16 or kBFloat16
-  bool c_is_f32;
-  bool c_vec;  // c's base and leading dimension are 16-byte aligned
-  int config;  // a valid index into hopper_gemm_configs()
+  int m, n, k;    // all >= 1
+  DType dtype;    // of a and b: kFloat16, kBFloat16 or kInt8
+  DType c_dtype;  // kFloat32, or a's dtype (16-bit); kFloat32, kFloat16 or kBFloat16 (int8)
+  bool c_vec;     // c's base and leading dimension are 16-byte aligned
+  // int8 only: c = float(a @ b) * a_scale[row * a_scale_stride] * b_scale[col * ...].
+  const float* a_scale = nullptr;
+  const float* b_scale = nullptr;
+  int64_t a_scale_stride = 0, b_scale_stride = 0;
+  int config;  // a valid index into kHopperGemmConfigs (16-bit) or kHopperInt8Configs (int8)
   int device;
   int num_sms;
 };

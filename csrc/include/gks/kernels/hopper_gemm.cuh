@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// Hopper-native GEMM (sm_90a only): c[M, N] = a[M, K] @ b[K, N], fp16/bf16 in, fp32
-// accumulation, c fp32 or the input dtype. Include only from *_sm90a.cu sources.
+// Hopper-native GEMM (sm_90a only): c[M, N] = a[M, K] @ b[K, N], either fp16/bf16 in with
+// fp32 accumulation (HalfOperands), or int8 in with int32 accumulation and the per-row /
+// per-column scales of gks.int8_gemm applied in the epilogue (Int8Operands). c is fp32,
+// fp16 or bf16. Include only from *_sm90a.cu sources.
 //
 // Shape of the kernel (one CTA per SM, persistent):
 //  * 3 warpgroups. Warpgroup 0 is the producer: one thread issues TMA loads
@@ -13,11 +15,16 @@
 //    every CTA of the cluster) arrives once its wgmma reads of the slot are done; the
 //    producer waits on it before refilling. Phases alternate each lap of the ring, so a
 //    waiter tracks one parity bit per lap.
-//  * Shared tiles use the 128-byte swizzle, written by TMA and read by wgmma through matrix
-//    descriptors. A tile [BM][64] is K-major: 128-byte rows, 8-row swizzle atoms 1024 bytes
-//    apart (SBO). B is [K, N] row-major, i.e. MN-major for wgmma (transpose bit set): the
-//    tile is kept as BN/64 column blocks of [64 k][64 n], each 8 KiB; inside a block k-rows
-//    are 128 bytes apart, 8-row groups 1024 bytes apart (SBO), and blocks 8 KiB apart (LBO).
+//  * A k-block is 128 bytes of K: 64 16-bit or 128 int8 elements. Shared tiles use the
+//    128-byte swizzle, written by TMA and read by wgmma through matrix descriptors. An A
+//    tile [BM][128 bytes] is K-major: 128-byte rows, 8-row swizzle atoms 1024 bytes apart
+//    (SBO). B is kept as BN/64 blocks of 8 KiB, in one of two layouts:
+//    - 16-bit: b is [K, N] row-major, i.e. MN-major for wgmma (transpose bit set); a block
+//      is [64 k][64 n]: k-rows 128 bytes apart, 8-row groups 1024 bytes apart (SBO),
+//      blocks 8 KiB apart (LBO).
+//    - int8: wgmma reads 8-bit operands K-major only, so B comes from b transposed,
+//      [N, K] (the launcher makes that copy); a block is [64 n][128 bytes of k], laid out
+//      like A, and the blocks of a tile follow each other as one K-major [BN][128] tile.
 //    Every slot and block starts on a 1024-byte boundary, which the swizzle needs.
 //  * The tile scheduler walks output tiles (or, with clusters, pairs of tiles stacked in M)
 //    in groups of `group_m` tile rows, so the CTAs in flight share A rows and B columns in
@@ -28,8 +35,8 @@
 //    k >= K), so the math needs no predicates; boxes wholly outside (B blocks past N, the
 //    idle half of a cluster past M) are not loaded at all, since they only feed outputs
 //    the epilogue never stores. The epilogue masks its stores.
-//  * Epilogue: each consumer warpgroup stages a 64 x 32 fp32 chunk of its accumulators in a
-//    private shared buffer (rows padded to 40 floats: the float2 writes of a half-warp and
+//  * Epilogue: each consumer warpgroup stages a 64 x 32 fp32 chunk of its accumulators (for
+//    int8, float(acc) * a_scale[row] * b_scale[col]) in a private shared buffer (rows padded to 40 floats: the float2 writes of a half-warp and
 //    the 16-byte reads hit distinct banks), then writes it out row-contiguously with 16-byte
 //    stores where c allows, converting to the output dtype.
 #pragma once
@@ -39,16 +46,15 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
 
 #include "gks/kernels/vec.cuh"  // from_float
 
 namespace gks::kernels::hopper {
 
-constexpr int kBlockK = 64;                 // one 128-byte swizzle row of 16-bit elements
-constexpr int kBBlockCols = 64;             // columns per B block (one swizzle row)
-constexpr int kBBlockBytes = kBlockK * kBBlockCols * 2;
+constexpr int kRowBytes = 128;              // bytes of K per k-block: one swizzle row
+constexpr int kBBlockCols = 64;             // columns of c per B block
+constexpr int kBBlockBytes = kRowBytes * kBBlockCols;
 constexpr int kConsumerWarpgroups = 2;
 constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
 constexpr int kProducerRegisters = 40;
@@ -65,9 +71,9 @@ struct HopperTile {
   static constexpr int kStages = kStages_, kClusterM = kClusterM_;
   static constexpr int kWarpgroupM = kBlockM / kConsumerWarpgroups;
   static constexpr int kAtomsM = kWarpgroupM / 64;
-  static constexpr int kAccum = kBlockN / 2;  // fp32 accumulators per thread per atom
+  static constexpr int kAccum = kBlockN / 2;  // accumulators per thread per atom
   static constexpr int kBBlocks = kBlockN / kBBlockCols;
-  static constexpr int kABytes = kBlockM * kBlockK * 2;
+  static constexpr int kABytes = kBlockM * kRowBytes;
   static constexpr int kBBytes = kBBlocks * kBBlockBytes;
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr int kEpilogueBytes = kConsumerWarpgroups * 64 * kEpiloguePitch * 4;
@@ -89,14 +95,36 @@ struct HopperGemmParams {
   void* c;
   int64_t ldc;       // elements between rows of c
   int m, n, k;
-  int k_blocks;      // ceil(K / 64), >= 1
+  int k_blocks;      // ceil(K bytes / 128), >= 1
   int tiles_n;       // ceil(N / kBlockN)
   int unit_rows;     // ceil(ceil(M / kBlockM) / kClusterM): rows of scheduling units
   int num_units;     // unit_rows * tiles_n
   int group_m;       // unit rows per scheduler group (>= 1)
-  int c_is_f32;      // c is float32 (else the input dtype)
+  int c_kind;        // c's dtype: 0 float32, 1 float16, 2 bfloat16
   int c_vec;         // c's rows allow 16-byte stores (base and leading dim 16-byte aligned)
+  // Int8Operands only: c = float(acc) * a_scale[row * a_scale_stride] * b_scale[...].
+  const float* a_scale;
+  const float* b_scale;
+  int64_t a_scale_stride, b_scale_stride;
 };
+
+// What the kernel multiplies. Both keep K-blocks of 128 bytes; they differ in the element
+// type, the accumulator type, B's shared layout (above) and the epilogue's scales.
+template <typename T>
+struct HalfOperands {
+  static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>, "bf16 or fp16 inputs");
+  using In = T;
+  using Acc = float;
+  static constexpr bool kInt8 = false;
+};
+struct Int8Operands {
+  using In = int8_t;
+  using Acc = int32_t;
+  static constexpr bool kInt8 = true;
+};
+// Elements of K per k-block.
+template <class Op>
+constexpr int kBlockK = kRowBytes / int(sizeof(typename Op::In));
 
 // ---------------------------------------------------------------- PTX wrappers
 
@@ -232,6 +260,11 @@ __device__ __forceinline__ void fence_registers(float (&r)[kN]) {
 #pragma unroll
   for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
+template <int kN>
+__device__ __forceinline__ void fence_registers(int32_t (&r)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
 
 // A wgmma shared-memory matrix descriptor for a 128-byte-swizzled operand:
 // bits 0-13 start address >> 4, 16-29 leading byte offset >> 4, 32-45 stride byte offset
@@ -247,8 +280,10 @@ __device__ __forceinline__ uint64_t smem_descriptor(uint32_t addr, uint32_t lead
   return desc;
 }
 
-// wgmma.mma_async m64nNk16, fp32 accumulators, A (K-major) and B (MN-major, transposed)
-// from shared memory through descriptors. accumulate == 0 overwrites d (d = A B).
+// wgmma.mma_async m64nNk16 (16-bit inputs, fp32 accumulators; B MN-major, the transpose
+// bit set) or m64nNk32 (int8 inputs, int32 accumulators; B K-major), A K-major, both from
+// shared memory through descriptors. A k-step is 32 bytes of K either way.
+// accumulate == 0 overwrites d (d = A B).
 // The operand lists are spelled out for the preprocessor: a thread's N / 2 accumulator
 // registers (%0 ...), then the two descriptors and the accumulate flag.
 #define GKS_WGMMA_REGS32 \
@@ -264,44 +299,49 @@ __device__ __forceinline__ uint64_t smem_descriptor(uint32_t addr, uint32_t lead
   ", %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95" \
   ", %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111" \
   ", %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-#define GKS_WGMMA_D8(i)                                                                  \
-  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
-      "+f"(d[i + 6]), "+f"(d[i + 7])
-#define GKS_WGMMA_D32 GKS_WGMMA_D8(0), GKS_WGMMA_D8(8), GKS_WGMMA_D8(16), GKS_WGMMA_D8(24)
-#define GKS_WGMMA_D64 GKS_WGMMA_D32, GKS_WGMMA_D8(32), GKS_WGMMA_D8(40), GKS_WGMMA_D8(48), GKS_WGMMA_D8(56)
-#define GKS_WGMMA_D128                                                                        \
-  GKS_WGMMA_D64, GKS_WGMMA_D8(64), GKS_WGMMA_D8(72), GKS_WGMMA_D8(80), GKS_WGMMA_D8(88),      \
-      GKS_WGMMA_D8(96), GKS_WGMMA_D8(104), GKS_WGMMA_D8(112), GKS_WGMMA_D8(120)
-// One wgmma of SHAPE on TYPE inputs; PRED and DESCS name the flag and descriptor operands,
-// the rest are the accumulator outputs.
-#define GKS_WGMMA_ASM(SHAPE, TYPE, REGS, PRED, DESCS, ...)                                    \
+// Accumulator operands with constraint C ("+f" or "+r").
+#define GKS_WGMMA_D8(C, i) \
+  C(d[i]), C(d[i + 1]), C(d[i + 2]), C(d[i + 3]), C(d[i + 4]), C(d[i + 5]), C(d[i + 6]), C(d[i + 7])
+#define GKS_WGMMA_D32(C) GKS_WGMMA_D8(C, 0), GKS_WGMMA_D8(C, 8), GKS_WGMMA_D8(C, 16), GKS_WGMMA_D8(C, 24)
+#define GKS_WGMMA_D64(C) \
+  GKS_WGMMA_D32(C), GKS_WGMMA_D8(C, 32), GKS_WGMMA_D8(C, 40), GKS_WGMMA_D8(C, 48), GKS_WGMMA_D8(C, 56)
+#define GKS_WGMMA_D128(C)                                                                     \
+  GKS_WGMMA_D64(C), GKS_WGMMA_D8(C, 64), GKS_WGMMA_D8(C, 72), GKS_WGMMA_D8(C, 80),            \
+      GKS_WGMMA_D8(C, 88), GKS_WGMMA_D8(C, 96), GKS_WGMMA_D8(C, 104), GKS_WGMMA_D8(C, 112),   \
+      GKS_WGMMA_D8(C, 120)
+// One wgmma of SHAPE_TYPES (e.g. "m64n256k16.f32.bf16.bf16"); PRED and DESCS name the flag
+// and descriptor operands, TAIL ends the operand list (the 16-bit forms add the scale and
+// transpose immediates), the rest are the accumulator outputs.
+#define GKS_WGMMA_ASM(SHAPE_TYPES, REGS, PRED, DESCS, TAIL, ...)                               \
   asm volatile("{\n"                                                                           \
                ".reg .pred p;\n"                                                               \
                "setp.ne.b32 p, " PRED ", 0;\n"                                                  \
-               "wgmma.mma_async.sync.aligned." SHAPE ".f32." TYPE "." TYPE "\n"                \
+               "wgmma.mma_async.sync.aligned." SHAPE_TYPES "\n"                                 \
                "{" REGS "},\n"                                                                  \
-               " " DESCS ", p, 1, 1, 0, 1;\n"                                                   \
+               " " DESCS ", p" TAIL "\n"                                                        \
                "}\n"                                                                            \
                : __VA_ARGS__                                                                   \
                : "l"(desc_a), "l"(desc_b), "r"(accumulate))
-#define GKS_WGMMA_TYPED(SHAPE, REGS, PRED, DESCS, ...)                                        \
-  if constexpr (std::is_same_v<T, __nv_bfloat16>)                                             \
-    GKS_WGMMA_ASM(SHAPE, "bf16", REGS, PRED, DESCS, __VA_ARGS__);                                 \
-  else                                                                                        \
-    GKS_WGMMA_ASM(SHAPE, "f16", REGS, PRED, DESCS, __VA_ARGS__)
+#define GKS_WGMMA_TYPED(N, REGS, PRED, DESCS, DN)                                              \
+  if constexpr (Op::kInt8)                                                                     \
+    GKS_WGMMA_ASM("m64n" N "k32.s32.s8.s8", REGS, PRED, DESCS, ";", DN("+r"));                  \
+  else if constexpr (std::is_same_v<typename Op::In, __nv_bfloat16>)                           \
+    GKS_WGMMA_ASM("m64n" N "k16.f32.bf16.bf16", REGS, PRED, DESCS, ", 1, 1, 0, 1;", DN("+f"));  \
+  else                                                                                         \
+    GKS_WGMMA_ASM("m64n" N "k16.f32.f16.f16", REGS, PRED, DESCS, ", 1, 1, 0, 1;", DN("+f"))
 
-template <typename T, int kN>
+template <class Op, int kN>
 struct Wgmma {
-  static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>, "bf16 or fp16 inputs");
   static_assert(kN == 64 || kN == 128 || kN == 256, "N: 64, 128 or 256");
-  static __device__ __forceinline__ void mma(float (&d)[kN / 2], uint64_t desc_a, uint64_t desc_b,
+  using Acc = typename Op::Acc;
+  static __device__ __forceinline__ void mma(Acc (&d)[kN / 2], uint64_t desc_a, uint64_t desc_b,
                                              int accumulate) {
     if constexpr (kN == 64) {
-      GKS_WGMMA_TYPED("m64n64k16", GKS_WGMMA_REGS32, "%34", "%32, %33", GKS_WGMMA_D32);
+      GKS_WGMMA_TYPED("64", GKS_WGMMA_REGS32, "%34", "%32, %33", GKS_WGMMA_D32);
     } else if constexpr (kN == 128) {
-      GKS_WGMMA_TYPED("m64n128k16", GKS_WGMMA_REGS64, "%66", "%64, %65", GKS_WGMMA_D64);
+      GKS_WGMMA_TYPED("128", GKS_WGMMA_REGS64, "%66", "%64, %65", GKS_WGMMA_D64);
     } else {
-      GKS_WGMMA_TYPED("m64n256k16", GKS_WGMMA_REGS128, "%130", "%128, %129", GKS_WGMMA_D128);
+      GKS_WGMMA_TYPED("256", GKS_WGMMA_REGS128, "%130", "%128, %129", GKS_WGMMA_D128);
     }
   }
 };
@@ -315,15 +355,6 @@ struct Wgmma {
 #undef GKS_WGMMA_REGS128
 #undef GKS_WGMMA_REGS64
 #undef GKS_WGMMA_REGS32
-
-// Two values rounded to T, packed low-first into one 32-bit word.
-template <typename T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  const T pair[2] = {from_float<T>(lo), from_float<T>(hi)};
-  uint32_t word;
-  memcpy(&word, pair, sizeof(word));
-  return word;
-}
 
 // Hands a ring slot back: one arrival per consumer warp on the slot's empty barrier in
 // every CTA of the cluster (each CTA's producer may write this CTA's slot).
@@ -352,7 +383,7 @@ __device__ __forceinline__ void unit_coords(const HopperGemmParams& p, int unit,
   col = in_group / rows_in_group;
 }
 
-template <typename T, class Cfg>
+template <class Op, class Cfg>
 __device__ __forceinline__ void run_producer(const CUtensorMap* map_a, const CUtensorMap* map_b,
                                              const HopperGemmParams& p, uint32_t smem_a,
                                              uint32_t smem_b, uint32_t full, uint32_t empty,
@@ -381,18 +412,20 @@ __device__ __forceinline__ void run_producer(const CUtensorMap* map_a, const CUt
       mbar_wait(empty + 8 * stage, phase ^ 1);
       const uint32_t full_bar = full + 8 * stage;
       mbar_arrive_expect_tx(full_bar, stage_bytes);
-      if (load_a) tma_load_2d(smem_a + stage * Cfg::kABytes, map_a, full_bar, kb * kBlockK, a_row);
+      const int k0 = kb * kBlockK<Op>;
+      if (load_a) tma_load_2d(smem_a + stage * Cfg::kABytes, map_a, full_bar, k0, a_row);
       const uint32_t b_slot = smem_b + stage * Cfg::kBBytes;
 #pragma unroll
       for (int j = 0; j < Cfg::kBBlocks; ++j) {
         if (j >= b_blocks) break;
+        // The box's (inner, outer) coordinates: (k, n) in the transposed int8 b, else (n, k).
+        const int n0 = b_col + j * kBBlockCols;
+        const int x = Op::kInt8 ? k0 : n0, y = Op::kInt8 ? n0 : k0;
         if constexpr (Cfg::kClusterM == 1) {
-          tma_load_2d(b_slot + j * kBBlockBytes, map_b, full_bar, b_col + j * kBBlockCols,
-                      kb * kBlockK);
+          tma_load_2d(b_slot + j * kBBlockBytes, map_b, full_bar, x, y);
         } else {
           if (j % Cfg::kClusterM == int(cta_rank))
-            tma_load_2d_multicast(b_slot + j * kBBlockBytes, map_b, full_bar,
-                                  b_col + j * kBBlockCols, kb * kBlockK,
+            tma_load_2d_multicast(b_slot + j * kBBlockBytes, map_b, full_bar, x, y,
                                   uint16_t((1u << Cfg::kClusterM) - 1));
         }
       }
@@ -404,81 +437,97 @@ __device__ __forceinline__ void run_producer(const CUtensorMap* map_a, const CUt
   }
 }
 
+// Reads a staged 64 x kEpilogueCols chunk out to c (rows from row0, columns from
+// chunk_col) as OutT, 16 bytes a store where c allows, masked at the edges.
+template <typename OutT>
+__device__ __forceinline__ void write_chunk(const HopperGemmParams& p, const float* stage_buf,
+                                            int64_t row0, int chunk_col) {
+  constexpr int kPer = 16 / int(sizeof(OutT));  // outputs per 16-byte store
+  constexpr int kVecs = kEpilogueCols / kPer;
+  const int t = threadIdx.x % 128;
+#pragma unroll
+  for (int i = t; i < 64 * kVecs; i += 128) {
+    const int r = i / kVecs, v = i % kVecs;
+    const int64_t row = row0 + r;
+    const int col = chunk_col + v * kPer;
+    if (row >= p.m || col >= p.n) continue;
+    float vals[kPer];
+#pragma unroll
+    for (int e = 0; e < kPer; e += 4) {
+      const float4 q = *reinterpret_cast<const float4*>(stage_buf + r * kEpiloguePitch + v * kPer + e);
+      vals[e] = q.x, vals[e + 1] = q.y, vals[e + 2] = q.z, vals[e + 3] = q.w;
+    }
+    OutT* dst = static_cast<OutT*>(p.c) + row * p.ldc + col;
+    if (p.c_vec && col + kPer <= p.n) {
+      Vec<OutT, kPer> out;
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) out.v[e] = from_float<OutT>(vals[e]);
+      *reinterpret_cast<Vec<OutT, kPer>*>(dst) = out;
+    } else {
+#pragma unroll
+      for (int e = 0; e < kPer; ++e)
+        if (col + e < p.n) dst[e] = from_float<OutT>(vals[e]);
+    }
+  }
+}
+
 // Writes one 64 x kBlockN accumulator atom of a consumer warpgroup to c, in 64 x 32
 // chunks staged through `stage_buf`. `row0`/`col0`: the atom's first element in c.
-template <typename T, class Cfg>
-__device__ __forceinline__ void store_atom(const HopperGemmParams& p, const float (&acc)[Cfg::kAccum],
+template <class Op, class Cfg>
+__device__ __forceinline__ void store_atom(const HopperGemmParams& p,
+                                           const typename Op::Acc (&acc)[Cfg::kAccum],
                                            float* stage_buf, int barrier_id, int64_t row0,
                                            int col0) {
   const int t = threadIdx.x % 128;
   const int warp = t / 32, lane = t % 32;
+  // Accumulator fragment of m64nN: register 4j + {0,1} holds row warp*16 + lane/4,
+  // columns 8j + 2*(lane%4) + {0,1}; registers 4j + {2,3} the same columns 8 rows down.
+  const int r = warp * 16 + lane / 4;
+  // int8: the scales of this thread's two rows (0 past the edge: those are never stored).
+  float sa_lo = 1.f, sa_hi = 1.f;
+  if constexpr (Op::kInt8) {
+    sa_lo = row0 + r < p.m ? p.a_scale[(row0 + r) * p.a_scale_stride] : 0.f;
+    sa_hi = row0 + r + 8 < p.m ? p.a_scale[(row0 + r + 8) * p.a_scale_stride] : 0.f;
+  }
 #pragma unroll
   for (int chunk = 0; chunk < Cfg::kBlockN / kEpilogueCols; ++chunk) {
     const int chunk_col = col0 + chunk * kEpilogueCols;
     if (chunk_col >= p.n) break;  // uniform across the warpgroup
     named_barrier_sync<128>(barrier_id);  // the previous chunk has been read out
-    // Accumulator fragment of m64nN: register 4j + {0,1} holds row warp*16 + lane/4,
-    // columns 8j + 2*(lane%4) + {0,1}; registers 4j + {2,3} the same columns 8 rows down.
 #pragma unroll
     for (int jj = 0; jj < kEpilogueCols / 8; ++jj) {
       const int j = chunk * (kEpilogueCols / 8) + jj;
-      const int r = warp * 16 + lane / 4;
       const int col = jj * 8 + 2 * (lane % 4);
-      *reinterpret_cast<float2*>(stage_buf + r * kEpiloguePitch + col) =
-          make_float2(acc[4 * j], acc[4 * j + 1]);
-      *reinterpret_cast<float2*>(stage_buf + (r + 8) * kEpiloguePitch + col) =
-          make_float2(acc[4 * j + 2], acc[4 * j + 3]);
+      float2 lo, hi;
+      if constexpr (Op::kInt8) {
+        // float(acc) * a_scale * b_scale, in that order (gks.reference.int8_gemm's).
+        const int c0 = chunk_col + col;
+        const float sb0 = c0 < p.n ? p.b_scale[int64_t(c0) * p.b_scale_stride] : 0.f;
+        const float sb1 = c0 + 1 < p.n ? p.b_scale[int64_t(c0 + 1) * p.b_scale_stride] : 0.f;
+        lo = make_float2(float(acc[4 * j]) * sa_lo * sb0, float(acc[4 * j + 1]) * sa_lo * sb1);
+        hi = make_float2(float(acc[4 * j + 2]) * sa_hi * sb0, float(acc[4 * j + 3]) * sa_hi * sb1);
+      } else {
+        lo = make_float2(acc[4 * j], acc[4 * j + 1]);
+        hi = make_float2(acc[4 * j + 2], acc[4 * j + 3]);
+      }
+      *reinterpret_cast<float2*>(stage_buf + r * kEpiloguePitch + col) = lo;
+      *reinterpret_cast<float2*>(stage_buf + (r + 8) * kEpiloguePitch + col) = hi;
     }
     named_barrier_sync<128>(barrier_id);
-    if (p.c_is_f32) {
-      constexpr int kVecs = kEpilogueCols / 4;  // float4 per staged row
-#pragma unroll
-      for (int i = t; i < 64 * kVecs; i += 128) {
-        const int r = i / kVecs, v = i % kVecs;
-        const int64_t row = row0 + r;
-        const int col = chunk_col + v * 4;
-        if (row >= p.m || col >= p.n) continue;
-        const float4 val = *reinterpret_cast<const float4*>(stage_buf + r * kEpiloguePitch + v * 4);
-        float* dst = static_cast<float*>(p.c) + row * p.ldc + col;
-        if (p.c_vec && col + 4 <= p.n) {
-          *reinterpret_cast<float4*>(dst) = val;
-        } else {
-          const float vals[4] = {val.x, val.y, val.z, val.w};
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if (col + e < p.n) dst[e] = vals[e];
-        }
-      }
+    if (p.c_kind == 0) {
+      write_chunk<float>(p, stage_buf, row0, chunk_col);
+    } else if constexpr (Op::kInt8) {
+      if (p.c_kind == 1)
+        write_chunk<__half>(p, stage_buf, row0, chunk_col);
+      else
+        write_chunk<__nv_bfloat16>(p, stage_buf, row0, chunk_col);
     } else {
-      constexpr int kVecs = kEpilogueCols / 8;  // 8 outputs (16 bytes) per store
-#pragma unroll
-      for (int i = t; i < 64 * kVecs; i += 128) {
-        const int r = i / kVecs, v = i % kVecs;
-        const int64_t row = row0 + r;
-        const int col = chunk_col + v * 8;
-        if (row >= p.m || col >= p.n) continue;
-        const float* src = stage_buf + r * kEpiloguePitch + v * 8;
-        const float4 lo = *reinterpret_cast<const float4*>(src);
-        const float4 hi = *reinterpret_cast<const float4*>(src + 4);
-        const float vals[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-        T* dst = static_cast<T*>(p.c) + row * p.ldc + col;
-        if (p.c_vec && col + 8 <= p.n) {
-          uint4 packed;
-          uint32_t* words = reinterpret_cast<uint32_t*>(&packed);
-#pragma unroll
-          for (int e = 0; e < 4; ++e) words[e] = pack2<T>(vals[2 * e], vals[2 * e + 1]);
-          *reinterpret_cast<uint4*>(dst) = packed;
-        } else {
-#pragma unroll
-          for (int e = 0; e < 8; ++e)
-            if (col + e < p.n) dst[e] = from_float<T>(vals[e]);
-        }
-      }
+      write_chunk<typename Op::In>(p, stage_buf, row0, chunk_col);
     }
   }
 }
 
-template <typename T, class Cfg>
+template <class Op, class Cfg>
 __device__ __forceinline__ void run_consumer(const HopperGemmParams& p, uint32_t smem_a,
                                              uint32_t smem_b, uint32_t full, uint32_t empty,
                                              float* epilogue_smem, uint32_t cta_rank,
@@ -486,15 +535,14 @@ __device__ __forceinline__ void run_consumer(const HopperGemmParams& p, uint32_t
   const int wg = threadIdx.x / 128 - 1;  // 0 or 1: which half of the tile's rows
   const int lane = threadIdx.x % 32;
   float* stage_buf = epilogue_smem + wg * 64 * kEpiloguePitch;
-  float acc[Cfg::kAtomsM][Cfg::kAccum];
+  typename Op::Acc acc[Cfg::kAtomsM][Cfg::kAccum];
 #pragma unroll
   for (int a = 0; a < Cfg::kAtomsM; ++a)
 #pragma unroll
-    for (int i = 0; i < Cfg::kAccum; ++i) acc[a][i] = 0.f;
+    for (int i = 0; i < Cfg::kAccum; ++i) acc[a][i] = 0;
 
-  // Descriptor offsets that do not change: A rows of this warpgroup's atoms (128 bytes per
-  // row); B blocks 8 KiB apart (LBO), 8-row groups 1024 bytes apart (SBO) for both.
-  const uint32_t a_wg_offset = uint32_t(wg * Cfg::kWarpgroupM * kBlockK * 2);
+  // This warpgroup's A rows start here in every slot (128 bytes per row).
+  const uint32_t a_wg_offset = uint32_t(wg * Cfg::kWarpgroupM * kRowBytes);
 
   int stage = 0;
   uint32_t phase = 0;
@@ -510,15 +558,17 @@ __device__ __forceinline__ void run_consumer(const HopperGemmParams& p, uint32_t
       const uint32_t b_slot = smem_b + stage * Cfg::kBBytes;
       wgmma_fence();
 #pragma unroll
-      for (int k = 0; k < kBlockK / 16; ++k) {
-        // k-step k: A advances 32 bytes inside its 128-byte rows (the swizzle is applied
-        // to the absolute address, so this stays consistent with the TMA writes); B
-        // advances 16 k-rows = 2 KiB.
-        const uint64_t desc_b = smem_descriptor(b_slot + k * 2048, kBBlockBytes, 1024);
+      for (int k = 0; k < kRowBytes / 32; ++k) {
+        // k-step k (32 bytes of K): A advances 32 bytes inside its 128-byte rows (the
+        // swizzle is applied to the absolute address, so this stays consistent with the
+        // TMA writes), and so does a K-major (int8) B; an MN-major B advances 16 k-rows =
+        // 2 KiB, its blocks 8 KiB apart (LBO). 8-row groups are 1024 bytes apart (SBO).
+        const uint64_t desc_b = Op::kInt8 ? smem_descriptor(b_slot + k * 32, 16, 1024)
+                                          : smem_descriptor(b_slot + k * 2048, kBBlockBytes, 1024);
 #pragma unroll
         for (int a = 0; a < Cfg::kAtomsM; ++a) {
-          const uint64_t desc_a = smem_descriptor(a_slot + a * 64 * kBlockK * 2 + k * 32, 16, 1024);
-          Wgmma<T, Cfg::kBlockN>::mma(acc[a], desc_a, desc_b, (kb | k) != 0);
+          const uint64_t desc_a = smem_descriptor(a_slot + a * 64 * kRowBytes + k * 32, 16, 1024);
+          Wgmma<Op, Cfg::kBlockN>::mma(acc[a], desc_a, desc_b, (kb | k) != 0);
         }
       }
       wgmma_commit();
@@ -543,12 +593,12 @@ __device__ __forceinline__ void run_consumer(const HopperGemmParams& p, uint32_t
 #pragma unroll
     for (int a = 0; a < Cfg::kAtomsM; ++a) {
       if (wg_row + a * 64 >= p.m) break;  // uniform across the warpgroup
-      store_atom<T, Cfg>(p, acc[a], stage_buf, 1 + wg, wg_row + a * 64, tile_n * Cfg::kBlockN);
+      store_atom<Op, Cfg>(p, acc[a], stage_buf, 1 + wg, wg_row + a * 64, tile_n * Cfg::kBlockN);
     }
   }
 }
 
-template <typename T, class Cfg>
+template <class Op, class Cfg>
 __global__ void __launch_bounds__(kThreads, 1)
     hopper_gemm_kernel(const __grid_constant__ CUtensorMap map_a,
                        const __grid_constant__ CUtensorMap map_b,
@@ -585,11 +635,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x < 128) {
     registers_decrease<kProducerRegisters>();
     if (threadIdx.x == 0)
-      run_producer<T, Cfg>(&map_a, &map_b, p, smem_u32(smem_a), smem_u32(smem_b), smem_u32(full),
+      run_producer<Op, Cfg>(&map_a, &map_b, p, smem_u32(smem_a), smem_u32(smem_b), smem_u32(full),
                            smem_u32(empty), cta_rank, cluster_id, num_clusters);
   } else {
     registers_increase<kConsumerRegisters>();
-    run_consumer<T, Cfg>(p, smem_u32(smem_a), smem_u32(smem_b), smem_u32(full), smem_u32(empty),
+    run_consumer<Op, Cfg>(p, smem_u32(smem_a), smem_u32(smem_b), smem_u32(full), smem_u32(empty),
                          epilogue_smem, cta_rank, cluster_id, num_clusters);
   }
   // No CTA may leave while its peer can still arrive on its barriers or write its slots.
