@@ -6,6 +6,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstddef>
 #include <iterator>
@@ -74,6 +75,12 @@ int hopper_gemm_heuristic(int64_t m, int64_t n, int64_t /*k*/, int num_sms) {
 
 int hopper_int8_gemm_heuristic(int64_t m, int64_t n, int64_t /*k*/, int num_sms) {
   return pick_hopper_config(kHopperInt8Configs, m, n, num_sms);
+}
+
+int hopper_k_splits(int64_t tile_units, int64_t k_blocks, int64_t slots) {
+  if (tile_units <= 0 || 2 * tile_units > slots) return 1;
+  const int64_t splits = std::min<int64_t>({slots / tile_units, k_blocks / 4, 8});
+  return int(std::max<int64_t>(splits, 1));
 }
 
 bool tma_can_describe(const GemmMatrix& m, int64_t elem_bytes) {

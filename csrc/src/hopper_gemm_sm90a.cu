@@ -13,11 +13,13 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "gemm_launch.h"
 #include "gks/hopper_gemm.h"
 #include "gks/kernels/hopper_gemm.cuh"
 #include "launch.h"
+#include "workspace.h"
 
 namespace gks::detail {
 namespace {
@@ -122,7 +124,11 @@ void launch_config(const HopperGemmLaunch& L, cudaStream_t stream) {
   const int64_t tiles_m = ceil_div(L.m, Cfg::kBlockM);
   const int64_t unit_rows = ceil_div(tiles_m, Cfg::kClusterM);
   const int64_t tiles_n = ceil_div(L.n, Cfg::kBlockN);
-  const int64_t units = unit_rows * tiles_n;
+  // Split-K for outputs too small to fill the GPU; every split gets at least one k-block.
+  p.kb_per_split = int(ceil_div(
+      p.k_blocks, hopper_k_splits(unit_rows * tiles_n, p.k_blocks, L.num_sms / Cfg::kClusterM)));
+  p.k_splits = int(ceil_div(p.k_blocks, p.kb_per_split));
+  const int64_t units = unit_rows * tiles_n * p.k_splits;
   // The unit loop adds the grid to a unit index: keep that sum inside int.
   GKS_CHECK(units <= int64_t(INT_MAX) - 4096, kInvalidArgument)
       << op << ": the output " << L.m << " x " << L.n << " has too many tiles (" << units << ")";
@@ -145,6 +151,14 @@ void launch_config(const HopperGemmLaunch& L, cudaStream_t stream) {
       std::sqrt(double(clusters) * Cfg::kBlockN / double(Cfg::kBlockM * Cfg::kClusterM));
   p.group_m = int(std::clamp<int64_t>(std::llround(rows_in_flight), 1, unit_rows));
 
+  // The split-K workspace lives until the reduction (freed in stream order after it).
+  std::optional<StreamBuffer> partial;
+  if (p.k_splits > 1) {
+    partial.emplace(size_t(p.k_splits) * size_t(L.m) * size_t(L.n) * 4, L.device, stream, op,
+                    "the split-K partial sums");
+    p.partial = partial->get<void>();
+  }
+
   cudaLaunchAttribute attribute;
   const cudaLaunchConfig_t config =
       cluster_launch_config(dim3(unsigned(clusters * Cfg::kClusterM)), dim3(hk::kThreads),
@@ -153,6 +167,11 @@ void launch_config(const HopperGemmLaunch& L, cudaStream_t stream) {
   GKS_CHECK(err == cudaSuccess, kCudaError)
       << op << ": launching the Hopper kernel (config " << kConfig.name
       << ") failed: " << cudaGetErrorString(err);
+  if (p.k_splits > 1) {
+    const int64_t blocks = std::min<int64_t>(ceil_div(int64_t(L.m) * L.n, 256), 8 * L.num_sms);
+    hk::split_k_reduce_kernel<Op><<<unsigned(blocks), 256, 0, stream>>>(p);
+    check_launch(op);
+  }
 }
 
 template <class Op>

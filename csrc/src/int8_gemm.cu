@@ -9,6 +9,7 @@
 #include "gks/hopper_gemm.h"
 #include "gks/kernels/int8_gemm.cuh"
 #include "launch.h"
+#include "workspace.h"
 
 namespace gks {
 namespace detail {
@@ -159,54 +160,6 @@ Int8PathFacts path_facts(const Int8GemmArgs& args, const Int8Operands& v) {
   return f;
 }
 
-// The stream-ordered pool temporaries come from, one per device, created on first use.
-// It keeps freed memory for the next call (release threshold: unlimited) rather than
-// hand it back to the driver at every synchronization, which costs tens of microseconds
-// a call at these sizes.
-cudaMemPool_t temporary_pool(int device) {
-  return once_per_device(device, [](int d) {
-    cudaMemPoolProps props{};
-    props.allocType = cudaMemAllocationTypePinned;
-    props.location.type = cudaMemLocationTypeDevice;
-    props.location.id = d;
-    cudaMemPool_t pool = nullptr;
-    cudaError_t err = cudaMemPoolCreate(&pool, &props);
-    GKS_CHECK(err == cudaSuccess, kCudaError)
-        << kOp << ": cannot create a memory pool on cuda:" << d << ": " << cudaGetErrorString(err);
-    uint64_t keep_all = UINT64_MAX;
-    err = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all);
-    GKS_CHECK(err == cudaSuccess, kCudaError)
-        << kOp << ": cannot configure the memory pool: " << cudaGetErrorString(err);
-    return pool;
-  });
-}
-
-// A temporary device buffer, allocated and freed in the order of `stream`.
-class StreamBuffer {
- public:
-  StreamBuffer(size_t bytes, int device, cudaStream_t stream) : stream_(stream) {
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    cudaError_t err = cudaStreamIsCapturing(stream, &capture);
-    if (err == cudaSuccess) {
-      // A graph being captured gets its own allocation node (the graph owns that memory).
-      err = capture == cudaStreamCaptureStatusNone
-                ? cudaMallocFromPoolAsync(&ptr_, bytes, temporary_pool(device), stream)
-                : cudaMallocAsync(&ptr_, bytes, stream);
-    }
-    GKS_CHECK(err == cudaSuccess, kCudaError)
-        << kOp << ": cannot allocate " << bytes << " bytes for the transposed b_q: "
-        << cudaGetErrorString(err);
-  }
-  ~StreamBuffer() { (void)cudaFreeAsync(ptr_, stream_); }
-  StreamBuffer(const StreamBuffer&) = delete;
-  StreamBuffer& operator=(const StreamBuffer&) = delete;
-  int8_t* get() const { return static_cast<int8_t*>(ptr_); }
-
- private:
-  void* ptr_ = nullptr;
-  cudaStream_t stream_;
-};
-
 // dst = src^T for the row-major int8 matrix `src`, into `dst` (leading dimension ld_dst).
 void transpose(const GemmMatrix& src, int8_t* dst, int64_t ld_dst, cudaStream_t stream) {
   kernels::TransposeInt8Params t{};
@@ -329,18 +282,18 @@ void int8_gemm(const Int8GemmArgs& args, cudaStream_t stream) {
         launch_hopper(args, v, bs.data, bs.ld, config, device, stream);
       } else {
         const int64_t ldbt = padded_ld(k);
-        StreamBuffer bt(size_t(n) * size_t(ldbt), device, stream);
-        transpose(bs, bt.get(), ldbt, stream);  // [K, N] -> [N, K]
-        launch_hopper(args, v, bt.get(), ldbt, config, device, stream);
+        StreamBuffer bt(size_t(n) * size_t(ldbt), device, stream, kOp, "the transposed b_q");
+        transpose(bs, bt.get<int8_t>(), ldbt, stream);  // [K, N] -> [N, K]
+        launch_hopper(args, v, bt.get<int8_t>(), ldbt, config, device, stream);
       }
       return;
     }
 #endif
     case Int8GemmPath::kMmaTransposed: {
       const int64_t ldb = padded_ld(n);
-      StreamBuffer b(size_t(k) * size_t(ldb), device, stream);
-      transpose(bs, b.get(), ldb, stream);  // [N, K] -> [K, N]
-      launch_mma(args, v, b.get(), ldb, device, stream);
+      StreamBuffer b(size_t(k) * size_t(ldb), device, stream, kOp, "the transposed b_q");
+      transpose(bs, b.get<int8_t>(), ldb, stream);  // [N, K] -> [K, N]
+      launch_mma(args, v, b.get<int8_t>(), ldb, device, stream);
       return;
     }
     default:

@@ -152,6 +152,16 @@ TEST(HopperGemmHeuristic, SkinnyMGetsMoreTiles) {
   EXPECT_LT(c.block_m * c.block_n, 128 * 256) << c.name;
 }
 
+TEST(HopperGemmSplitK, OnlyWhenTheTilesFillAtMostHalfTheGpu) {
+  EXPECT_EQ(gks::detail::hopper_k_splits(67, 64, 132), 1);   // more than half: no split
+  EXPECT_EQ(gks::detail::hopper_k_splits(66, 64, 132), 2);   // exactly half: two splits
+  EXPECT_EQ(gks::detail::hopper_k_splits(32, 64, 132), 4);   // 128 units
+  EXPECT_EQ(gks::detail::hopper_k_splits(1, 1000, 132), 8);  // at most 8
+  EXPECT_EQ(gks::detail::hopper_k_splits(1, 12, 132), 3);    // at least 4 k-blocks a split
+  EXPECT_EQ(gks::detail::hopper_k_splits(1, 3, 132), 1);
+  EXPECT_EQ(gks::detail::hopper_k_splits(16, 64, 66), 4);    // slots: clusters of 2 on 132 SMs
+}
+
 // ---- gks::int8_gemm's Hopper path ----
 
 // A Hopper-capable machine, a_q [M, 64] TMA can load, b_q row-major [64, 64].

@@ -84,6 +84,12 @@ int hopper_gemm_heuristic(int64_t m, int64_t n, int64_t k, int num_sms);
 // The same for the int8 configs: an index into kHopperInt8Configs.
 int hopper_int8_gemm_heuristic(int64_t m, int64_t n, int64_t k, int num_sms);
 
+// Split-K: how many units share each tile's k-blocks, for an output of `tile_units`
+// scheduling units (tiles, or cluster pairs of them), K of `k_blocks` k-blocks, and `slots`
+// units the GPU runs at once. 1 unless the tiles fill at most half the slots; then enough
+// splits to fill them, each of at least 4 k-blocks, at most 8.
+int hopper_k_splits(int64_t tile_units, int64_t k_blocks, int64_t slots);
+
 // True when a TMA tensor map can describe the row-major operand `m` with `elem_bytes`-byte
 // elements: base pointer 16-byte aligned, leading dimension in bytes a multiple of 16 (not
 // needed for a single row) and below 2^40.

@@ -23,12 +23,16 @@
 //      is [64 k][64 n]: k-rows 128 bytes apart, 8-row groups 1024 bytes apart (SBO),
 //      blocks 8 KiB apart (LBO).
 //    - int8: wgmma reads 8-bit operands K-major only, so B comes from b transposed,
-//      [N, K] (the launcher makes that copy); a block is [64 n][128 bytes of k], laid out
+//      [N, K] (int8_gemm reads a K-major b_q in place, or makes that copy); a block is
+//      [64 n][128 bytes of k], laid out
 //      like A, and the blocks of a tile follow each other as one K-major [BN][128] tile.
 //    Every slot and block starts on a 1024-byte boundary, which the swizzle needs.
 //  * The tile scheduler walks output tiles (or, with clusters, pairs of tiles stacked in M)
 //    in groups of `group_m` tile rows, so the CTAs in flight share A rows and B columns in
 //    L2. Producer and consumers walk the same sequence independently.
+//  * Split-K (k_splits > 1, for outputs with too few tiles to fill the GPU): a tile's
+//    k-blocks are shared among k_splits scheduling units; each writes its raw sums to a
+//    workspace slice and split_k_reduce_kernel adds the slices in order and finishes c.
 //  * Cluster of 2 (kClusterM == 2): the two CTAs compute vertically adjacent tiles with the
 //    same B columns; each loads half of the B blocks and multicasts them to both CTAs.
 //  * Edges: TMA zero-fills the part of a box outside the matrix (rows >= M, columns >= N,
@@ -36,8 +40,9 @@
 //    idle half of a cluster past M) are not loaded at all, since they only feed outputs
 //    the epilogue never stores. The epilogue masks its stores.
 //  * Epilogue: each consumer warpgroup stages a 64 x 32 fp32 chunk of its accumulators (for
-//    int8, float(acc) * a_scale[row] * b_scale[col]) in a private shared buffer (rows padded to 40 floats: the float2 writes of a half-warp and
-//    the 16-byte reads hit distinct banks), then writes it out row-contiguously with 16-byte
+//    int8, float(acc) * a_scale[row] * b_scale[col]) in a private shared buffer (rows
+//    padded to 40 floats: the float2 writes of a half-warp and the 16-byte reads hit
+//    distinct banks), then writes it out row-contiguously with 16-byte
 //    stores where c allows, converting to the output dtype.
 #pragma once
 
@@ -98,10 +103,16 @@ struct HopperGemmParams {
   int k_blocks;      // ceil(K bytes / 128), >= 1
   int tiles_n;       // ceil(N / kBlockN)
   int unit_rows;     // ceil(ceil(M / kBlockM) / kClusterM): rows of scheduling units
-  int num_units;     // unit_rows * tiles_n
+  int num_units;     // unit_rows * tiles_n * k_splits
   int group_m;       // unit rows per scheduler group (>= 1)
   int c_kind;        // c's dtype: 0 float32, 1 float16, 2 bfloat16
   int c_vec;         // c's rows allow 16-byte stores (base and leading dim 16-byte aligned)
+  // Split-K: each tile's k-blocks are shared among k_splits units of kb_per_split k-blocks
+  // (the last may have fewer). With k_splits > 1 a unit writes its raw sums to
+  // partial[split][M][N] (Op::Acc, rows N apart) and split_k_reduce_kernel finishes c.
+  int k_splits;
+  int kb_per_split;
+  void* partial;
   // Int8Operands only: c = float(acc) * a_scale[row * a_scale_stride] * b_scale[...].
   const float* a_scale;
   const float* b_scale;
@@ -370,17 +381,30 @@ __device__ __forceinline__ void release_slot(uint32_t empty_bar) {
 
 // ---------------------------------------------------------------- the kernel
 
-// Scheduling unit -> (unit row, tile column), in groups of `group_m` unit rows: consecutive
-// units walk down a group's rows before moving right.
-__device__ __forceinline__ void unit_coords(const HopperGemmParams& p, int unit, int& row,
-                                            int& col) {
+// What one scheduling unit computes: unit row `row` (a tile row, or a cluster's pair of
+// them), tile column `col`, over k-blocks [kb_begin, kb_end) as split `split`.
+struct UnitWork {
+  int row, col, split, kb_begin, kb_end;
+};
+
+// Scheduling unit -> its work. Splits are the slowest-moving index, so the units in flight
+// together cover as many tiles as possible; within a split, units go in groups of
+// `group_m` unit rows, walking down a group's rows before moving right.
+__device__ __forceinline__ UnitWork unit_work(const HopperGemmParams& p, int unit) {
+  UnitWork w;
+  const int per_split = p.unit_rows * p.tiles_n;
+  w.split = unit / per_split;
+  unit -= w.split * per_split;
   const int per_group = p.group_m * p.tiles_n;
   const int group = unit / per_group;
   const int first_row = group * p.group_m;
   const int rows_in_group = min(p.unit_rows - first_row, p.group_m);
   const int in_group = unit - group * per_group;
-  row = first_row + in_group % rows_in_group;
-  col = in_group / rows_in_group;
+  w.row = first_row + in_group % rows_in_group;
+  w.col = in_group / rows_in_group;
+  w.kb_begin = w.split * p.kb_per_split;
+  w.kb_end = min(p.k_blocks, w.kb_begin + p.kb_per_split);
+  return w;
 }
 
 template <class Op, class Cfg>
@@ -394,10 +418,9 @@ __device__ __forceinline__ void run_producer(const CUtensorMap* map_a, const CUt
   int stage = 0;
   uint32_t phase = 0;
   for (int unit = cluster_id; unit < p.num_units; unit += num_clusters) {
-    int unit_row, tile_n;
-    unit_coords(p, unit, unit_row, tile_n);
-    const int a_row = (unit_row * Cfg::kClusterM + int(cta_rank)) * Cfg::kBlockM;
-    const int b_col = tile_n * Cfg::kBlockN;
+    const UnitWork w = unit_work(p, unit);
+    const int a_row = (w.row * Cfg::kClusterM + int(cta_rank)) * Cfg::kBlockM;
+    const int b_col = w.col * Cfg::kBlockN;
     // Boxes wholly outside the matrix are not loaded: A rows past M (the second CTA of a
     // cluster on the last, odd tile row) and B blocks past N feed only accumulators the
     // epilogue never stores, so stale shared memory there is harmless. Boxes that straddle
@@ -406,7 +429,7 @@ __device__ __forceinline__ void run_producer(const CUtensorMap* map_a, const CUt
     const int b_blocks = min(Cfg::kBBlocks, (p.n - b_col + kBBlockCols - 1) / kBBlockCols);
     // A and the B blocks land in this CTA's slot (half of them from the peer when clustered).
     const uint32_t stage_bytes = (load_a ? Cfg::kABytes : 0) + b_blocks * kBBlockBytes;
-    for (int kb = 0; kb < p.k_blocks; ++kb) {
+    for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
       // Wait until every consumer (of every CTA in the cluster) has finished with the slot;
       // on the first lap the parity trick lets this pass at once.
       mbar_wait(empty + 8 * stage, phase ^ 1);
@@ -527,6 +550,71 @@ __device__ __forceinline__ void store_atom(const HopperGemmParams& p,
   }
 }
 
+// Split-K: writes one 64 x kBlockN atom's raw sums to this split's slice of p.partial,
+// straight from the fragment (two consecutive columns a store), masked at the edges.
+template <class Op, class Cfg>
+__device__ __forceinline__ void store_partial(const HopperGemmParams& p,
+                                              const typename Op::Acc (&acc)[Cfg::kAccum], int split,
+                                              int64_t row0, int col0) {
+  using Acc = typename Op::Acc;
+  const int t = threadIdx.x % 128;
+  const int warp = t / 32, lane = t % 32;
+  Acc* slice = static_cast<Acc*>(p.partial) + int64_t(split) * p.m * p.n;
+  const bool pairs = p.n % 2 == 0;  // an even column then starts an 8-byte-aligned pair
+#pragma unroll
+  for (int j = 0; j < Cfg::kBlockN / 8; ++j) {
+    const int col = col0 + 8 * j + 2 * (lane % 4);
+    if (col >= p.n) continue;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // rows warp*16 + lane/4 and 8 below (see store_atom)
+      const int64_t row = row0 + warp * 16 + lane / 4 + 8 * h;
+      if (row >= p.m) continue;
+      Acc* dst = slice + row * p.n + col;
+      if (pairs) {
+        Vec<Acc, 2> v;
+        v.v[0] = acc[4 * j + 2 * h];
+        v.v[1] = acc[4 * j + 2 * h + 1];
+        *reinterpret_cast<Vec<Acc, 2>*>(dst) = v;
+      } else {
+        dst[0] = acc[4 * j + 2 * h];
+        if (col + 1 < p.n) dst[1] = acc[4 * j + 2 * h + 1];
+      }
+    }
+  }
+}
+
+template <typename OutT>
+__device__ __forceinline__ void store_one(const HopperGemmParams& p, int64_t row, int col, float v) {
+  static_cast<OutT*>(p.c)[row * p.ldc + col] = from_float<OutT>(v);
+}
+
+// Split-K: c = the sum of the splits' partial sums, in split order (deterministic), for
+// int8 then float(sum) * a_scale * b_scale as in store_atom; one output element a thread.
+template <class Op>
+__global__ void __launch_bounds__(256) split_k_reduce_kernel(const __grid_constant__ HopperGemmParams p) {
+  using Acc = typename Op::Acc;
+  const int64_t total = int64_t(p.m) * p.n;
+  const Acc* partial = static_cast<const Acc*>(p.partial);
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    Acc sum = partial[i];
+    for (int s = 1; s < p.k_splits; ++s) sum += partial[s * total + i];
+    const int64_t row = i / p.n;
+    const int col = int(i - row * p.n);
+    float v;
+    if constexpr (Op::kInt8)
+      v = float(sum) * p.a_scale[row * p.a_scale_stride] * p.b_scale[int64_t(col) * p.b_scale_stride];
+    else
+      v = sum;
+    if (p.c_kind == 0)
+      store_one<float>(p, row, col, v);
+    else if (p.c_kind == 1)
+      store_one<__half>(p, row, col, v);
+    else
+      store_one<__nv_bfloat16>(p, row, col, v);
+  }
+}
+
 template <class Op, class Cfg>
 __device__ __forceinline__ void run_consumer(const HopperGemmParams& p, uint32_t smem_a,
                                              uint32_t smem_b, uint32_t full, uint32_t empty,
@@ -547,12 +635,11 @@ __device__ __forceinline__ void run_consumer(const HopperGemmParams& p, uint32_t
   int stage = 0;
   uint32_t phase = 0;
   for (int unit = cluster_id; unit < p.num_units; unit += num_clusters) {
-    int unit_row, tile_n;
-    unit_coords(p, unit, unit_row, tile_n);
-    const int tile_m = unit_row * Cfg::kClusterM + int(cta_rank);
+    const UnitWork w = unit_work(p, unit);
+    const int tile_m = w.row * Cfg::kClusterM + int(cta_rank);
 
     int prev_stage = 0;
-    for (int kb = 0; kb < p.k_blocks; ++kb) {
+    for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
       mbar_wait(full + 8 * stage, phase);
       const uint32_t a_slot = smem_a + stage * Cfg::kABytes + a_wg_offset;
       const uint32_t b_slot = smem_b + stage * Cfg::kBBytes;
@@ -568,7 +655,7 @@ __device__ __forceinline__ void run_consumer(const HopperGemmParams& p, uint32_t
 #pragma unroll
         for (int a = 0; a < Cfg::kAtomsM; ++a) {
           const uint64_t desc_a = smem_descriptor(a_slot + a * 64 * kRowBytes + k * 32, 16, 1024);
-          Wgmma<Op, Cfg::kBlockN>::mma(acc[a], desc_a, desc_b, (kb | k) != 0);
+          Wgmma<Op, Cfg::kBlockN>::mma(acc[a], desc_a, desc_b, kb > w.kb_begin || k > 0);
         }
       }
       wgmma_commit();
@@ -577,7 +664,7 @@ __device__ __forceinline__ void run_consumer(const HopperGemmParams& p, uint32_t
       wgmma_wait<1>();
 #pragma unroll
       for (int a = 0; a < Cfg::kAtomsM; ++a) fence_registers(acc[a]);
-      if (kb > 0 && lane == 0) release_slot<Cfg>(empty + 8 * prev_stage);
+      if (kb > w.kb_begin && lane == 0) release_slot<Cfg>(empty + 8 * prev_stage);
       prev_stage = stage;
       if (++stage == Cfg::kStages) {
         stage = 0;
@@ -593,7 +680,10 @@ __device__ __forceinline__ void run_consumer(const HopperGemmParams& p, uint32_t
 #pragma unroll
     for (int a = 0; a < Cfg::kAtomsM; ++a) {
       if (wg_row + a * 64 >= p.m) break;  // uniform across the warpgroup
-      store_atom<Op, Cfg>(p, acc[a], stage_buf, 1 + wg, wg_row + a * 64, tile_n * Cfg::kBlockN);
+      if (p.k_splits > 1)
+        store_partial<Op, Cfg>(p, acc[a], w.split, wg_row + a * 64, w.col * Cfg::kBlockN);
+      else
+        store_atom<Op, Cfg>(p, acc[a], stage_buf, 1 + wg, wg_row + a * 64, w.col * Cfg::kBlockN);
     }
   }
 }
