@@ -4,7 +4,9 @@
 Each op is a ``torch.library.custom_op`` with a fake (meta) kernel, so it traces under
 ``torch.compile(fullgraph=True)``, passes ``torch.library.opcheck`` and can be captured in
 a CUDA graph. Validation happens once, in the C++ API, which raises ValueError/TypeError
-naming the bad argument. ``gks.<name>`` re-exports everything in ``__all__``.
+naming the bad argument. ``gks.<name>`` re-exports everything in ``__all__``: in plain
+eager use it runs the op's body without the dispatcher's ~10 µs (see _eager.py); its
+``.op`` is the custom op.
 """
 
 

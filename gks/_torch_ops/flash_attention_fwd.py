@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from gks import cuda
+from gks._torch_ops._eager import eager_fast_path
 
 
 def _aligned16(t: torch.Tensor) -> bool:
@@ -25,8 +26,7 @@ def _kernel_input(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-@torch.library.custom_op("gks::flash_attention_fwd", mutates_args=())
-def flash_attention_fwd(
+def _flash_attention_fwd(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
@@ -50,7 +50,11 @@ def flash_attention_fwd(
     return o, lse
 
 
-@flash_attention_fwd.register_fake
+_flash_attention_fwd_op = torch.library.custom_op("gks::flash_attention_fwd", _flash_attention_fwd, mutates_args=())
+flash_attention_fwd = eager_fast_path(_flash_attention_fwd_op, _flash_attention_fwd)
+
+
+@_flash_attention_fwd_op.register_fake
 def _(q, k, v, causal=False, softmax_scale=None):
     o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)

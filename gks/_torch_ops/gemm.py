@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from gks import cuda
+from gks._torch_ops._eager import eager_fast_path
 from gks.profile import autotune
 
 
@@ -27,8 +28,7 @@ def _config(a: torch.Tensor, m: int, n: int, k: int, config: int) -> int:
     return autotune.resolve_config("gemm", a, m, n, k, config)
 
 
-@torch.library.custom_op("gks::gemm", mutates_args=())
-def gemm(
+def _gemm(
     a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None, config: int = -1
 ) -> torch.Tensor:
     """c = a @ b: float16 or bfloat16 a [M, K] and b [K, N], fp32 accumulation, c in
@@ -50,6 +50,10 @@ def gemm(
     return c
 
 
-@gemm.register_fake
+_gemm_op = torch.library.custom_op("gks::gemm", _gemm, mutates_args=())
+gemm = eager_fast_path(_gemm_op, _gemm)
+
+
+@_gemm_op.register_fake
 def _(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None, config: int = -1):
     return torch.empty((a.shape[0], b.shape[1]), dtype=_out_dtype(a, out_dtype), device=a.device)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from gks import cuda
+from gks._torch_ops._eager import eager_fast_path
 
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -16,8 +17,7 @@ def _scale_shape(t: torch.Tensor) -> tuple[int, ...]:
     return (*t.shape[:-1], 1) if t.dim() >= 1 else (1,)
 
 
-@torch.library.custom_op("gks::quantize_int8", mutates_args=())
-def quantize_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _quantize_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric per-row INT8 quantization over the last dim of x [..., N].
 
     Returns (q, scale): scale = absmax(row) / 127, fp32 [..., 1]; q = rint(x / scale) clamped
@@ -30,7 +30,11 @@ def quantize_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q, scale
 
 
-@quantize_int8.register_fake
+_quantize_int8_op = torch.library.custom_op("gks::quantize_int8", _quantize_int8, mutates_args=())
+quantize_int8 = eager_fast_path(_quantize_int8_op, _quantize_int8)
+
+
+@_quantize_int8_op.register_fake
 def _(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     q = torch.empty(x.shape, dtype=torch.int8, device=x.device)
     return q, torch.empty(_scale_shape(x), dtype=torch.float32, device=x.device)
@@ -43,8 +47,7 @@ def _check_dtype(dtype: torch.dtype) -> None:
         )
 
 
-@torch.library.custom_op("gks::dequantize_int8", mutates_args=())
-def dequantize_int8(
+def _dequantize_int8(
     q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.float16
 ) -> torch.Tensor:
     """q * scale (an fp32 product) in ``dtype`` (float32, float16 or bfloat16).
@@ -58,7 +61,11 @@ def dequantize_int8(
     return out
 
 
-@dequantize_int8.register_fake
+_dequantize_int8_op = torch.library.custom_op("gks::dequantize_int8", _dequantize_int8, mutates_args=())
+dequantize_int8 = eager_fast_path(_dequantize_int8_op, _dequantize_int8)
+
+
+@_dequantize_int8_op.register_fake
 def _(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.float16) -> torch.Tensor:
     _check_dtype(dtype)
     return torch.empty(q.shape, dtype=dtype, device=q.device)

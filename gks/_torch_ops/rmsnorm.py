@@ -6,10 +6,10 @@ from __future__ import annotations
 import torch
 
 from gks import cuda
+from gks._torch_ops._eager import eager_fast_path
 
 
-@torch.library.custom_op("gks::rmsnorm", mutates_args=())
-def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, config: int = -1) -> torch.Tensor:
+def _rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, config: int = -1) -> torch.Tensor:
     """RMSNorm over the last dim of x [..., N]; fp32 math, output in x's dtype.
 
     x: fp32/fp16/bf16 CUDA tensor, last dim contiguous, any leading strides.
@@ -21,6 +21,10 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, config: in
     return y
 
 
-@rmsnorm.register_fake
+_rmsnorm_op = torch.library.custom_op("gks::rmsnorm", _rmsnorm, mutates_args=())
+rmsnorm = eager_fast_path(_rmsnorm_op, _rmsnorm)
+
+
+@_rmsnorm_op.register_fake
 def _(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, config: int = -1) -> torch.Tensor:
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)

@@ -6,11 +6,11 @@ from __future__ import annotations
 import torch
 
 from gks import cuda
+from gks._torch_ops._eager import eager_fast_path
 from gks.profile.autotune import check_matrix, resolve_config
 
 
-@torch.library.custom_op("gks::sgemm", mutates_args=())
-def sgemm(a: torch.Tensor, b: torch.Tensor, config: int = -1) -> torch.Tensor:
+def _sgemm(a: torch.Tensor, b: torch.Tensor, config: int = -1) -> torch.Tensor:
     """c = a @ b in float32 with FP32 FMA arithmetic (never TF32).
 
     a [M, K], b [K, N]: float32 CUDA tensors, row-major with any leading dimension
@@ -28,6 +28,10 @@ def sgemm(a: torch.Tensor, b: torch.Tensor, config: int = -1) -> torch.Tensor:
     return c
 
 
-@sgemm.register_fake
+_sgemm_op = torch.library.custom_op("gks::sgemm", _sgemm, mutates_args=())
+sgemm = eager_fast_path(_sgemm_op, _sgemm)
+
+
+@_sgemm_op.register_fake
 def _(a: torch.Tensor, b: torch.Tensor, config: int = -1) -> torch.Tensor:
     return torch.empty((a.shape[0], b.shape[1]), dtype=torch.float32, device=a.device)

@@ -7,10 +7,10 @@ from __future__ import annotations
 import torch
 
 from gks import cuda
+from gks._torch_ops._eager import eager_fast_path
 
 
-@torch.library.custom_op("gks::softmax", mutates_args=())
-def softmax(x: torch.Tensor, config: int = -1) -> torch.Tensor:
+def _softmax(x: torch.Tensor, config: int = -1) -> torch.Tensor:
     """Softmax over the last dim of x [..., N]; fp32 math, output in x's dtype.
 
     x: fp32/fp16/bf16 CUDA tensor, last dim contiguous, any leading strides. Non-finite
@@ -23,13 +23,16 @@ def softmax(x: torch.Tensor, config: int = -1) -> torch.Tensor:
     return y
 
 
-@softmax.register_fake
+_softmax_op = torch.library.custom_op("gks::softmax", _softmax, mutates_args=())
+softmax = eager_fast_path(_softmax_op, _softmax)
+
+
+@_softmax_op.register_fake
 def _(x: torch.Tensor, config: int = -1) -> torch.Tensor:
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
-@torch.library.custom_op("gks::softmax_rmsnorm", mutates_args=())
-def softmax_rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, config: int = -1) -> torch.Tensor:
+def _softmax_rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, config: int = -1) -> torch.Tensor:
     """softmax(rmsnorm(x, weight, eps)) over the last dim of x [..., N], in one kernel.
 
     fp32 math throughout; the normalized row is never rounded to x's dtype, only the output
@@ -40,6 +43,10 @@ def softmax_rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, co
     return y
 
 
-@softmax_rmsnorm.register_fake
+_softmax_rmsnorm_op = torch.library.custom_op("gks::softmax_rmsnorm", _softmax_rmsnorm, mutates_args=())
+softmax_rmsnorm = eager_fast_path(_softmax_rmsnorm_op, _softmax_rmsnorm)
+
+
+@_softmax_rmsnorm_op.register_fake
 def _(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, config: int = -1) -> torch.Tensor:
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from gks import cuda
+from gks._torch_ops._eager import eager_fast_path
 from gks.profile.autotune import check_matrix, resolve_config
 
 
@@ -18,8 +19,7 @@ def _out_dtype(a: torch.Tensor, out_dtype: torch.dtype) -> torch.dtype:
     return out_dtype
 
 
-@torch.library.custom_op("gks::wmma_gemm", mutates_args=())
-def wmma_gemm(
+def _wmma_gemm(
     a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype = torch.float32, config: int = -1
 ) -> torch.Tensor:
     """c = a @ b on Tensor Cores (nvcuda::wmma, mma.sync): float16 or bfloat16 a [M, K] and
@@ -37,6 +37,10 @@ def wmma_gemm(
     return c
 
 
-@wmma_gemm.register_fake
+_wmma_gemm_op = torch.library.custom_op("gks::wmma_gemm", _wmma_gemm, mutates_args=())
+wmma_gemm = eager_fast_path(_wmma_gemm_op, _wmma_gemm)
+
+
+@_wmma_gemm_op.register_fake
 def _(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype = torch.float32, config: int = -1):
     return torch.empty((a.shape[0], b.shape[1]), dtype=_out_dtype(a, out_dtype), device=a.device)
