@@ -4,8 +4,10 @@ CUDA kernels, ``--backend triton`` for the Triton ones and ``--backend pallas`` 
 Pallas SGEMM (their block shapes; the cache names them ``triton.NAME``, ``pallas.NAME``).
 
 For each dtype and shape it runs every compiled config of the kernel, checks its output
-against the float64 reference (a config that fails may not win), times it with CUDA events
-(median of several launches after a warm-up), and stores the winner in a JSON cache. The
+against the float64 reference (a config that fails may not win), times it (the CUDA kernels
+by replaying a CUDA graph of several calls, so the host's launch cost does not swamp small
+problems; the Triton and Pallas ones with CUDA events around each launch; medians after a
+warm-up), and stores the winner in a JSON cache. The
 winner is the first config, in the fixed config order, within ``band`` (2%) of the fastest:
 a deterministic tie band, so timing noise between near-equal configs does not flip choices.
 
@@ -302,10 +304,36 @@ def check_matrix(t, op: str, arg: str) -> None:
 # ---------------------------------------------------------------------------------------
 
 
-def time_config(fn: Callable[[], Any], warmup: int = 3, iters: int = 20) -> float:
-    """Median ms of `iters` launches of fn(), each between its own CUDA events."""
+def time_config(fn: Callable[[], Any], warmup: int = 3, iters: int = 20, graph: bool = False) -> float:
+    """Median ms of `iters` launches of fn(), each between its own CUDA events; with
+    `graph`, the GPU time alone: `iters` calls captured in one CUDA graph, the median of 5
+    replays over `iters`. Per-launch events also count the host's time to launch, which
+    for small problems is most of it (and would make the winner a matter of noise)."""
     import torch
 
+    if graph:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm up off the capture, as torch asks
+            for _ in range(warmup):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(iters):
+                fn()
+        g.replay()
+        times = []
+        for _ in range(5):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            g.replay()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / iters)
+        del g
+        return statistics.median(times)
     for _ in range(warmup):
         fn()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
@@ -347,7 +375,10 @@ def tune_one(kernel: str, dtype: str, shape: Sequence[int], *, warmup: int, iter
             torch.cuda.synchronize()
             check_output(spec, out, inputs, dtype, f"{kernel}[{name}]", ref=ref)
             del out
-            t = time_config(lambda: op(**inputs, config=i), warmup, iters)
+            # The CUDA kernels are timed by graph replay (GPU time); the Triton and Pallas
+            # ones per launch, as their runtimes are not all capturable.
+            t = time_config(lambda: op(**inputs, config=i), warmup, iters,
+                            graph=split_kernel(kernel)[0] == "cuda")
         except (AssertionError, RuntimeError, ValueError) as e:
             progress(f"    {name:<26} REJECTED: {str(e).splitlines()[0][:120]}")
             times.append(None)
