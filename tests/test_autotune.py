@@ -107,6 +107,32 @@ def test_lookup_reads_the_cache_and_misses_on_any_mismatch(tmp_path, monkeypatch
     autotune._entries.cache_clear()
 
 
+def test_resolve_config_follows_a_new_cache_at_once(tmp_path, monkeypatch):
+    # resolve_config remembers its answers, per generation of the tables: saving the cache
+    # starts a new one, so a fresh tuning applies to the very next call.
+    import types
+
+    monkeypatch.setenv("GKS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(autotune, "SHIPPED_DIR", tmp_path / "no-shipped-tables")
+    monkeypatch.setattr(autotune, "device_identity", lambda index: IDENTITY)
+    monkeypatch.setattr(autotune, "_kernel_hash", lambda kernel: "h1")
+    autotune._shipped.cache_clear()
+    like = types.SimpleNamespace(device=types.SimpleNamespace(type="cuda", index=0), dtype="float32")
+    key = autotune.cache_key(IDENTITY, "sgemm", "float32", (1024, 4096, 4096), "h1")
+    try:
+        autotune.save_cache({key: {"config": 3}})
+        assert autotune.resolve_config("sgemm", like, 1000, 4096, 4000, -1) == 3
+        assert autotune.resolve_config("sgemm", like, 1000, 4096, 4000, -1) == 3  # remembered
+        autotune.save_cache({key: {"config": 1}})
+        assert autotune.resolve_config("sgemm", like, 1000, 4096, 4000, -1) == 1
+        autotune.save_cache({})
+        assert autotune.resolve_config("sgemm", like, 1000, 4096, 4000, -1) == -1  # heuristic
+        assert autotune.resolve_config("sgemm", like, 1000, 4096, 4000, 2) == 2  # forced
+    finally:
+        autotune._entries.cache_clear()
+        autotune._shipped.cache_clear()
+
+
 def test_shipped_tables_apply_across_driver_and_version_after_the_users_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("GKS_CACHE_DIR", str(tmp_path / "user"))
     monkeypatch.setattr(autotune, "SHIPPED_DIR", tmp_path / "shipped")

@@ -160,8 +160,15 @@ def stale_keys(entries: dict[str, Any], identity: dict[str, str],
 # ---------------------------------------------------------------------------------------
 
 
+# Bumped each time a table is (re)loaded, i.e. after a cache_clear(): what resolve_config's
+# memory is keyed on. (Not id() of the tables: a new dict may reuse a freed one's address.)
+_generation = 0
+
+
 @functools.cache
 def _entries() -> dict[str, Any]:
+    global _generation
+    _generation += 1
     return load_cache()
 
 
@@ -177,6 +184,8 @@ def shipped_key(key: str) -> str:
 @functools.cache
 def _shipped() -> dict[str, Any]:
     """The entries of the tables that ship with gks, under shipped_key."""
+    global _generation
+    _generation += 1
     out: dict[str, Any] = {}
     for path in sorted(SHIPPED_DIR.glob("*.json")):
         for key, entry in load_cache(path).items():
@@ -262,8 +271,8 @@ def _dtype_name(dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-# resolve_config's answers, per table generation: every op call asks, so a repeated
-# question costs a dict lookup instead of a key build (about 5 µs).
+# resolve_config's answers, per table generation (_generation): every op call asks, so a
+# repeated question costs a dict lookup instead of a key build (about 5 µs).
 _RESOLVED: dict[tuple, int] = {}
 
 
@@ -274,9 +283,8 @@ def resolve_config(kernel: str, like, m: int, n: int, k: int, config: int, dtype
     if config != -1 or like.device.type != "cuda":
         return config
     index = like.device.index or 0
-    # The tables' identities make the key: reloading either (save_cache, cache_clear)
-    # starts a new generation.
-    key = (kernel, dtype or like.dtype, m, n, k, index, id(_entries()), id(_shipped()))
+    _entries(), _shipped()  # loaded (a reload after save_cache or cache_clear bumps _generation)
+    key = (kernel, dtype or like.dtype, m, n, k, index, _generation)
     found = _RESOLVED.get(key)
     if found is None:
         tuned = lookup(kernel, _dtype_name(dtype or like.dtype), m, n, k, index)
