@@ -41,7 +41,9 @@ def _gemm(
     leading dimension (stride(1) == 1); transposed views are rejected (ValueError).
     config: -1 = tuned entry if any, else the heuristic; an index into
     gks.cuda.gemm_config_names() forces that Hopper config (ignored by the WMMA fallback).
-    Runs on the current CUDA stream.
+    Outputs too small to fill the GPU split K over several CTAs (a temporary of at most
+    8 x M x N fp32 partial sums, allocated in stream order). Runs on the current CUDA
+    stream.
     """
     autotune.check_matrix(a, "gks.gemm", "a")
     autotune.check_matrix(b, "gks.gemm", "b")
