@@ -51,17 +51,7 @@ int pick_hopper_config(const HopperGemmConfig (&table)[kCount], int64_t m, int64
 }  // namespace
 
 // Compute capability 9.0 exactly: sm_90a code runs on no other architecture.
-bool device_is_sm90(int device) {
-  return once_per_device(device, [](int d) {
-    int major = 0, minor = 0;
-    const cudaError_t e1 = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d);
-    const cudaError_t e2 = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d);
-    GKS_CHECK(e1 == cudaSuccess && e2 == cudaSuccess, kCudaError)
-        << "gks: cannot read the compute capability of cuda:" << d << ": "
-        << cudaGetErrorString(e1 != cudaSuccess ? e1 : e2);
-    return major == 9 && minor == 0;
-  });
-}
+bool device_is_sm90(int device) { return device_limits(device).compute_capability == 90; }
 
 const std::vector<HopperGemmConfig>& hopper_gemm_configs() {
   static const std::vector<HopperGemmConfig> configs(std::begin(kHopperGemmConfigs),

@@ -99,14 +99,15 @@ namespace {
 
 constexpr const char* kOp = "gks.int8_gemm";
 
-struct Int8Operands {
+// int8_gemm's arguments once validated.
+struct Int8Validated {
   GemmOperands ops;  // ops.b is meaningful only when b_q is row-major
   bool b_k_major = false;
   GemmMatrix b_storage;  // b_q's storage, row-major: [K, N], or [N, K] when K-major
   int64_t sa_stride = 0, sb_stride = 0;
 };
 
-Int8Operands validate(const Int8GemmArgs& args) {
+Int8Validated validate(const Int8GemmArgs& args) {
   check_cuda(args.a, kOp, "a_q");
   GKS_CHECK(args.a.dtype == DType::kInt8, kUnsupportedDtype)
       << kOp << ": argument 'a_q' must be int8, got " << dtype_name(args.a.dtype);
@@ -121,7 +122,7 @@ Int8Operands validate(const Int8GemmArgs& args) {
             kUnsupportedDtype)
       << kOp << ": argument 'c' must be float16, bfloat16 or float32, got "
       << dtype_name(args.c.dtype);
-  Int8Operands v;
+  Int8Validated v;
   // A K-major b_q (a transposed view): its shape is checked like a row-major one's, then
   // its storage is the row-major [N, K] matrix with leading dimension stride(1).
   const TensorRef& b = args.b;
@@ -148,7 +149,7 @@ Int8Operands validate(const Int8GemmArgs& args) {
   return v;
 }
 
-Int8PathFacts path_facts(const Int8GemmArgs& args, const Int8Operands& v) {
+Int8PathFacts path_facts(const Int8GemmArgs& args, const Int8Validated& v) {
   Int8PathFacts f;
   f.device_is_sm90 = device_is_sm90(args.a.device.index);
   f.built_with_sm90a = hopper_gemm_compiled();
@@ -181,7 +182,7 @@ int64_t padded_ld(int64_t cols) { return (cols + 15) / 16 * 16; }
 
 #if defined(GKS_WITH_SM90A)
 // The Hopper kernel on a_q and the K-major b `bt` ([N, K], leading dimension ldbt).
-void launch_hopper(const Int8GemmArgs& args, const Int8Operands& v, const void* bt, int64_t ldbt,
+void launch_hopper(const Int8GemmArgs& args, const Int8Validated& v, const void* bt, int64_t ldbt,
                    int config, int device, cudaStream_t stream) {
   const GemmMatrix &a = v.ops.a, &c = v.ops.c;
   HopperGemmLaunch launch{};
@@ -210,7 +211,7 @@ void launch_hopper(const Int8GemmArgs& args, const Int8Operands& v, const void* 
 #endif
 
 // The mma.sync kernel on a_q and the row-major b [K, N] at `b` (leading dimension ldb).
-void launch_mma(const Int8GemmArgs& args, const Int8Operands& v, const void* b, int64_t ldb,
+void launch_mma(const Int8GemmArgs& args, const Int8Validated& v, const void* b, int64_t ldb,
                 int device, cudaStream_t stream) {
   const GemmMatrix &a = v.ops.a, &c = v.ops.c;
   const int64_t m = v.ops.m, n = v.ops.n, k = v.ops.k;
@@ -251,7 +252,7 @@ void launch_mma(const Int8GemmArgs& args, const Int8Operands& v, const void* b, 
 }  // namespace
 
 Int8GemmPath int8_gemm_path(const Int8GemmArgs& args) {
-  const Int8Operands v = validate(args);
+  const Int8Validated v = validate(args);
   return choose_int8_gemm_path(path_facts(args, v));
 }
 
@@ -259,7 +260,7 @@ Int8GemmPath int8_gemm_path(const Int8GemmArgs& args) {
 
 void int8_gemm(const Int8GemmArgs& args, cudaStream_t stream) {
   using namespace detail;
-  const Int8Operands v = validate(args);
+  const Int8Validated v = validate(args);
   const int64_t m = v.ops.m, n = v.ops.n, k = v.ops.k;
   if (m == 0 || n == 0) return;
 

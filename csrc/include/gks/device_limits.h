@@ -13,6 +13,7 @@ struct DeviceLimits {
   int max_threads_per_sm = 2048;
   bool clusters = true;  // thread block clusters (compute capability 9.0 and later)
   int64_t smem_per_block = 227 << 10;  // the most shared memory a block may opt in to
+  int compute_capability = 90;  // major * 10 + minor
 };
 
 // The limits of CUDA device `device`, read on first use and cached. Throws gks::Error.

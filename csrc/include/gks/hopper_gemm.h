@@ -102,8 +102,8 @@ bool tma_can_describe(const GemmMatrix& m, int64_t elem_bytes);
 // cluster of 2) must stay representable, so no dim of a Hopper operand may exceed this.
 inline constexpr int64_t kMaxTmaDim = INT32_MAX - 1024;
 
-// True for a compute-capability 9.0 device (sm_90a code runs on no other), cached per
-// device.
+// True for a compute-capability 9.0 device (sm_90a code runs on no other); from
+// device_limits().
 bool device_is_sm90(int device);
 
 enum class GemmPath { kHopper, kWmma };
