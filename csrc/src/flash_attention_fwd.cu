@@ -11,9 +11,8 @@ namespace gks {
 namespace detail {
 
 namespace {
-template <int kHeadDim>
-FlashAttentionFwdPlan plan_for() {
-  using Tile = typename kernels::FlashFwdConfig<kHeadDim>::Tile;
+template <typename Tile>
+FlashAttentionFwdPlan plan_tile() {
   FlashAttentionFwdPlan plan;
   plan.block_m = Tile::kBlockM;
   plan.block_n = Tile::kBlockN;
@@ -22,15 +21,21 @@ FlashAttentionFwdPlan plan_for() {
   plan.smem_bytes = Tile::kSmemBytes;
   return plan;
 }
+
+template <int kHeadDim>
+FlashAttentionFwdPlan plan_for(bool causal) {
+  if (!causal) return plan_tile<typename kernels::FlashFwdConfig<kHeadDim, false>::Tile>();
+  return plan_tile<typename kernels::FlashFwdConfig<kHeadDim, true>::Tile>();
+}
 }  // namespace
 
-FlashAttentionFwdPlan plan_flash_attention_fwd(int64_t head_dim) {
+FlashAttentionFwdPlan plan_flash_attention_fwd(int64_t head_dim, bool causal) {
   switch (head_dim) {
-    case 32: return plan_for<32>();
-    case 64: return plan_for<64>();
-    case 96: return plan_for<96>();
-    case 128: return plan_for<128>();
-    case 256: return plan_for<256>();
+    case 32: return plan_for<32>(causal);
+    case 64: return plan_for<64>(causal);
+    case 96: return plan_for<96>(causal);
+    case 128: return plan_for<128>(causal);
+    case 256: return plan_for<256>(causal);
     default:
       GKS_CHECK(false, kInvalidArgument)
           << "gks.flash_attention_fwd: head dim (the last dim of q, k and v) must be one of "
@@ -46,7 +51,7 @@ using kernels::FlashAttentionFwdParams;
 
 template <typename T, int kHeadDim, bool kCausal>
 void launch(const FlashAttentionFwdParams& p, int64_t batch, int64_t heads_q, cudaStream_t stream) {
-  using Tile = typename kernels::FlashFwdConfig<kHeadDim>::Tile;
+  using Tile = typename kernels::FlashFwdConfig<kHeadDim, kCausal>::Tile;
   auto* kernel = kernels::flash_attention_fwd_kernel<T, Tile, kCausal>;
   // Above 48 KiB of dynamic shared memory a kernel must opt in (a host-side attribute, so
   // this is also allowed while a stream is being captured).
@@ -134,7 +139,7 @@ void flash_attention_fwd(const FlashAttentionFwdArgs& args, cudaStream_t stream)
             kInvalidArgument)
       << kOp << ": argument 'lse' must have shape [" << batch << ", " << heads_q << ", "
       << seqlen_q << "] (q's first three dims), got " << lse.shape_string();
-  detail::plan_flash_attention_fwd(head_dim);  // throws for a head dim with no kernel
+  detail::plan_flash_attention_fwd(head_dim, args.causal);  // throws for a head dim with no kernel
   GKS_CHECK(heads_kv > 0 ? heads_q % heads_kv == 0 : heads_q == 0, kInvalidArgument)
       << kOp << ": the query heads (" << heads_q << ", dim 1 of q) must be a multiple of the "
       << "key/value heads (" << heads_kv << ", dim 1 of k and v)";

@@ -3,9 +3,12 @@
 
 Each program keeps its BLOCK_M query rows in registers and walks the keys in BLOCK_N
 tiles with the online softmax (base-2 exponentials on log2(e)-prescaled scores, fp32
-accumulators). The key range splits in two loops: tiles every row of the block sees in
-full (no masks, no bounds checks) and the tiles that cross the causal diagonal or the end
-of the keys (masked). Causal programs skip the tiles above the diagonal.
+accumulators). The walk is one loop: unmasked when no tile needs a mask (not causal and
+Sk a multiple of BLOCK_N), otherwise every tile masked. Splitting it into an unmasked loop
+and a masked one, as the CUDA kernel does, makes Triton 3.6 spill registers at the tiles
+that run fastest (128 x 64 at D = 128: 154 spill stores in the SASS, about 1.5x slower);
+the mask costs a compare and a select a score. Causal programs skip the tiles above the
+diagonal.
 """
 
 from __future__ import annotations
@@ -91,7 +94,8 @@ def _flash_attention_fwd_kernel(
     lse_sb, lse_sh,
     heads_q, group, seqlen_q, seqlen_k, scale_log2,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, UPCAST: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASKED: tl.constexpr,
+    UPCAST: tl.constexpr,
 ):
     if CAUSAL:  # longest rows first: the last query blocks see the most keys
         start_m = tl.num_programs(0) - 1 - tl.program_id(0)
@@ -122,32 +126,19 @@ def _flash_attention_fwd_kernel(
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
 
-    # Row i sees key j when j < seqlen_k and (causal) j <= i + diag_offset.
+    # Row i sees key j when j < seqlen_k and (causal) j <= i + diag_offset; causal blocks
+    # stop at the last key their last row sees.
     diag_offset = seqlen_k - seqlen_q
-    m0 = start_m * BLOCK_M
     if CAUSAL:
-        # Keys every row of the block sees: j <= m0 + diag_offset; the last row sees up to
-        # m0 + BLOCK_M - 1 + diag_offset.
-        full_end = tl.minimum(tl.maximum(m0 + diag_offset + 1, 0), seqlen_k)
-        hi = tl.minimum(tl.maximum(m0 + BLOCK_M + diag_offset, 0), seqlen_k)
+        hi = tl.minimum(tl.maximum(start_m * BLOCK_M + BLOCK_M + diag_offset, 0), seqlen_k)
     else:
-        full_end = seqlen_k
         hi = seqlen_k
-    full_end = (full_end // BLOCK_N) * BLOCK_N
-
     # The pointers advance one tile per pass (64-bit pointer arithmetic, no start * stride
-    # products); the second loop starts where the first stopped.
-    for start_n in tl.range(0, full_end, BLOCK_N):
+    # products).
+    for start_n in tl.range(0, hi, BLOCK_N):
         acc, m_i, l_i = _online_softmax_step(
             acc, m_i, l_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, d_mask,
-            seqlen_k, diag_offset, scale_log2, MASKED=False, CAUSAL=CAUSAL, EVEN_D=EVEN_D, UPCAST=UPCAST,
-        )
-        k_ptrs += BLOCK_N * k_sn
-        v_ptrs += BLOCK_N * v_sn
-    for start_n in tl.range(full_end, hi, BLOCK_N):
-        acc, m_i, l_i = _online_softmax_step(
-            acc, m_i, l_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, d_mask,
-            seqlen_k, diag_offset, scale_log2, MASKED=True, CAUSAL=CAUSAL, EVEN_D=EVEN_D, UPCAST=UPCAST,
+            seqlen_k, diag_offset, scale_log2, MASKED=MASKED, CAUSAL=CAUSAL, EVEN_D=EVEN_D, UPCAST=UPCAST,
         )
         k_ptrs += BLOCK_N * k_sn
         v_ptrs += BLOCK_N * v_sn
@@ -168,20 +159,20 @@ def _flash_attention_fwd_kernel(
     tl.store(lse_ptr + batch * lse_sb + head * lse_sh + offs_m, lse, mask=row_ok)
 
 
-def _config(head_dim: int, causal: bool) -> dict:
-    """Tile and launch shape per head dim. What decides is whether ptxas must spill
-    (`python tools/dump_triton_ir.py --kernel flash_attention_fwd --shape 1x2x2x256x256xDx0`,
-    then `ptxas -v` on the PTX). On an H200 (fp16, B=8, S=4096, H*D=2048; TFLOP/s, non-causal):
-    D=64 BLOCK_M=128, BLOCK_N=64 ran 266 at 8 warps (no spill) and 79 at 4 (1 KB spilled),
-    BLOCK_N=32 at 4 warps 251 (none), BLOCK_N=128 118 (1.3 KB). D=128: 128 x 32 at 8 warps, 3
-    stages (the largest tile that spills nothing) 282 against SDPA FlashAttention-2's 357;
-    128 x 64 at 8 warps 98-102 (spills), 64 x 32 at 4 warps 112, 64 x 64 or larger 18-29
-    (2026-11-30). The D=256 tile is the largest that spills nothing; it has not been timed."""
+def _config(head_dim: int) -> dict:
+    """Tile and launch shape per head dim. Timed on an H200 (fp16, 32k tokens, H*D = 2048,
+    S in {1024, 4096, 16384}, causal and not; ratio to SDPA's FlashAttention-2 in the same
+    run, 2026-11-30): D = 64 128 x 128 at 8 warps, 3 stages 1.04-1.36x (128 x 64 at 8 warps
+    1.03-1.29x, at 4 warps 0.89-1.24x); D = 128 128 x 64 at 8 warps, 3 stages 1.02-1.39x
+    (2 stages 0.79-1.29x, 128 x 128 0.86-1.40x). None of these spills a register
+    (`python tools/dump_triton_ir.py --kernel flash_attention_fwd --shape 1x2x2x256x256xDx0`
+    and the SASS). Other head dims take the nearest of these within the same register
+    budget; they have not been timed."""
     if head_dim <= 64:
-        return dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)
+        return dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3)
     if head_dim <= 128:
-        return dict(BLOCK_M=128, BLOCK_N=32, num_warps=8, num_stages=3)
-    return dict(BLOCK_M=64, BLOCK_N=16, num_warps=8, num_stages=2)
+        return dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)
+    return dict(BLOCK_M=64, BLOCK_N=32, num_warps=8, num_stages=2)
 
 
 def _check_inputs(q, k, v, op):
@@ -228,7 +219,7 @@ def flash_attention_fwd(
         return o, lse
     if seqlen_k == 0:  # no keys: every row sees none (and k, v may have no storage at all)
         return o.zero_(), lse.fill_(float("-inf"))
-    cfg = _config(head_dim, causal)
+    cfg = _config(head_dim)
     if batch * heads_q > 65535:
         raise ValueError(f"{op}: at most 65535 (batch x query heads) are supported, got {batch * heads_q}")
     grid = (triton.cdiv(seqlen_q, cfg["BLOCK_M"]), batch * heads_q)
@@ -241,6 +232,7 @@ def flash_attention_fwd(
         lse.stride(0), lse.stride(1),
         heads_q, heads_q // heads_kv, seqlen_q, seqlen_k, scale * LOG2E,
         HEAD_DIM=head_dim, BLOCK_D=next_pow2(head_dim), CAUSAL=bool(causal),
+        MASKED=bool(causal) or seqlen_k % cfg["BLOCK_N"] != 0,
         UPCAST=q.dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET") == "1", **cfg,
     )
     return o, lse

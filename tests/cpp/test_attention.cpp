@@ -143,24 +143,32 @@ TEST(FlashAttentionFwd, EmptyQueriesLaunchNothing) {
 
 TEST(FlashAttentionFwdPlan, EveryHeadDimHasATile) {
   for (int d : gks::kFlashAttentionHeadDims) {
-    const auto p = gks::detail::plan_flash_attention_fwd(d);
-    EXPECT_EQ(p.block_m % (16 * p.warps), 0) << d;  // whole 16-row m-tiles per warp
-    EXPECT_EQ(p.block_n % 16, 0) << d;
-    EXPECT_GE(p.block_m, 64) << d;
-    // Q tile + 2 stages of K and V, within one SM's 227 KiB and small enough for 2 CTAs.
-    EXPECT_EQ(p.smem_bytes, 2 * d * (p.block_m + 4 * p.block_n)) << d;
-    EXPECT_LE(p.smem_bytes, 113 * 1024) << d;
-    EXPECT_EQ(p.q_in_registers, d <= 64) << d;
+    for (bool causal : {false, true}) {
+      const auto p = gks::detail::plan_flash_attention_fwd(d, causal);
+      EXPECT_EQ(p.block_m % (16 * p.warps), 0) << d;  // whole 16-row m-tiles per warp
+      EXPECT_EQ(p.block_n % 16, 0) << d;
+      EXPECT_GE(p.block_m, 64) << d;
+      // Q tile + 2 stages of K and V, within one SM's 227 KiB and small enough for 2 CTAs.
+      EXPECT_EQ(p.smem_bytes, 2 * d * (p.block_m + 4 * p.block_n)) << d;
+      EXPECT_LE(p.smem_bytes, 113 * 1024) << d;
+      // Q's fragments in registers only where the accumulators leave room.
+      EXPECT_EQ(p.q_in_registers, d <= 64 && !causal) << d << " causal " << causal;
+    }
   }
-  // D = 128: 4 warps of 32 query rows, 32-key tiles (the register budget's limit).
-  const auto p128 = gks::detail::plan_flash_attention_fwd(128);
-  EXPECT_EQ(p128.block_m, 128);
-  EXPECT_EQ(p128.block_n, 32);
-  EXPECT_EQ(p128.warps, 4);
+  // D = 128: 4 warps of 32 query rows and 64-key tiles, causal or not.
+  for (bool causal : {false, true}) {
+    const auto p128 = gks::detail::plan_flash_attention_fwd(128, causal);
+    EXPECT_EQ(p128.block_m, 128);
+    EXPECT_EQ(p128.block_n, 64);
+    EXPECT_EQ(p128.warps, 4);
+  }
+  // D = 64: causal blocks trade Q's registers for 128-key tiles.
+  EXPECT_EQ(gks::detail::plan_flash_attention_fwd(64, false).block_n, 64);
+  EXPECT_EQ(gks::detail::plan_flash_attention_fwd(64, true).block_n, 128);
 }
 
 TEST(FlashAttentionFwdPlan, RejectsOtherHeadDims) {
-  expect_error([] { gks::detail::plan_flash_attention_fwd(100); }, ErrorKind::kInvalidArgument,
+  expect_error([] { gks::detail::plan_flash_attention_fwd(100, false); }, ErrorKind::kInvalidArgument,
                "must be one of 32, 64, 96, 128, 256, got 100");
 }
 

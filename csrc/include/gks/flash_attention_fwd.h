@@ -34,16 +34,17 @@ void flash_attention_fwd(const FlashAttentionFwdArgs& args, cudaStream_t stream)
 inline constexpr int kFlashAttentionHeadDims[] = {32, 64, 96, 128, 256};
 
 namespace detail {
-// The tile a launch uses, chosen from the head dim alone (a pure function host tests check).
+// The tile a launch uses, chosen from the head dim and the mask alone (a pure function host
+// tests check).
 struct FlashAttentionFwdPlan {
-  int block_m = 0;               // query rows per CTA (16 per warp)
+  int block_m = 0;               // query rows per CTA (16 or 32 per warp)
   int block_n = 0;               // keys per K/V tile
   int warps = 0;                 // warps per CTA
   bool q_in_registers = false;   // Q fragments held in registers for the whole K loop
   int64_t smem_bytes = 0;        // Q tile + two stages of K and V tiles
 };
 // Throws gks::Error for a head dim that has no kernel.
-FlashAttentionFwdPlan plan_flash_attention_fwd(int64_t head_dim);
+FlashAttentionFwdPlan plan_flash_attention_fwd(int64_t head_dim, bool causal);
 }  // namespace detail
 
 }  // namespace gks

@@ -71,17 +71,31 @@ struct FlashFwdTile {
                 "tile copies: whole 16-byte chunks per thread");
 };
 
-// Tile per head dim: 4 warps of 32 query rows (D = 256: of 16 rows), the best of the shapes
-// timed on an H200 (32-row warps beat 16-row warps by 10-25%). D <= 64 keeps Q's fragments
-// in registers for the whole K loop; wider heads reload them from shared memory each tile.
-// The register budget sets kBlockN: O takes kMTiles * D / 2 fp32 registers per thread and
-// S kMTiles * kBlockN / 2, so D = 128 uses 32-key tiles (64 keys spill past 255 registers).
-template <int kHeadDim> struct FlashFwdConfig;
-template <> struct FlashFwdConfig<32> { using Tile = FlashFwdTile<32, 128, 64, 4, true>; };
-template <> struct FlashFwdConfig<64> { using Tile = FlashFwdTile<64, 128, 64, 4, true>; };
-template <> struct FlashFwdConfig<96> { using Tile = FlashFwdTile<96, 128, 32, 4, false>; };
-template <> struct FlashFwdConfig<128> { using Tile = FlashFwdTile<128, 128, 32, 4, false>; };
-template <> struct FlashFwdConfig<256> { using Tile = FlashFwdTile<256, 64, 32, 4, false>; };
+// Tile per head dim and mask: 4 warps of 32 query rows (D = 256: of 16 rows), the best of
+// the shapes timed on an H200 (fp16, H * D = 2048, 32k tokens; 2026-11-30). 32-row warps
+// beat 16-row warps by 10-25%, and 8 warps of 16 rows lose 20-50%. O takes kMTiles * D / 2
+// fp32 registers per thread and S kMTiles * kBlockN / 2: at D = 128 the 64-key tile runs
+// at the 255-register limit with a few spilled loop invariants (ptxas -v: 24 bytes), and
+// still beats the 32-key tile by 13-17%; at D = 96 by 14-21%. Q's fragments stay in
+// registers where that leaves room (D <= 64, non-causal); causal blocks at D = 32 and 64
+// take the registers for wider key tiles instead (D = 64: 128 keys, 2-4% faster causal;
+// 1-5% slower non-causal, hence the split).
+template <int kHeadDim, bool kCausal> struct FlashFwdConfig;
+template <bool kCausal> struct FlashFwdConfig<32, kCausal> {
+  using Tile = FlashFwdTile<32, 128, 64, 4, !kCausal>;
+};
+template <bool kCausal> struct FlashFwdConfig<64, kCausal> {
+  using Tile = FlashFwdTile<64, 128, kCausal ? 128 : 64, 4, !kCausal>;
+};
+template <bool kCausal> struct FlashFwdConfig<96, kCausal> {
+  using Tile = FlashFwdTile<96, 128, 64, 4, false>;
+};
+template <bool kCausal> struct FlashFwdConfig<128, kCausal> {
+  using Tile = FlashFwdTile<128, 128, 64, 4, false>;
+};
+template <bool kCausal> struct FlashFwdConfig<256, kCausal> {
+  using Tile = FlashFwdTile<256, 64, 32, 4, false>;
+};
 
 namespace flash {
 
@@ -166,24 +180,26 @@ __device__ __forceinline__ uint32_t tile_offset(int row, int chunk) {
   return uint32_t(row * kChunks + swizzle<kChunks>(row, chunk)) * 16u;
 }
 
-// Byte offsets, in a swizzled tile, of the 16-byte chunks one lane hands to ldmatrix:
-// (lane_row + row_const, chunk_const + lane_chunk) for a lane_chunk in {0, 1}, any row_const
-// that is a multiple of 8 and any even chunk_const. The swizzle depends only on the row
-// mod 8 and the low chunk bits, so a lane keeps its row offset and the bits its row XORs
-// into the chunk; the rest folds into the instruction's immediate.
+// Shared addresses of the 16-byte chunks one lane hands to ldmatrix: (lane_row + row_const,
+// chunk_const + lane_chunk) for a lane_chunk in {0, 1}, any row_const that is a multiple
+// of 8 and any even chunk_const. The swizzle depends only on the row mod 8 and the low
+// chunk bits, so a lane keeps one offset (its row and the chunk bits its row XORs in), and
+// the constants enter as an XOR and an add of immediates applied to tile + offset: the
+// swizzled bits of the tile base (128-byte aligned) and of every row offset are zero, so
+// the XOR lands on the chunk bits alone. Applied to the address rather than to the offset,
+// nothing per constant is loop-invariant, and the compiler keeps one register a lane
+// instead of hoisting one address per k-step (which spilled at 64-key tiles).
 template <int kChunks>
 struct LaneChunks {
   static constexpr int kLowMask = kChunks % 8 == 0 ? 7 : 3;  // chunk bits the swizzle touches
-  uint32_t row_offset;  // lane_row * row bytes
-  uint32_t xor_bytes;   // (lane_chunk ^ swizzle bits of lane_row) * 16
+  uint32_t offset;  // lane_row * row bytes + (lane_chunk ^ swizzle bits of lane_row) * 16
 
   __device__ __forceinline__ LaneChunks(int lane_row, int lane_chunk)
-      : row_offset(uint32_t(lane_row * kChunks) * 16u),
-        xor_bytes(uint32_t(lane_chunk ^ swizzle<kChunks>(lane_row, 0)) * 16u) {}
-  __device__ __forceinline__ uint32_t at(int row_const, int chunk_const) const {
-    // chunk_const is even and lane_chunk < 2, so (chunk_const + lane_chunk) ^ bits splits
-    // into the untouched high part plus (low part of chunk_const) ^ lane_chunk ^ bits.
-    return row_offset + (xor_bytes ^ uint32_t((chunk_const & kLowMask) * 16)) +
+      : offset(uint32_t(lane_row * kChunks) * 16u +
+               uint32_t(lane_chunk ^ swizzle<kChunks>(lane_row, 0)) * 16u) {}
+  // `tile` is the shared address of a 128-byte-aligned swizzled tile.
+  __device__ __forceinline__ uint32_t at(uint32_t tile, int row_const, int chunk_const) const {
+    return ((tile + offset) ^ uint32_t((chunk_const & kLowMask) * 16)) +
            uint32_t(row_const * kChunks + (chunk_const & ~kLowMask)) * 16u;
   }
 };
@@ -342,7 +358,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
       for (int kk = 0; kk < kKSteps; ++kk)
-        ldmatrix_x4(q_frag[mt][kk], sQ + q_lane.at(mt * 16, kk * 2));
+        ldmatrix_x4(q_frag[mt][kk], q_lane.at(sQ, mt * 16, kk * 2));
   }
 
   // One pass over K/V tile n_block = n_blocks - 1 - it. kMasked passes apply the key
@@ -382,13 +398,13 @@ __global__ void __launch_bounds__(Tile::kThreads)
 #pragma unroll
           for (int r = 0; r < 4; ++r) a_reg[mt][r] = q_frag[mt][kk][r];
         } else {
-          ldmatrix_x4(a_reg[mt], sQ + q_lane.at(mt * 16, kk * 2));
+          ldmatrix_x4(a_reg[mt], q_lane.at(sQ, mt * 16, kk * 2));
         }
       }
 #pragma unroll
       for (int np = 0; np < kNTiles / 2; ++np) {
         uint32_t b[4];
-        ldmatrix_x4(b, sK + k_lane.at(np * 16, kk * 2));
+        ldmatrix_x4(b, k_lane.at(sK, np * 16, kk * 2));
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
           mma_16816<T>(s[mt][2 * np], a_reg[mt], b[0], b[1]);
@@ -467,7 +483,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
 #pragma unroll
       for (int dp = 0; dp < kDTiles / 2; ++dp) {
         uint32_t b[4];
-        ldmatrix_x4_trans(b, sV + v_lane.at(kk * 16, dp * 2));
+        ldmatrix_x4_trans(b, v_lane.at(sV, kk * 16, dp * 2));
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
           mma_16816<T>(acc_o[mt][2 * dp], p_frag[mt], b[0], b[1]);
