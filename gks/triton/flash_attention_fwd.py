@@ -3,12 +3,12 @@
 
 Each program keeps its BLOCK_M query rows in registers and walks the keys in BLOCK_N
 tiles with the online softmax (base-2 exponentials on log2(e)-prescaled scores, fp32
-accumulators). The walk is one loop: unmasked when no tile needs a mask (not causal and
-Sk a multiple of BLOCK_N), otherwise every tile masked. Splitting it into an unmasked loop
-and a masked one, as the CUDA kernel does, makes Triton 3.6 spill registers at the tiles
-that run fastest (128 x 64 at D = 128: 154 spill stores in the SASS, about 1.5x slower);
-the mask costs a compare and a select a score. Causal programs skip the tiles above the
-diagonal.
+accumulators). The walk is one loop. Key bounds are checked only when Sk is not a
+multiple of BLOCK_N, and the causal mask is applied only to the tiles that cross the
+block's diagonal (a scalar branch around the select). Splitting the walk into an unmasked
+loop and a masked one, as the CUDA kernel does, makes Triton 3.6 spill registers at the
+tiles that run fastest (128 x 64 at D = 128: 154 spill stores in the SASS, about 1.5x
+slower). Causal programs skip the tiles above the diagonal.
 """
 
 from __future__ import annotations
@@ -43,25 +43,28 @@ def _dot_acc(a, b, acc, UPCAST: tl.constexpr):
 
 @triton.jit
 def _online_softmax_step(acc, m_i, l_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, d_mask,
-                         seqlen_k, diag_offset, scale_log2,
-                         MASKED: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
-                         UPCAST: tl.constexpr):
+                         seqlen_k, diag_offset, scale_log2, m0,
+                         BLOCK_N: tl.constexpr, BOUNDS: tl.constexpr, CAUSAL: tl.constexpr,
+                         EVEN_D: tl.constexpr, UPCAST: tl.constexpr):
     cols = start_n + offs_n
     kv_mask = cols[:, None] < seqlen_k
     if not EVEN_D:
         kv_mask = kv_mask & d_mask[None, :]
-    if MASKED:
+    if BOUNDS:
         k = tl.load(k_ptrs, mask=kv_mask, other=0.0)
     elif EVEN_D:
         k = tl.load(k_ptrs)
     else:
         k = tl.load(k_ptrs, mask=d_mask[None, :], other=0.0)
     s = _dot(q, tl.trans(k), UPCAST)  # raw scores, fp32
-    if MASKED:
-        visible = cols[None, :] < seqlen_k
-        if CAUSAL:
-            visible = visible & (cols[None, :] <= offs_m[:, None] + diag_offset)
-        s = tl.where(visible, s, float("-inf"))
+    if BOUNDS:
+        s = tl.where(cols[None, :] < seqlen_k, s, float("-inf"))
+    if CAUSAL:
+        # Only the tiles that cross the block's diagonal pay for the mask (a scalar branch;
+        # the loads stay outside it, so the loop is still pipelined).
+        if start_n + BLOCK_N > m0 + diag_offset + 1:
+            s = tl.where(cols[None, :] <= offs_m[:, None] + diag_offset, s, float("-inf"))
+    if BOUNDS or CAUSAL:
         m_new = tl.maximum(m_i, tl.max(s, 1) * scale_log2)
         # A row that has seen only masked keys keeps max -inf: shift it by 0 instead, so
         # exp2(-inf - shift) is 0, not NaN.
@@ -74,7 +77,7 @@ def _online_softmax_step(acc, m_i, l_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs
     correction = tl.math.exp2(m_i - shift)
     l_i = l_i * correction + tl.sum(p, 1)
     acc = acc * correction[:, None]
-    if MASKED:
+    if BOUNDS:
         v = tl.load(v_ptrs, mask=kv_mask, other=0.0)
     elif EVEN_D:
         v = tl.load(v_ptrs)
@@ -94,7 +97,7 @@ def _flash_attention_fwd_kernel(
     lse_sb, lse_sh,
     heads_q, group, seqlen_q, seqlen_k, scale_log2,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASKED: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, BOUNDS: tl.constexpr,
     UPCAST: tl.constexpr,
 ):
     if CAUSAL:  # longest rows first: the last query blocks see the most keys
@@ -138,7 +141,8 @@ def _flash_attention_fwd_kernel(
     for start_n in tl.range(0, hi, BLOCK_N):
         acc, m_i, l_i = _online_softmax_step(
             acc, m_i, l_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, d_mask,
-            seqlen_k, diag_offset, scale_log2, MASKED=MASKED, CAUSAL=CAUSAL, EVEN_D=EVEN_D, UPCAST=UPCAST,
+            seqlen_k, diag_offset, scale_log2, start_m * BLOCK_M, BLOCK_N=BLOCK_N, BOUNDS=BOUNDS,
+            CAUSAL=CAUSAL, EVEN_D=EVEN_D, UPCAST=UPCAST,
         )
         k_ptrs += BLOCK_N * k_sn
         v_ptrs += BLOCK_N * v_sn
@@ -161,18 +165,25 @@ def _flash_attention_fwd_kernel(
 
 def _config(head_dim: int) -> dict:
     """Tile and launch shape per head dim. Timed on an H200 (fp16, 32k tokens, H*D = 2048,
-    S in {1024, 4096, 16384}, causal and not; ratio to SDPA's FlashAttention-2 in the same
-    run, 2026-11-30): D = 64 128 x 128 at 8 warps, 3 stages 1.04-1.36x (128 x 64 at 8 warps
-    1.03-1.29x, at 4 warps 0.89-1.24x); D = 128 128 x 64 at 8 warps, 3 stages 1.02-1.39x
-    (2 stages 0.79-1.29x, 128 x 128 0.86-1.40x). None of these spills a register
+    causal and not; ratio to SDPA's FlashAttention-2 in the same run, 2026-11-30):
+    D = 64 (S in {1024, 4096, 16384}): 128 x 128 at 8 warps, 3 stages 1.04-1.36x in a
+    scratch sweep (128 x 64 at 8 warps 1.03-1.29x, at 4 warps 0.89-1.24x); D = 128:
+    128 x 64 at 8 warps, 3 stages 1.02-1.39x (2 stages 0.79-1.29x, 128 x 128 0.86-1.40x).
+    At S = 2048: D = 32 128 x 64 at 4 warps 1.26x / 0.97x causal (128 x 128 at 8 warps
+    0.99x / 0.73x); D = 96 (padded to 128) 64 x 64 at 4 warps 0.96x / 0.81x (128 x 64 at 8
+    warps 0.92x / 0.76x); D = 256 128 x 64 at 8 warps, 2 stages 1.40x / 1.04x (64 x 32
+    0.51x / 0.46x). None of these spills more than a few bytes
     (`python tools/dump_triton_ir.py --kernel flash_attention_fwd --shape 1x2x2x256x256xDx0`
-    and the SASS). Other head dims take the nearest of these within the same register
-    budget; they have not been timed."""
+    and the SASS)."""
+    if head_dim <= 32:
+        return dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3)
     if head_dim <= 64:
         return dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3)
+    if head_dim <= 96:
+        return dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3)
     if head_dim <= 128:
         return dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)
-    return dict(BLOCK_M=64, BLOCK_N=32, num_warps=8, num_stages=2)
+    return dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2)
 
 
 def _check_inputs(q, k, v, op):
@@ -232,7 +243,7 @@ def flash_attention_fwd(
         lse.stride(0), lse.stride(1),
         heads_q, heads_q // heads_kv, seqlen_q, seqlen_k, scale * LOG2E,
         HEAD_DIM=head_dim, BLOCK_D=next_pow2(head_dim), CAUSAL=bool(causal),
-        MASKED=bool(causal) or seqlen_k % cfg["BLOCK_N"] != 0,
+        BOUNDS=seqlen_k % cfg["BLOCK_N"] != 0,
         UPCAST=q.dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET") == "1", **cfg,
     )
     return o, lse
