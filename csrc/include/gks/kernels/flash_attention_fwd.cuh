@@ -48,8 +48,11 @@ struct FlashAttentionFwdParams {
 // The tile shape of one kernel; the host plan reads the same numbers. Each warp owns
 // kWarpRows = kBlockM / kWarps query rows, in 16-row m-tiles: every K/V fragment a warp
 // loads from shared memory feeds kMTiles mma's, so more rows per warp means less shared
-// memory traffic per flop (and more registers per thread).
-template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, bool kQInRegisters_>
+// memory traffic per flop (and more registers per thread). kRescaleVotePerTile: O's
+// rescale (when a row's max moved) is decided by one warp vote a tile after all rows, not
+// one vote and branch a row pair; which is faster depends on the tile (see FlashFwdConfig).
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, bool kQInRegisters_,
+          bool kRescaleVotePerTile_ = false>
 struct FlashFwdTile {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;
@@ -59,6 +62,7 @@ struct FlashFwdTile {
   static constexpr int kWarpRows = kBlockM / kWarps;
   static constexpr int kMTiles = kWarpRows / 16;
   static constexpr bool kQInRegisters = kQInRegisters_;
+  static constexpr bool kRescaleVotePerTile = kRescaleVotePerTile_;
   static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;
@@ -76,16 +80,17 @@ struct FlashFwdTile {
 // beat 16-row warps by 10-25%, and 8 warps of 16 rows lose 20-50%. O takes kMTiles * D / 2
 // fp32 registers per thread and S kMTiles * kBlockN / 2: at D = 128 the 64-key tile runs
 // at the 255-register limit with a few spilled loop invariants (ptxas -v: 24 bytes), and
-// still beats the 32-key tile by 13-17%; at D = 96 by 14-21%. Q's fragments stay in
-// registers where that leaves room (D <= 64, non-causal); causal blocks at D = 32 and 64
-// take the registers for wider key tiles instead (D = 64: 128 keys, 2-4% faster causal;
-// 1-5% slower non-causal, hence the split).
+// still beats the 32-key tile by 13-17%; at D = 96 by 14-21%. D = 64 takes 128-key tiles
+// with Q in shared memory: non-causal with one rescale vote a tile (4.5% faster than
+// 64-key tiles with Q in registers; the per-row votes there are no faster than those),
+// causal with a vote a row pair (the vote per tile costs it 5%, and 64-key tiles 6%).
+// D = 32 keeps Q's fragments in registers unless causal (13% faster causal without).
 template <int kHeadDim, bool kCausal> struct FlashFwdConfig;
 template <bool kCausal> struct FlashFwdConfig<32, kCausal> {
   using Tile = FlashFwdTile<32, 128, 64, 4, !kCausal>;
 };
 template <bool kCausal> struct FlashFwdConfig<64, kCausal> {
-  using Tile = FlashFwdTile<64, 128, kCausal ? 128 : 64, 4, !kCausal>;
+  using Tile = FlashFwdTile<64, 128, 128, 4, false, !kCausal>;
 };
 template <bool kCausal> struct FlashFwdConfig<96, kCausal> {
   using Tile = FlashFwdTile<96, 128, 64, 4, false>;
@@ -433,6 +438,8 @@ __global__ void __launch_bounds__(Tile::kThreads)
 
     // Online softmax, one row pair (g, g + 8) per m-tile and thread; a row's 4 threads are
     // a quad (lanes 4g .. 4g + 3).
+    float corrections[kMT][2];  // kRescaleVotePerTile: each row's, for the rescale below
+    bool moved = false;
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
@@ -457,8 +464,12 @@ __global__ void __launch_bounds__(Tile::kThreads)
         }
         row_sum[mt][h] = row_sum[mt][h] * correction + sum;
         // Rescale O only when some row's max moved (after the first tiles it rarely does):
-        // a warp-uniform branch that mostly skips D / 2 multiplies per thread.
-        if (__any_sync(0xffffffffu, correction != 1.f)) {
+        // a warp-uniform branch that mostly skips D / 2 multiplies per thread. Per row pair,
+        // or once a tile after all rows (their softmax chains then interleave).
+        if constexpr (Tile::kRescaleVotePerTile) {
+          corrections[mt][h] = correction;
+          moved |= correction != 1.f;
+        } else if (__any_sync(0xffffffffu, correction != 1.f)) {
 #pragma unroll
           for (int j = 0; j < kDTiles; ++j) {
             acc_o[mt][j][2 * h] *= correction;
@@ -466,6 +477,17 @@ __global__ void __launch_bounds__(Tile::kThreads)
           }
         }
       }
+    }
+    if (Tile::kRescaleVotePerTile && __any_sync(0xffffffffu, moved)) {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int j = 0; j < kDTiles; ++j)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            acc_o[mt][j][2 * h] *= corrections[mt][h];
+            acc_o[mt][j][2 * h + 1] *= corrections[mt][h];
+          }
     }
 
 #pragma unroll
