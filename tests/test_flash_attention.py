@@ -88,6 +88,12 @@ SHAPES = [
     (1, 8, 2, 113, 1000, 32, 0),
     (1, 4, 4, 129, 257, 96, 1),
     (1, 2, 1, 65, 191, 256, 0),
+    # Sk a multiple of every key tile (no bounds masks): the causal diagonal alone decides,
+    # with Sq = Sk, Sq < Sk and Sq > Sk (rows that see no key), and the unmasked walk.
+    (1, 2, 1, 256, 256, 64, 1),
+    (1, 2, 2, 100, 256, 128, 1),
+    (1, 2, 2, 300, 128, 64, 1),
+    (1, 2, 1, 128, 384, 32, 0),
 ]
 
 
