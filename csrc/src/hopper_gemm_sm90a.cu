@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <utility>
 
 #include "gemm_launch.h"
 #include "gks/hopper_gemm.h"
@@ -174,45 +175,28 @@ void launch_config(const HopperGemmLaunch& L, cudaStream_t stream) {
   }
 }
 
-template <class Op>
-void launch_half(const HopperGemmLaunch& L, cudaStream_t stream) {
-  static_assert(kNumHopperGemmConfigs == 7, "one case per config below");
-  switch (L.config) {
-    case 0: return launch_config<Op, kHopperGemmConfigs, 0>(L, stream);
-    case 1: return launch_config<Op, kHopperGemmConfigs, 1>(L, stream);
-    case 2: return launch_config<Op, kHopperGemmConfigs, 2>(L, stream);
-    case 3: return launch_config<Op, kHopperGemmConfigs, 3>(L, stream);
-    case 4: return launch_config<Op, kHopperGemmConfigs, 4>(L, stream);
-    case 5: return launch_config<Op, kHopperGemmConfigs, 5>(L, stream);
-    case 6: return launch_config<Op, kHopperGemmConfigs, 6>(L, stream);
-    default:
-      GKS_CHECK(false, kInvalidArgument) << kOp << ": no Hopper config " << L.config;
-  }
-}
-
-void launch_int8(const HopperGemmLaunch& L, cudaStream_t stream) {
-  using Op = hk::Int8Operands;
-  static_assert(kNumHopperInt8Configs == 5, "one case per config below");
-  switch (L.config) {
-    case 0: return launch_config<Op, kHopperInt8Configs, 0>(L, stream);
-    case 1: return launch_config<Op, kHopperInt8Configs, 1>(L, stream);
-    case 2: return launch_config<Op, kHopperInt8Configs, 2>(L, stream);
-    case 3: return launch_config<Op, kHopperInt8Configs, 3>(L, stream);
-    case 4: return launch_config<Op, kHopperInt8Configs, 4>(L, stream);
-    default:
-      GKS_CHECK(false, kInvalidArgument) << "gks.int8_gemm: no Hopper config " << L.config;
-  }
+// Launches config L.config of the kCount configs in kTable: every config is its own
+// kernel instantiation, picked at run time.
+template <class Op, const HopperGemmConfig* kTable, size_t... kIndex>
+void launch_table(const HopperGemmLaunch& L, cudaStream_t stream, const char* op,
+                  std::index_sequence<kIndex...>) {
+  const bool launched =
+      ((L.config == int(kIndex) && (launch_config<Op, kTable, int(kIndex)>(L, stream), true)) ||
+       ...);
+  GKS_CHECK(launched, kInvalidArgument) << op << ": no Hopper config " << L.config;
 }
 
 }  // namespace
 
 void launch_hopper_gemm_sm90a(const HopperGemmLaunch& launch, cudaStream_t stream) {
+  using Half = std::make_index_sequence<kNumHopperGemmConfigs>;
   if (launch.dtype == DType::kInt8)
-    launch_int8(launch, stream);
+    launch_table<hk::Int8Operands, kHopperInt8Configs>(
+        launch, stream, "gks.int8_gemm", std::make_index_sequence<kNumHopperInt8Configs>{});
   else if (launch.dtype == DType::kBFloat16)
-    launch_half<hk::HalfOperands<__nv_bfloat16>>(launch, stream);
+    launch_table<hk::HalfOperands<__nv_bfloat16>, kHopperGemmConfigs>(launch, stream, kOp, Half{});
   else
-    launch_half<hk::HalfOperands<__half>>(launch, stream);
+    launch_table<hk::HalfOperands<__half>, kHopperGemmConfigs>(launch, stream, kOp, Half{});
 }
 
 }  // namespace gks::detail
