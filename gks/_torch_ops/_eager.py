@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
 
 import torch
 
@@ -31,9 +30,11 @@ def _plain_eager(args: tuple, kwargs: dict) -> bool:
     return True
 
 
-def eager_fast_path(op: Any, body: Callable) -> Callable:
-    """gks.<name>: `body` itself in plain eager use, the custom op `op` (made from `body`)
-    otherwise. The custom op stays reachable as the result's ``.op``."""
+def gks_op(name: str, body: Callable) -> Callable:
+    """gks.<name>: the custom op ``gks::<name>`` made from `body` (reachable as the result's
+    ``.op``, where its fake kernel is registered), called through `body` itself in plain
+    eager use."""
+    op = torch.library.custom_op(f"gks::{name}", body, mutates_args=())
 
     @functools.wraps(body)
     def call(*args, **kwargs):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from gks import cuda
-from gks._torch_ops._eager import eager_fast_path
+from gks._torch_ops._eager import gks_op
 
 
 def _aligned16(t: torch.Tensor) -> bool:
@@ -50,11 +50,10 @@ def _flash_attention_fwd(
     return o, lse
 
 
-_flash_attention_fwd_op = torch.library.custom_op("gks::flash_attention_fwd", _flash_attention_fwd, mutates_args=())
-flash_attention_fwd = eager_fast_path(_flash_attention_fwd_op, _flash_attention_fwd)
+flash_attention_fwd = gks_op("flash_attention_fwd", _flash_attention_fwd)
 
 
-@_flash_attention_fwd_op.register_fake
+@flash_attention_fwd.op.register_fake
 def _(q, k, v, causal=False, softmax_scale=None):
     o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from gks import cuda
-from gks._torch_ops._eager import eager_fast_path
+from gks._torch_ops._eager import gks_op
 from gks.profile import autotune
 
 
@@ -52,10 +52,9 @@ def _gemm(
     return c
 
 
-_gemm_op = torch.library.custom_op("gks::gemm", _gemm, mutates_args=())
-gemm = eager_fast_path(_gemm_op, _gemm)
+gemm = gks_op("gemm", _gemm)
 
 
-@_gemm_op.register_fake
+@gemm.op.register_fake
 def _(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None, config: int = -1):
     return torch.empty((a.shape[0], b.shape[1]), dtype=_out_dtype(a, out_dtype), device=a.device)

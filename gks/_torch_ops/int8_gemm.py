@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from gks import cuda
-from gks._torch_ops._eager import eager_fast_path
+from gks._torch_ops._eager import gks_op
 from gks.profile.autotune import check_matrix, resolve_config
 
 _OUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -69,10 +69,9 @@ def _int8_gemm(
     return c
 
 
-_int8_gemm_op = torch.library.custom_op("gks::int8_gemm", _int8_gemm, mutates_args=())
-int8_gemm = eager_fast_path(_int8_gemm_op, _int8_gemm)
+int8_gemm = gks_op("int8_gemm", _int8_gemm)
 
 
-@_int8_gemm_op.register_fake
+@int8_gemm.op.register_fake
 def _(a_q, b_q, a_scale, b_scale, out_dtype: torch.dtype = torch.float16, config: int = -1):
     return torch.empty((a_q.shape[0], b_q.shape[1]), dtype=_out_dtype(out_dtype), device=a_q.device)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from gks import cuda
-from gks._torch_ops._eager import eager_fast_path
+from gks._torch_ops._eager import gks_op
 
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -30,11 +30,10 @@ def _quantize_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q, scale
 
 
-_quantize_int8_op = torch.library.custom_op("gks::quantize_int8", _quantize_int8, mutates_args=())
-quantize_int8 = eager_fast_path(_quantize_int8_op, _quantize_int8)
+quantize_int8 = gks_op("quantize_int8", _quantize_int8)
 
 
-@_quantize_int8_op.register_fake
+@quantize_int8.op.register_fake
 def _(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     q = torch.empty(x.shape, dtype=torch.int8, device=x.device)
     return q, torch.empty(_scale_shape(x), dtype=torch.float32, device=x.device)
@@ -61,11 +60,10 @@ def _dequantize_int8(
     return out
 
 
-_dequantize_int8_op = torch.library.custom_op("gks::dequantize_int8", _dequantize_int8, mutates_args=())
-dequantize_int8 = eager_fast_path(_dequantize_int8_op, _dequantize_int8)
+dequantize_int8 = gks_op("dequantize_int8", _dequantize_int8)
 
 
-@_dequantize_int8_op.register_fake
+@dequantize_int8.op.register_fake
 def _(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.float16) -> torch.Tensor:
     _check_dtype(dtype)
     return torch.empty(q.shape, dtype=dtype, device=q.device)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from gks import cuda
-from gks._torch_ops._eager import eager_fast_path
+from gks._torch_ops._eager import gks_op
 
 
 def _rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, config: int = -1) -> torch.Tensor:
@@ -21,10 +21,9 @@ def _rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, config: i
     return y
 
 
-_rmsnorm_op = torch.library.custom_op("gks::rmsnorm", _rmsnorm, mutates_args=())
-rmsnorm = eager_fast_path(_rmsnorm_op, _rmsnorm)
+rmsnorm = gks_op("rmsnorm", _rmsnorm)
 
 
-@_rmsnorm_op.register_fake
+@rmsnorm.op.register_fake
 def _(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, config: int = -1) -> torch.Tensor:
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)

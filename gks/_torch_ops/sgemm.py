@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from gks import cuda
-from gks._torch_ops._eager import eager_fast_path
+from gks._torch_ops._eager import gks_op
 from gks.profile.autotune import check_matrix, resolve_config
 
 
@@ -28,10 +28,9 @@ def _sgemm(a: torch.Tensor, b: torch.Tensor, config: int = -1) -> torch.Tensor:
     return c
 
 
-_sgemm_op = torch.library.custom_op("gks::sgemm", _sgemm, mutates_args=())
-sgemm = eager_fast_path(_sgemm_op, _sgemm)
+sgemm = gks_op("sgemm", _sgemm)
 
 
-@_sgemm_op.register_fake
+@sgemm.op.register_fake
 def _(a: torch.Tensor, b: torch.Tensor, config: int = -1) -> torch.Tensor:
     return torch.empty((a.shape[0], b.shape[1]), dtype=torch.float32, device=a.device)

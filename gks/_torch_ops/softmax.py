@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from gks import cuda
-from gks._torch_ops._eager import eager_fast_path
+from gks._torch_ops._eager import gks_op
 
 
 def _softmax(x: torch.Tensor, config: int = -1) -> torch.Tensor:
@@ -23,11 +23,10 @@ def _softmax(x: torch.Tensor, config: int = -1) -> torch.Tensor:
     return y
 
 
-_softmax_op = torch.library.custom_op("gks::softmax", _softmax, mutates_args=())
-softmax = eager_fast_path(_softmax_op, _softmax)
+softmax = gks_op("softmax", _softmax)
 
 
-@_softmax_op.register_fake
+@softmax.op.register_fake
 def _(x: torch.Tensor, config: int = -1) -> torch.Tensor:
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
@@ -43,10 +42,9 @@ def _softmax_rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, c
     return y
 
 
-_softmax_rmsnorm_op = torch.library.custom_op("gks::softmax_rmsnorm", _softmax_rmsnorm, mutates_args=())
-softmax_rmsnorm = eager_fast_path(_softmax_rmsnorm_op, _softmax_rmsnorm)
+softmax_rmsnorm = gks_op("softmax_rmsnorm", _softmax_rmsnorm)
 
 
-@_softmax_rmsnorm_op.register_fake
+@softmax_rmsnorm.op.register_fake
 def _(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, config: int = -1) -> torch.Tensor:
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)

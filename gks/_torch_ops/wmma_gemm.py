@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from gks import cuda
-from gks._torch_ops._eager import eager_fast_path
+from gks._torch_ops._eager import gks_op
 from gks.profile.autotune import check_matrix, resolve_config
 
 
@@ -37,10 +37,9 @@ def _wmma_gemm(
     return c
 
 
-_wmma_gemm_op = torch.library.custom_op("gks::wmma_gemm", _wmma_gemm, mutates_args=())
-wmma_gemm = eager_fast_path(_wmma_gemm_op, _wmma_gemm)
+wmma_gemm = gks_op("wmma_gemm", _wmma_gemm)
 
 
-@_wmma_gemm_op.register_fake
+@wmma_gemm.op.register_fake
 def _(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype = torch.float32, config: int = -1):
     return torch.empty((a.shape[0], b.shape[1]), dtype=_out_dtype(a, out_dtype), device=a.device)
