@@ -50,16 +50,13 @@ namespace {
 using kernels::FlashAttentionFwdParams;
 
 template <typename T, int kHeadDim, bool kCausal>
-void launch(const FlashAttentionFwdParams& p, int64_t batch, int64_t heads_q, cudaStream_t stream) {
+void launch(const FlashAttentionFwdParams& p, int64_t batch, int64_t heads_q, int device,
+            cudaStream_t stream) {
   using Tile = typename kernels::FlashFwdConfig<kHeadDim, kCausal>::Tile;
-  auto* kernel = kernels::flash_attention_fwd_kernel<T, Tile, kCausal>;
+  constexpr auto kernel = kernels::flash_attention_fwd_kernel<T, Tile, kCausal>;
   // Above 48 KiB of dynamic shared memory a kernel must opt in (a host-side attribute, so
-  // this is also allowed while a stream is being captured).
-  const cudaError_t attr = cudaFuncSetAttribute(
-      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes);
-  GKS_CHECK(attr == cudaSuccess, kCudaError)
-      << "gks.flash_attention_fwd: cannot reserve " << Tile::kSmemBytes
-      << " bytes of shared memory per block: " << cudaGetErrorString(attr);
+  // this is also allowed while a stream is being captured); the default carveout.
+  prepare_smem_kernel<kernel>(Tile::kSmemBytes, device, /*max_carveout=*/false);
   const dim3 grid(static_cast<unsigned>(ceil_div(p.seqlen_q, Tile::kBlockM)),
                   static_cast<unsigned>(heads_q), static_cast<unsigned>(batch));
   kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
@@ -67,13 +64,13 @@ void launch(const FlashAttentionFwdParams& p, int64_t batch, int64_t heads_q, cu
 
 template <typename T, bool kCausal>
 void dispatch_head_dim(int64_t head_dim, const FlashAttentionFwdParams& p, int64_t batch,
-                       int64_t heads_q, cudaStream_t stream) {
+                       int64_t heads_q, int device, cudaStream_t stream) {
   switch (head_dim) {
-    case 32: return launch<T, 32, kCausal>(p, batch, heads_q, stream);
-    case 64: return launch<T, 64, kCausal>(p, batch, heads_q, stream);
-    case 96: return launch<T, 96, kCausal>(p, batch, heads_q, stream);
-    case 128: return launch<T, 128, kCausal>(p, batch, heads_q, stream);
-    default: return launch<T, 256, kCausal>(p, batch, heads_q, stream);
+    case 32: return launch<T, 32, kCausal>(p, batch, heads_q, device, stream);
+    case 64: return launch<T, 64, kCausal>(p, batch, heads_q, device, stream);
+    case 96: return launch<T, 96, kCausal>(p, batch, heads_q, device, stream);
+    case 128: return launch<T, 128, kCausal>(p, batch, heads_q, device, stream);
+    default: return launch<T, 256, kCausal>(p, batch, heads_q, device, stream);
   }
 }
 
@@ -186,14 +183,14 @@ void flash_attention_fwd(const FlashAttentionFwdArgs& args, cudaStream_t stream)
   const detail::DeviceGuard guard(q.device.index);
   if (q.dtype == DType::kFloat16) {
     if (args.causal)
-      detail::dispatch_head_dim<__half, true>(head_dim, p, batch, heads_q, stream);
+      detail::dispatch_head_dim<__half, true>(head_dim, p, batch, heads_q, q.device.index, stream);
     else
-      detail::dispatch_head_dim<__half, false>(head_dim, p, batch, heads_q, stream);
+      detail::dispatch_head_dim<__half, false>(head_dim, p, batch, heads_q, q.device.index, stream);
   } else {
     if (args.causal)
-      detail::dispatch_head_dim<__nv_bfloat16, true>(head_dim, p, batch, heads_q, stream);
+      detail::dispatch_head_dim<__nv_bfloat16, true>(head_dim, p, batch, heads_q, q.device.index, stream);
     else
-      detail::dispatch_head_dim<__nv_bfloat16, false>(head_dim, p, batch, heads_q, stream);
+      detail::dispatch_head_dim<__nv_bfloat16, false>(head_dim, p, batch, heads_q, q.device.index, stream);
   }
   detail::check_launch(kOp);
 }
