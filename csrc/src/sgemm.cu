@@ -13,12 +13,13 @@ namespace {
 
 // The compiled configs, largest tile first. Template arguments: warps (m, n), lanes along m
 // in a warp, thread tile (m, n), block K, pipeline stages, min blocks per SM, A copies by
-// rows. Measured on an H200 at 4096^3 / 8192^3 (cuBLAS FP32: 49.6 / 50.5 TFLOP/s): the
-// 4-warp 128x128 tiles with a 128-output thread tile and BK = 16 lead (8x16: 41.5 / 42.6);
-// 16x8 beat 8x16 by 7% at BK = 8 (39.6 vs 36.9), so its BK = 16 form is offered too. The
-// 8-warp 8x8 form ran at 36-38, 128x64 and 64x64 at ~20, 32x32 at ~15.5 (small outputs).
+// rows. Measured on an H200 at 4096^3 / 8192^3 (the kernels timed directly, back to back;
+// cuBLAS FP32 in the bench: 49.7 / 48.8 TFLOP/s): one 8-warp 128x256 block per SM 48.6 /
+// 49.1 TFLOP/s, two 4-warp 128x128 blocks per SM 47.0 / 47.3 (its 16x8 thread tile 44.6 /
+// 45.0, 256x128 46.7 / 47.0). 64x64 and 32x32 are for small and skinny outputs (about half
+// and a third of the 128x128 rate at 4096^3 before the multistage loop).
+using Sgemm128x256x16t8x16 = kernels::SgemmTile<2, 4, 8, 8, 16, 16, 3, 1, true>;
 using Sgemm128x128x16t8x16 = kernels::SgemmTile<2, 2, 8, 8, 16, 16, 3, 2, true>;
-using Sgemm128x128x16t16x8 = kernels::SgemmTile<2, 2, 4, 16, 8, 16, 3, 2, true>;
 using Sgemm64x64x8 = kernels::SgemmTile<1, 2, 8, 8, 8, 8, 3>;
 using Sgemm32x32x16 = kernels::SgemmTile<1, 2, 8, 4, 4, 16, 3>;
 
@@ -34,8 +35,8 @@ void launch_config(kernels::SgemmParams p, bool vec_b, int device, cudaStream_t 
 
 const std::vector<GemmConfigInfo>& sgemm_configs() {
   static const std::vector<GemmConfigInfo> configs = {
+      gemm_config_info<Sgemm128x256x16t8x16>("128x256x16_t8x16_s3"),
       gemm_config_info<Sgemm128x128x16t8x16>("128x128x16_t8x16_s3"),
-      gemm_config_info<Sgemm128x128x16t16x8>("128x128x16_t16x8_s3"),
       gemm_config_info<Sgemm64x64x8>("64x64x8_t8x8_s3"),
       gemm_config_info<Sgemm32x32x16>("32x32x16_t4x4_s3"),
   };
@@ -44,7 +45,7 @@ const std::vector<GemmConfigInfo>& sgemm_configs() {
 
 int sgemm_heuristic(int64_t m, int64_t n, int64_t /*k*/, int num_sms) {
   // Relative inner-loop speeds as measured (see above); blocks per SM from registers.
-  static const std::vector<GemmConfigTraits> traits = {{2, 1.0}, {2, 0.99}, {8, 0.48}, {8, 0.37}};
+  static const std::vector<GemmConfigTraits> traits = {{1, 1.0}, {2, 0.97}, {8, 0.46}, {8, 0.36}};
   return pick_gemm_config(sgemm_configs(), traits, m, n, num_sms);
 }
 
@@ -95,8 +96,8 @@ void sgemm(const SgemmArgs& args, cudaStream_t stream) {
   p.c_vec4 = detail::gemm_rows_aligned16(c, 4);
   const bool vec_b = detail::gemm_rows_aligned16(b, 4);
   switch (config) {
-    case 0: detail::launch_config<detail::Sgemm128x128x16t8x16>(p, vec_b, device, stream); break;
-    case 1: detail::launch_config<detail::Sgemm128x128x16t16x8>(p, vec_b, device, stream); break;
+    case 0: detail::launch_config<detail::Sgemm128x256x16t8x16>(p, vec_b, device, stream); break;
+    case 1: detail::launch_config<detail::Sgemm128x128x16t8x16>(p, vec_b, device, stream); break;
     case 2: detail::launch_config<detail::Sgemm64x64x8>(p, vec_b, device, stream); break;
     default: detail::launch_config<detail::Sgemm32x32x16>(p, vec_b, device, stream); break;
   }

@@ -13,13 +13,15 @@ namespace {
 
 // The compiled configs. Template arguments: warps (m, n), 16x16 fragments per warp (m, n),
 // block K, pipeline stages. 64 x 64 warp tiles keep shared-memory reads (ldmatrix) under
-// the Tensor Cores' appetite. Measured on an H200 (fp16 / bf16 TFLOP/s at 4096^3, 8192^3;
-// cuBLAS 719-749 / 695-731): 4 warps per block, two blocks per SM, beat 8-warp blocks
-// (128x128x32 s4: 324 / 350; 128x128x64 s3: 309-333 / 311-358; 128x256x64 s3: 268-306;
-// 128x256x32 and 256x128x32: 234-267). 64x64 is for small and skinny outputs.
+// the Tensor Cores' appetite. Measured on an H200 with the multistage K loop, the kernels
+// timed directly (fp16 / bf16 TFLOP/s at 4096^3 and 8192^3; cuBLAS in the bench 667-673 /
+// 665-712): one 8-warp 128x256 block per SM 357 / 370 and 376 / 378; two 4-warp 128x128
+// blocks per SM 322 / 329 and 331 / 339 (BK 64, 3 stages: 322 / 326 and 321 / 324);
+// 256x128 ran 349 / 360 and 362 / 376, and 128x256 with BK 64 331 / 325 and 349 / 336.
+// 64x64 is for small and skinny outputs.
+using Wmma128x256x32 = kernels::WmmaTile<2, 4, 4, 4, 32, 4>;
 using Wmma128x128x32 = kernels::WmmaTile<2, 2, 4, 4, 32, 4>;
 using Wmma128x128x64 = kernels::WmmaTile<2, 2, 4, 4, 64, 3>;
-using Wmma128x256x64 = kernels::WmmaTile<2, 4, 4, 4, 64, 3>;
 using Wmma64x64x32 = kernels::WmmaTile<2, 2, 2, 2, 32, 4>;
 
 template <typename T, class Cfg>
@@ -34,9 +36,9 @@ template <typename T>
 void launch_index(int config, const kernels::WmmaGemmParams& p, bool aligned, int device,
                   cudaStream_t stream) {
   switch (config) {
-    case 0: return launch_config<T, Wmma128x128x32>(p, aligned, device, stream);
-    case 1: return launch_config<T, Wmma128x128x64>(p, aligned, device, stream);
-    case 2: return launch_config<T, Wmma128x256x64>(p, aligned, device, stream);
+    case 0: return launch_config<T, Wmma128x256x32>(p, aligned, device, stream);
+    case 1: return launch_config<T, Wmma128x128x32>(p, aligned, device, stream);
+    case 2: return launch_config<T, Wmma128x128x64>(p, aligned, device, stream);
     default: return launch_config<T, Wmma64x64x32>(p, aligned, device, stream);
   }
 }
@@ -45,17 +47,22 @@ void launch_index(int config, const kernels::WmmaGemmParams& p, bool aligned, in
 
 const std::vector<GemmConfigInfo>& wmma_gemm_configs() {
   static const std::vector<GemmConfigInfo> configs = {
+      gemm_config_info<Wmma128x256x32>("128x256x32_w64x64_s4"),
       gemm_config_info<Wmma128x128x32>("128x128x32_w64x64_s4"),
       gemm_config_info<Wmma128x128x64>("128x128x64_w64x64_s3"),
-      gemm_config_info<Wmma128x256x64>("128x256x64_w64x64_s3"),
       gemm_config_info<Wmma64x64x32>("64x64x32_w32x32_s4"),
   };
   return configs;
 }
 
 int wmma_gemm_heuristic(int64_t m, int64_t n, int64_t /*k*/, int num_sms) {
-  // Relative speeds as measured (see above); blocks per SM from registers and shared memory.
-  static const std::vector<GemmConfigTraits> traits = {{2, 1.0}, {2, 0.98}, {1, 0.85}, {4, 0.53}};
+  // Outputs of a few rows are bound by reading b, and the most CTAs read it fastest, not the
+  // densest tile (H200, 16 x 4096 x 4096: 64x64 36 us, 128x256 98 us).
+  constexpr int k64x64 = 3;
+  if (m <= 64) return k64x64;
+  // Relative speeds at 4096^3 as measured (see above; 64x64: 0.42); blocks per SM from
+  // registers and shared memory.
+  static const std::vector<GemmConfigTraits> traits = {{1, 1.0}, {2, 0.88}, {2, 0.87}, {4, 0.42}};
   return pick_gemm_config(wmma_gemm_configs(), traits, m, n, num_sms);
 }
 

@@ -40,9 +40,9 @@ def _cublas():
 
 
 CONFIGS = (
+    {"name": "128x256x32_w64x64_s4", "block": (128, 256, 32), "threads": 256, "stages": 4},
     {"name": "128x128x32_w64x64_s4", "block": (128, 128, 32), "threads": 128, "stages": 4},
     {"name": "128x128x64_w64x64_s3", "block": (128, 128, 64), "threads": 128, "stages": 3},
-    {"name": "128x256x64_w64x64_s3", "block": (128, 256, 64), "threads": 256, "stages": 3},
     {"name": "64x64x32_w32x32_s4", "block": (64, 64, 32), "threads": 128, "stages": 4},
 )
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Device helpers the GEMM kernels share: the checked operand-tile copies (cp.async itself
-// is in cp_async.cuh), the tile raster, and the parameters every GEMM kernel takes.
+// is in cp_async.cuh), the multistage K loop, the tile raster, and the parameters every
+// GEMM kernel takes.
 #pragma once
 
 #include <cstdint>
@@ -62,6 +63,58 @@ __device__ __forceinline__ void copy_tile_elementwise(T* smem, const T* g, int64
     const bool ok = row0 + r < rows && col0 + c < cols;
     smem[place(r, c)] = ok ? g[int64_t(row0 + r) * ld + (col0 + c)] : T(0);
   }
+}
+
+// The K loop of the cp.async GEMMs (the "multistage" pipeline): a ring of kStages shared
+// tiles, copies for tile kt + kStages - 1 in flight while tile kt is computed, and each tile
+// consumed in kSteps k-steps whose register fragments are double-buffered: step s + 1's
+// fragments load before step s's math issues. The barrier for tile kt + 1 sits before the
+// last step of tile kt, so the next tile's first fragments load while that step's math runs
+// and no warp waits on shared memory at a tile boundary with nothing to issue (a barrier at
+// the top of each tile instead cost the H200 SGEMM 4-6%; see docs/PERF_NOTES.md).
+//
+//   issue_tile(stage): start the copies of the next k-tile (tile 0, 1, ... in call order) into
+//                      ring slot `stage`. A cp.async group is committed at every slot where
+//                      a call could be, made or not, so "kStages - 2 groups pending" always
+//                      means "the next tile has landed".
+//   load_frags(frags, stage, step): fill `frags` from ring slot `stage`, k-step `step`.
+//   mma(frags): the math of one k-step.
+template <int kStages, int kSteps, class Frags, class IssueTile, class LoadFrags, class Mma>
+__device__ __forceinline__ void multistage_k_loop(int k_tiles, IssueTile&& issue_tile,
+                                                  LoadFrags&& load_frags, Mma&& mma) {
+  static_assert(kStages >= 2 && kSteps >= 1, "a ring of at least two tiles");
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < k_tiles) issue_tile(s);
+    cp_async_commit();
+  }
+  Frags frags[2];
+  cp_async_wait<kStages - 2>();
+  __syncthreads();
+  int read_stage = 0, write_stage = kStages - 1;
+  load_frags(frags[0], read_stage, 0);
+  for (int kt = 0; kt < k_tiles; ++kt) {
+#pragma unroll
+    for (int step = 0; step < kSteps; ++step) {
+      if (step == 0) {
+        // Every warp passed the barrier inside tile kt - 1 after loading its last
+        // fragments, so that tile's slot (write_stage) is free.
+        if (kt + kStages - 1 < k_tiles) issue_tile(write_stage);
+        cp_async_commit();
+        write_stage = write_stage + 1 == kStages ? 0 : write_stage + 1;
+      }
+      if (step == kSteps - 1) {
+        cp_async_wait<kStages - 2>();
+        __syncthreads();  // tile kt + 1 visible to all (past the end: an unused slot)
+        read_stage = read_stage + 1 == kStages ? 0 : read_stage + 1;
+        load_frags(frags[(step + 1) % 2], read_stage, 0);
+      } else {
+        load_frags(frags[(step + 1) % 2], read_stage, step + 1);
+      }
+      mma(frags[step % 2]);
+    }
+  }
+  cp_async_wait<0>();  // no copy may still be landing when the caller reuses shared memory
 }
 
 // Block id -> output tile, in groups of kGroupM tile rows: consecutive blocks walk down a

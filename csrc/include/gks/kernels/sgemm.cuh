@@ -2,8 +2,9 @@
 // SGEMM device code: c = a @ b in fp32 with FFMA (no Tensor Cores, no TF32).
 //
 // A block computes a kBlockM x kBlockN tile of c, walking K in kBlockK steps through a
-// kStages-deep ring of shared-memory tiles filled by cp.async (copies for tile k + S - 1
-// are in flight while tile k is computed). Each warp owns a kWarpM x kWarpN sub-tile and
+// kStages-deep ring of shared-memory tiles filled by cp.async (gemm::multistage_k_loop:
+// copies for tile k + S - 1 in flight while tile k is computed, each k-step's operands
+// loaded into registers while the previous step's FFMAs run). Each warp owns a kWarpM x kWarpN sub-tile and
 // each thread a kThreadM x kThreadN block of it, held in registers, as 4 x 4 pieces spread
 // so that a warp's shared-memory reads are 16-byte loads of consecutive addresses.
 //
@@ -101,6 +102,7 @@ struct SgemmLoader {
   int64_t ldb;
   int64_t a_row_step;   // by-rows layout: kARowStep rows, in elements
   uint32_t a_rows_ok;   // by-rows layout: bit j, row j of this thread is inside the matrix
+  bool a_all_rows_ok;   // by-rows layout: every row of this thread is inside the matrix
   int a_bytes;  // 4 when this thread's row is inside the matrix, else 0
   int b_bytes;  // bytes of each B copy inside the matrix's columns (0, 4, ..., 16)
   int a_step;   // kBlockK, or 0 for a dead row
@@ -133,6 +135,7 @@ struct SgemmLoader {
       for (int j = 0; j < kAPerThread; ++j)
         if (m0 + a_row() + j * kARowStep < p.s.m) a_rows_ok |= 1u << j;
     }
+    a_all_rows_ok = a_rows_ok == (kAPerThread == 32 ? ~0u : (1u << kAPerThread) - 1u);
     const int cols_left = p.s.n - (n0 + b_col());
     b_bytes = cols_left >= kBWidth ? 4 * kBWidth : (cols_left > 0 ? cols_left * 4 : 0);
     b_ptr = b_bytes > 0 ? p.b + int64_t(b_row()) * p.s.ldb + n0 + b_col() : p.b;
@@ -144,11 +147,18 @@ struct SgemmLoader {
     float* b_dst = Bs + b_row() * Cfg::kStrideB + b_col();
     if (next_k0 + Cfg::kBlockK <= k) {  // a full tile: only the row/column checks
       if constexpr (kByRows) {
+        if (a_all_rows_ok) {  // no per-row select: one 64-bit add a copy (interior blocks)
+          const float* src = a_ptr;
 #pragma unroll
-        for (int j = 0; j < kAPerThread; ++j) {
-          const bool ok = (a_rows_ok >> j) & 1u;
-          gemm::cp_async_zfill<4>(a_dst + j * kARowStep, ok ? a_ptr + j * a_row_step : a_base,
-                                  ok ? 4 : 0);
+          for (int j = 0; j < kAPerThread; ++j, src += a_row_step)
+            gemm::cp_async_zfill<4>(a_dst + j * kARowStep, src, 4);
+        } else {
+#pragma unroll
+          for (int j = 0; j < kAPerThread; ++j) {
+            const bool ok = (a_rows_ok >> j) & 1u;
+            gemm::cp_async_zfill<4>(a_dst + j * kARowStep, ok ? a_ptr + j * a_row_step : a_base,
+                                    ok ? 4 : 0);
+          }
         }
       } else {
 #pragma unroll
@@ -217,56 +227,34 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   auto stage_a = [&](int s) { return smem + s * Cfg::kStageFloats; };
   auto stage_b = [&](int s) { return smem + s * Cfg::kStageFloats + Cfg::kBlockK * Cfg::kStrideA; };
 
+  // A thread's operands of one k-step: its kThreadM values of A and kThreadN of B, each read
+  // as float4s of consecutive addresses across the warp.
+  struct Frags {
+    float a[kTM], b[kTN];
+  };
   SgemmLoader<Cfg, kVecB> loader(p, m0, n0);
-  // Prologue: tiles 0 .. S-2 in flight. Every step commits a group (possibly empty), so
-  // "wait until S-2 groups remain" always means "tile kt has landed".
+  gemm::multistage_k_loop<Cfg::kStages, Cfg::kBlockK, Frags>(
+      k_tiles, [&](int stage) { loader.load(stage_a(stage), stage_b(stage)); },
+      [&](Frags& f, int stage, int kk) {
+        const float* As = stage_a(stage) + kk * Cfg::kStrideA + a_off;
+        const float* Bs = stage_b(stage) + kk * Cfg::kStrideB + b_off;
 #pragma unroll
-  for (int s = 0; s < Cfg::kStages - 1; ++s) {
-    if (s < k_tiles) loader.load(stage_a(s), stage_b(s));
-    gemm::cp_async_commit();
-  }
-
-  int read_stage = 0, write_stage = Cfg::kStages - 1;
-  for (int kt = 0; kt < k_tiles; ++kt) {
-    gemm::cp_async_wait<Cfg::kStages - 2>();
-    // Tile kt is visible to all threads, and all have finished computing tile kt - 1,
-    // whose stage (write_stage) the next copy overwrites.
-    __syncthreads();
-    if (kt + Cfg::kStages - 1 < k_tiles) loader.load(stage_a(write_stage), stage_b(write_stage));
-    gemm::cp_async_commit();
-    write_stage = write_stage + 1 == Cfg::kStages ? 0 : write_stage + 1;
-
-    const float* As = stage_a(read_stage);
-    const float* Bs = stage_b(read_stage);
-    read_stage = read_stage + 1 == Cfg::kStages ? 0 : read_stage + 1;
+        for (int g = 0; g < kTM / 4; ++g) {
+          const float4 v = *reinterpret_cast<const float4*>(As + g * Cfg::kLanesM * 4);
+          f.a[4 * g] = v.x, f.a[4 * g + 1] = v.y, f.a[4 * g + 2] = v.z, f.a[4 * g + 3] = v.w;
+        }
 #pragma unroll
-    for (int kk = 0; kk < Cfg::kBlockK; ++kk) {
-      float av[kTM], bv[kTN];
+        for (int h = 0; h < kTN / 4; ++h) {
+          const float4 v = *reinterpret_cast<const float4*>(Bs + h * Cfg::kLanesN * 4);
+          f.b[4 * h] = v.x, f.b[4 * h + 1] = v.y, f.b[4 * h + 2] = v.z, f.b[4 * h + 3] = v.w;
+        }
+      },
+      [&](const Frags& f) {
 #pragma unroll
-      for (int g = 0; g < kTM / 4; ++g) {
-        const float4 v = *reinterpret_cast<const float4*>(
-            As + kk * Cfg::kStrideA + a_off + g * Cfg::kLanesM * 4);
-        av[g * 4 + 0] = v.x;
-        av[g * 4 + 1] = v.y;
-        av[g * 4 + 2] = v.z;
-        av[g * 4 + 3] = v.w;
-      }
+        for (int i = 0; i < kTM; ++i)
 #pragma unroll
-      for (int h = 0; h < kTN / 4; ++h) {
-        const float4 v = *reinterpret_cast<const float4*>(
-            Bs + kk * Cfg::kStrideB + b_off + h * Cfg::kLanesN * 4);
-        bv[h * 4 + 0] = v.x;
-        bv[h * 4 + 1] = v.y;
-        bv[h * 4 + 2] = v.z;
-        bv[h * 4 + 3] = v.w;
-      }
-#pragma unroll
-      for (int i = 0; i < kTM; ++i)
-#pragma unroll
-        for (int j = 0; j < kTN; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
-    }
-  }
-  gemm::cp_async_wait<0>();  // no copy may still be landing when the block exits
+          for (int j = 0; j < kTN; ++j) acc[i][j] = fmaf(f.a[i], f.b[j], acc[i][j]);
+      });
 
 #pragma unroll
   for (int g = 0; g < kTM / 4; ++g) {

@@ -4,9 +4,10 @@
 // A block computes a kBlockM x kBlockN tile of c; each warp a (16 kFragsM) x (16 kFragsN)
 // sub-tile held as 16x16x16 wmma accumulator fragments; wmma::mma_sync compiles to
 // mma.sync m16n8k16 (HMMA.16816). Operand fragments come from wmma::load_matrix_sync
-// (ldmatrix) for fp16, and from ldmatrix directly for bf16 (see ldmatrix_frag). K is walked in kBlockK steps through a kStages-deep ring
-// of shared tiles filled by 16-byte cp.async (copies for tile k + S - 1 are in flight
-// while tile k is computed).
+// (ldmatrix) for fp16, and from ldmatrix directly for bf16 (see ldmatrix_frag). K is walked
+// in kBlockK steps through a kStages-deep ring of shared tiles filled by 16-byte cp.async
+// (gemm::multistage_k_loop: copies for tile k + S - 1 in flight while tile k is computed,
+// each k-step's fragments loaded while the previous step's MMAs run).
 //
 // Shared layout: As[m][k] with rows of kBlockK + 8 elements and Bs[k][n] with rows of
 // kBlockN + 8: the 16 extra bytes per row shift consecutive rows by one 16-byte bank group,
@@ -221,61 +222,43 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     return wmma_smem + s * Cfg::kStageElems + Cfg::kBlockM * Cfg::kStrideA;
   };
 
-  // Prologue: tiles 0 .. S-2 in flight; every step commits a group (possibly empty).
+  // A warp's operands of one 16-deep k-step.
+  struct Frags {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, Elem, wmma::row_major> a[Cfg::kFragsM];
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, Elem, wmma::row_major> b[Cfg::kFragsN];
+  };
   WmmaLoader<Cfg, kAligned> loader(p, m0, n0);
+  gemm::multistage_k_loop<Cfg::kStages, Cfg::kBlockK / 16, Frags>(
+      k_tiles, [&](int stage) { loader.load(p, m0, n0, stage_a(stage), stage_b(stage)); },
+      [&](Frags& f, int stage, int step) {
+        const uint16_t* As = stage_a(stage) + warp_m * Cfg::kStrideA + 16 * step;
+        const uint16_t* Bs = stage_b(stage) + 16 * step * Cfg::kStrideB + warp_n;
 #pragma unroll
-  for (int s = 0; s < Cfg::kStages - 1; ++s) {
-    if (s < k_tiles) loader.load(p, m0, n0, stage_a(s), stage_b(s));
-    gemm::cp_async_commit();
-  }
-
-  int read_stage = 0, write_stage = Cfg::kStages - 1;
-  for (int kt = 0; kt < k_tiles; ++kt) {
-    gemm::cp_async_wait<Cfg::kStages - 2>();
-    // Tile kt is visible to all, and every warp is done with tile kt - 1 (write_stage).
-    __syncthreads();
-    if (kt + Cfg::kStages - 1 < k_tiles)
-      loader.load(p, m0, n0, stage_a(write_stage), stage_b(write_stage));
-    gemm::cp_async_commit();
-    write_stage = write_stage + 1 == Cfg::kStages ? 0 : write_stage + 1;
-
-    const auto* As = reinterpret_cast<const Elem*>(stage_a(read_stage));
-    const auto* Bs = reinterpret_cast<const Elem*>(stage_b(read_stage));
-    read_stage = read_stage + 1 == Cfg::kStages ? 0 : read_stage + 1;
+        for (int i = 0; i < Cfg::kFragsM; ++i) {
+          if constexpr (std::is_same_v<T, __nv_bfloat16>)
+            ldmatrix_frag<false>(f.a[i], As + 16 * i * Cfg::kStrideA, Cfg::kStrideA);
+          else
+            wmma::load_matrix_sync(f.a[i], reinterpret_cast<const Elem*>(As) + 16 * i * Cfg::kStrideA,
+                                   Cfg::kStrideA);
+        }
 #pragma unroll
-    for (int kk = 0; kk < Cfg::kBlockK; kk += 16) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, Elem, wmma::row_major> af[Cfg::kFragsM];
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, Elem, wmma::row_major> bf[Cfg::kFragsN];
-      if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-        const auto* As16 = reinterpret_cast<const uint16_t*>(As);
-        const auto* Bs16 = reinterpret_cast<const uint16_t*>(Bs);
+        for (int j = 0; j < Cfg::kFragsN; ++j) {
+          if constexpr (std::is_same_v<T, __nv_bfloat16>)
+            ldmatrix_frag<true>(f.b[j], Bs + 16 * j, Cfg::kStrideB);
+          else
+            wmma::load_matrix_sync(f.b[j], reinterpret_cast<const Elem*>(Bs) + 16 * j,
+                                   Cfg::kStrideB);
+        }
+      },
+      [&](const Frags& f) {
 #pragma unroll
         for (int i = 0; i < Cfg::kFragsM; ++i)
-          ldmatrix_frag<false>(af[i], As16 + (warp_m + 16 * i) * Cfg::kStrideA + kk,
-                               Cfg::kStrideA);
 #pragma unroll
-        for (int j = 0; j < Cfg::kFragsN; ++j)
-          ldmatrix_frag<true>(bf[j], Bs16 + kk * Cfg::kStrideB + warp_n + 16 * j, Cfg::kStrideB);
-      } else {
-#pragma unroll
-        for (int i = 0; i < Cfg::kFragsM; ++i)
-          wmma::load_matrix_sync(af[i], As + (warp_m + 16 * i) * Cfg::kStrideA + kk,
-                                 Cfg::kStrideA);
-#pragma unroll
-        for (int j = 0; j < Cfg::kFragsN; ++j)
-          wmma::load_matrix_sync(bf[j], Bs + kk * Cfg::kStrideB + warp_n + 16 * j,
-                                 Cfg::kStrideB);
-      }
-#pragma unroll
-      for (int i = 0; i < Cfg::kFragsM; ++i)
-#pragma unroll
-        for (int j = 0; j < Cfg::kFragsN; ++j) wmma::mma_sync(acc[i][j], af[i], bf[j], acc[i][j]);
-    }
-  }
+          for (int j = 0; j < Cfg::kFragsN; ++j) wmma::mma_sync(acc[i][j], f.a[i], f.b[j], acc[i][j]);
+      });
 
-  // The pipeline's shared memory becomes the staging area: wait for every copy (the last
-  // groups are empty, but be exact) and for every warp to finish reading.
-  gemm::cp_async_wait<0>();
+  // The pipeline's shared memory becomes the staging area once every warp is done reading it
+  // (the K loop has waited for every copy).
   __syncthreads();
   float* staging = reinterpret_cast<float*>(wmma_smem) + warp * Cfg::kStageTile;
   const int r = lane / 2, cc = (lane % 2) * 8;
