@@ -255,6 +255,7 @@ def test_tune_triton_writes_an_entry_its_launch_then_uses(tmp_path, monkeypatch)
     import torch
 
     import gks.triton
+    from gks.triton import _gemm
 
     monkeypatch.setenv("GKS_CACHE_DIR", str(tmp_path))
     autotune._entries.cache_clear()
@@ -266,10 +267,38 @@ def test_tune_triton_writes_an_entry_its_launch_then_uses(tmp_path, monkeypatch)
         assert autotune.lookup("triton.sgemm", "float32", 200, 300, 400, torch.cuda.current_device()) == entry["config"]
         a = torch.randn(200, 400, device="cuda")
         b = torch.randn(400, 300, device="cuda")
-        torch.testing.assert_close(gks.triton.sgemm(a, b), gks.triton.sgemm(a, b, config=entry["config"]),
-                                   rtol=0, atol=0)
+        # The launch takes the tuned block shape and split (a split-K config's result may
+        # differ in the last bits from run to run, so the launch itself is the witness).
+        launched = []
+        real_launch = _gemm._launch_split
+        monkeypatch.setattr(_gemm, "_launch_split",
+                            lambda *args: launched.append(args[5:7]) or real_launch(*args))
+        out = gks.triton.sgemm(a, b)
+        spec = _gemm.CONFIGS["ieee"][entry["config"]]
+        assert launched == [(_gemm._block(spec), _gemm._split_k(spec))]
+        torch.testing.assert_close(out, gks.triton.sgemm(a, b, config=entry["config"]))
     finally:
         autotune._entries.cache_clear()
+
+
+def test_triton_split_k_entry_gives_way_under_deterministic_algorithms(monkeypatch):
+    import torch
+
+    from gks.triton import _gemm
+
+    split = next(i for i, name in enumerate(_gemm.config_names("sgemm")) if "_k" in name)
+    whole = next(i for i, name in enumerate(_gemm.config_names("sgemm")) if "_k" not in name)
+    a, c = torch.zeros(4, 8), torch.zeros(4, 5)
+    was = torch.are_deterministic_algorithms_enabled()
+    try:
+        for tuned in (split, whole):
+            monkeypatch.setattr(autotune, "resolve_config", lambda *args, **kw: tuned)
+            torch.use_deterministic_algorithms(False)
+            assert _gemm.tuned_config("sgemm", a, c, 4, 5, 8) == tuned
+            torch.use_deterministic_algorithms(True)
+            assert _gemm.tuned_config("sgemm", a, c, 4, 5, 8) == (-1 if tuned == split else tuned)
+    finally:
+        torch.use_deterministic_algorithms(was)
 
 
 @requires_gpu

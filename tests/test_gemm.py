@@ -378,11 +378,34 @@ def test_triton_block_shapes_are_named_and_a_bad_config_is_refused():
     for kernel in ("sgemm", "wmma_gemm", "int8_gemm"):
         names = gks.triton.gemm_config_names(kernel)
         assert len(names) >= 4 and len(set(names)) == len(names), kernel
-    with pytest.raises(ValueError, match=r"argument 'config' must be -1 .* an index below 6"):
-        gks.triton.sgemm(torch.randn(4, 6, device=DEVICE), torch.randn(6, 5, device=DEVICE), config=6)
+    count = len(gks.triton.gemm_config_names("sgemm"))
+    with pytest.raises(ValueError, match=rf"argument 'config' must be -1 .* an index below {count}"):
+        gks.triton.sgemm(torch.randn(4, 6, device=DEVICE), torch.randn(6, 5, device=DEVICE), config=count)
     with pytest.raises(ValueError, match="argument 'config'"):
         gks.triton.wmma_gemm(torch.randn(4, 6, device=DEVICE).half(), torch.randn(6, 5, device=DEVICE).half(),
                              config=-2)
+
+
+@pytest.mark.parametrize("kernel", ("sgemm", "wmma_gemm"))
+def test_triton_split_k_sums_every_k_tile_once(kernel):
+    """The split-K block shapes: every k-tile is summed once whether K divides among the
+    parts, leaves parts empty (fewer k-tiles than parts) or is shorter than one block, and a
+    16-bit output goes through the fp32 scratch. On CPU the interpreter runs its one block
+    shape with each config's split."""
+    import gks.triton
+
+    splits = [i for i, name in enumerate(gks.triton.gemm_config_names(kernel)) if "_k" in name]
+    assert splits, "no split-K block shape"
+    spec = _spec(kernel)
+    for dtype in spec.dtypes:
+        for shape in ((33, 40, 1), (33, 40, 100), (70, 45, 257)):
+            inputs = _inputs(kernel, shape, dtype, "triton-split-k")
+            outs = [inputs] if kernel == "sgemm" else [inputs, dict(inputs, out_dtype=getattr(torch, dtype))]
+            for args in outs:
+                for config in splits:
+                    out = getattr(gks.triton, kernel)(**args, config=config)
+                    assert out.dtype == args.get("out_dtype", torch.float32)
+                    _check(kernel, out, args, dtype)
 
 
 @requires_gpu

@@ -383,10 +383,10 @@ def tune_one(kernel: str, dtype: str, shape: Sequence[int], *, warmup: int, iter
             torch.cuda.synchronize()
             check_output(spec, out, inputs, dtype, f"{kernel}[{name}]", ref=ref)
             del out
-            # The CUDA kernels are timed by graph replay (GPU time); the Triton and Pallas
-            # ones per launch, as their runtimes are not all capturable.
+            # The CUDA and Triton kernels are timed by graph replay (GPU time); the Pallas
+            # ones per launch, as JAX's runtime is not capturable by torch.
             t = time_config(lambda: op(**inputs, config=i), warmup, iters,
-                            graph=split_kernel(kernel)[0] == "cuda")
+                            graph=split_kernel(kernel)[0] in ("cuda", "triton"))
         except (AssertionError, RuntimeError, ValueError) as e:
             progress(f"    {name:<26} REJECTED: {str(e).splitlines()[0][:120]}")
             times.append(None)

@@ -11,8 +11,10 @@ compile-time arithmetic mode:
 On a GPU each mode runs one of a few block shapes (CONFIGS): the one `python -m gks
 autotune --backend triton --kernel OP` stored for the device, dtype and shape bucket if
 any (see gks.profile.autotune), else the one Triton's own autotuner picks (timed in-process
-on the first call of each M, N, K, unchecked); `config=i` forces the i-th. Under the
-interpreter (TRITON_INTERPRET=1) one small block shape is used.
+on the first call of each M, N, K, unchecked); `config=i` forces the i-th. Some block
+shapes split K among several programs per output tile (split-K, for outputs of few tiles);
+see CONFIGS. Under the interpreter (TRITON_INTERPRET=1) one small block shape is used,
+with the split of the config asked for.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ def _gemm_kernel(
     a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, M, N, K,
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_sa, stride_sb,
     MODE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
+    GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr = 1,
 ):
     pid = tl.program_id(0)
     tiles_m = tl.cdiv(M, BLOCK_M)
@@ -40,16 +42,28 @@ def _gemm_kernel(
     pid_m = first_m + (pid % per_group) % rows_in_group
     pid_n = (pid % per_group) // rows_in_group
 
+    # Split-K: program (tile, s) takes k-tiles [s * per_split, (s + 1) * per_split). Without
+    # it the bounds stay compile-time simple (a loop from 0 pipelines best).
+    tiles_k = tl.cdiv(K, BLOCK_K)
+    if SPLIT_K == 1:
+        kt_begin = 0
+        kt_end = tiles_k
+    else:
+        per_split = tl.cdiv(tiles_k, SPLIT_K)
+        kt_begin = tl.program_id(1) * per_split
+        kt_end = tl.minimum(kt_begin + per_split, tiles_k)
+
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rk = tl.arange(0, BLOCK_K)
+    rk = kt_begin * BLOCK_K + tl.arange(0, BLOCK_K)
     a_ptrs = a_ptr + rm[:, None].to(tl.int64) * stride_am + rk[None, :].to(tl.int64) * stride_ak
     b_ptrs = b_ptr + rk[:, None].to(tl.int64) * stride_bk + rn[None, :].to(tl.int64) * stride_bn
+    rk = tl.arange(0, BLOCK_K)
     if MODE == "int8":
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for kt in range(0, tl.cdiv(K, BLOCK_K)):
+    for kt in range(kt_begin, kt_end):
         k_left = K - kt * BLOCK_K
         a = tl.load(a_ptrs, mask=(rm[:, None] < M) & (rk[None, :] < k_left), other=0)
         b = tl.load(b_ptrs, mask=(rk[:, None] < k_left) & (rn[None, :] < N), other=0)
@@ -69,16 +83,25 @@ def _gemm_kernel(
     else:
         out = acc
     c_ptrs = c_ptr + rm[:, None].to(tl.int64) * stride_cm + rn[None, :].to(tl.int64) * stride_cn
-    tl.store(c_ptrs, out.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+    c_mask = (rm[:, None] < M) & (rn[None, :] < N)
+    if SPLIT_K == 1:
+        tl.store(c_ptrs, out.to(c_ptr.dtype.element_ty), mask=c_mask)
+    else:  # c is fp32 and zeroed; the splits add their partial sums (in no fixed order)
+        tl.atomic_add(c_ptrs, out, mask=c_mask, sem="relaxed")
 
 
-# (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) per mode: what a GPU chooses among.
+# (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages[, split-K]) per mode: what a GPU chooses among.
+# Split-K (fp32 FMA and fp16/bf16 modes) is for outputs of few tiles and long K (M of 16 or
+# 128 with N = 4096): the splits add their sums atomically into a zeroed fp32 output, in
+# no fixed order (see tuned_config for deterministic mode).
 CONFIGS = {
     "ieee": [(128, 128, 16, 8, 3), (128, 128, 32, 8, 2), (128, 64, 32, 4, 3),
-             (64, 128, 32, 4, 3), (64, 64, 32, 4, 4), (32, 64, 32, 4, 4)],
+             (64, 128, 32, 4, 3), (64, 64, 32, 4, 4), (32, 64, 32, 4, 4),
+             (64, 128, 32, 4, 3, 4), (64, 64, 32, 4, 4, 4), (32, 64, 32, 4, 4, 8)],
     "mma": [(128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 4, 4),
             (128, 128, 64, 8, 4), (64, 128, 64, 4, 4), (64, 64, 64, 4, 4),
-            (16, 128, 128, 4, 4)],
+            (16, 128, 128, 4, 4), (128, 128, 64, 4, 4, 2), (64, 128, 64, 4, 4, 4),
+            (64, 64, 64, 4, 4, 4), (16, 64, 128, 4, 4, 8)],
     "int8": [(128, 256, 128, 8, 3), (256, 128, 128, 8, 3), (128, 128, 128, 4, 4),
              (128, 128, 128, 8, 4), (64, 128, 128, 4, 4), (64, 64, 128, 4, 4),
              (16, 128, 256, 4, 4)],
@@ -87,18 +110,26 @@ CONFIGS = {
 MODE_OF = {"sgemm": "ieee", "wmma_gemm": "mma", "int8_gemm": "int8"}
 
 
+def _split_k(spec) -> int:
+    return spec[5] if len(spec) > 5 else 1
+
+
 def config_names(op: str) -> list[str]:
     """Names of the block shapes gks.triton.<op> runs, in the order `config` indexes."""
-    return [f"{bm}x{bn}x{bk}_w{w}_s{st}" for bm, bn, bk, w, st in CONFIGS[MODE_OF[op]]]
+    return [f"{s[0]}x{s[1]}x{s[2]}_w{s[3]}_s{s[4]}" + (f"_k{_split_k(s)}" if _split_k(s) > 1 else "")
+            for s in CONFIGS[MODE_OF[op]]]
 
 
 def _block(spec) -> dict:
-    bm, bn, bk, _, _ = spec
+    bm, bn, bk = spec[:3]
     return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8}
 
 
+# Triton's own autotuner (no tuned entry) chooses among the configs without split-K, whose
+# output needs zeroing first.
 GPU_CONFIGS = {
-    mode: [triton.Config(_block(spec), num_warps=spec[3], num_stages=spec[4]) for spec in specs]
+    mode: [triton.Config(_block(spec), num_warps=spec[3], num_stages=spec[4])
+           for spec in specs if _split_k(spec) == 1]
     for mode, specs in CONFIGS.items()
 }
 # One shape under the interpreter (power-of-two blocks keep tl.dot's shape rules happy).
@@ -160,26 +191,50 @@ def launch(op: str, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
     sb_stride = (b_scale.stride(-1) if b_scale is not None else 0)
     args = (a, b, c, sa, sb, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
             c.stride(0), c.stride(1), sa_stride, sb_stride)
-    if interpreting():
-        blk = INTERPRETER_BLOCK
-        grid = (triton.cdiv(m, blk["BLOCK_M"]) * triton.cdiv(n, blk["BLOCK_N"]),)
-        _gemm_kernel[grid](*args, MODE=mode, **blk)
+    if interpreting():  # one block shape; a config's split-K still applies
+        split = _split_k(CONFIGS[MODE_OF[op]][config]) if config >= 0 else 1
+        _launch_split(args, c, m, n, mode, INTERPRETER_BLOCK, split, {})
         return
     if config == -1:
-        from gks.profile import autotune
-
-        # The autotune key's dtype: the output's for int8 (as the CUDA op), else the inputs'.
-        key_dtype = c.dtype if op == "int8_gemm" else a.dtype
-        tuned = autotune.lookup(f"triton.{op}", str(key_dtype).removeprefix("torch."), m, n, k,
-                                a.device.index or 0)
-        config = -1 if tuned is None else tuned
+        config = tuned_config(op, a, c, m, n, k)
     if config >= 0:
-        spec = CONFIGS[mode][config]
-        grid = (triton.cdiv(m, spec[0]) * triton.cdiv(n, spec[1]),)
-        _gemm_kernel[grid](*args, MODE=mode, **_block(spec), num_warps=spec[3], num_stages=spec[4])
+        spec = CONFIGS[MODE_OF[op]][config]
+        _launch_split(args, c, m, n, mode, _block(spec), _split_k(spec),
+                      {"num_warps": spec[3], "num_stages": spec[4]})
         return
 
     def autotuned_grid(meta):
         return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
 
     _tuned[mode][autotuned_grid](*args, MODE=mode)
+
+
+def tuned_config(op: str, a: torch.Tensor, c: torch.Tensor, m: int, n: int, k: int) -> int:
+    """The autotuned config of this call, or -1 (none: Triton's autotuner chooses). Split-K
+    adds its parts in no fixed order, so its results can differ in the last bits from run
+    to run: under torch.use_deterministic_algorithms(True) a split-K entry gives way."""
+    from gks.profile import autotune
+
+    # The autotune key's dtype: the output's for int8 (as the CUDA op), else the inputs'.
+    key_dtype = c.dtype if op == "int8_gemm" else a.dtype
+    config = autotune.resolve_config(f"triton.{op}", a, m, n, k, -1, dtype=key_dtype)
+    if config >= 0 and _split_k(CONFIGS[MODE_OF[op]][config]) > 1 and \
+            torch.are_deterministic_algorithms_enabled():
+        return -1
+    return config
+
+
+def _launch_split(args: tuple, c: torch.Tensor, m: int, n: int, mode: str, block: dict,
+                  split: int, compile_opts: dict) -> None:
+    """One launch of block shape `block` over k in `split` parts. With split > 1 the parts add
+    into a zeroed fp32 output: c itself when it is fp32, else a scratch copied into c."""
+    grid = (triton.cdiv(m, block["BLOCK_M"]) * triton.cdiv(n, block["BLOCK_N"]), split)
+    if split == 1:
+        _gemm_kernel[grid](*args, MODE=mode, **block, **compile_opts)
+        return
+    assert mode != "int8", "split-K applies to the fp32 and fp16/bf16 modes"
+    acc = c.zero_() if c.dtype == torch.float32 else torch.zeros(c.shape, dtype=torch.float32, device=c.device)
+    _gemm_kernel[grid](*args[:2], acc, *args[3:12], acc.stride(0), acc.stride(1), *args[14:],
+                       MODE=mode, SPLIT_K=split, **block, **compile_opts)
+    if acc is not c:
+        c.copy_(acc)
