@@ -102,6 +102,17 @@ def test_baseline_pins_fastest_peer(tmp_path):
     assert set(merged["runs"]) == {"bench.json", "bench-softmax.json"}
     assert "4200 GB/s" in (tmp_path / "baseline.md").read_text()
 
+    # A later file's row of the same op, backend, shape and dtype supersedes the earlier one,
+    # still against the peers of its own file.
+    rerun = dict(doc, rows=[_row("rmsnorm", "gks.cuda", "gks", (8, 8), "float32", 8.0),
+                            _row("rmsnorm", "torch.compile", "peer", (8, 8), "float32", 9.0)])
+    src3 = tmp_path / "bench-rmsnorm-rerun.json"
+    src3.write_text(json.dumps(rerun))
+    assert make_baseline.main([str(src), str(src2), str(src3), "--out-dir", str(tmp_path)]) == 0
+    merged = json.loads((tmp_path / "baseline.json").read_text())
+    assert [(r["op"], r["ours_us"], r["ref_us"], r["run"]) for r in merged["rows"]] == [
+        ("softmax", 5.0, 4.0, "bench-softmax.json"), ("rmsnorm", 8.0, 9.0, "bench-rmsnorm-rerun.json")]
+
     # A file that is not a bench JSON is refused with its name.
     bad = tmp_path / "baseline-old.json"
     bad.write_text(json.dumps({"rows": []}))

@@ -8,7 +8,9 @@
 For each op, shape, dtype and gks backend: our median (µs), the fastest peer measured in
 the same run and its median, and ref/ours (> 1 means gks is faster). Several files are
 merged only when they come from the same device and versions; each row keeps the file it
-came from, and the peers it is compared with are always from that same file.
+came from, and the peers it is compared with are always from that same file. A row that
+several files measure (op, backend, shape, dtype) comes from the last of them on the
+command line.
 """
 
 from __future__ import annotations
@@ -119,7 +121,16 @@ def main(argv=None) -> int:
     except ValueError as e:
         print(e, file=sys.stderr)
         return 2
-    rows = [dict(r, run=name) for name, doc in docs.items() for r in baseline_rows(doc)]
+    # A row measured in several files (op, backend, shape, dtype) is taken from the last one
+    # given: a later run of one backend supersedes the earlier runs' rows.
+    def key(r):
+        return r["op"], r["backend"], tuple(r["shape"]), r["dtype"]
+
+    rows: list[dict] = []
+    for name, doc in docs.items():
+        new = [dict(r, run=name) for r in baseline_rows(doc)]
+        superseded = {key(r) for r in new}
+        rows = [r for r in rows if key(r) not in superseded] + new
     if not rows:
         print("make_baseline: the bench JSON has no timed gks rows", file=sys.stderr)
         return 1
