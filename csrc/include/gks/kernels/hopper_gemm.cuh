@@ -460,6 +460,27 @@ __device__ __forceinline__ void run_producer(const CUtensorMap* map_a, const CUt
   }
 }
 
+// Calls f(Type<OutT>{}) with c's element type OutT: float (c_kind 0), else the 16-bit type
+// c_kind names. The fp16/bf16 GEMM's 16-bit output is always its input type, so only that
+// one is compiled for it; int8 may write either.
+template <typename T>
+struct Type {
+  using type = T;
+};
+template <class Op, class F>
+__device__ __forceinline__ void with_c_type(int c_kind, F&& f) {
+  if (c_kind == 0) {
+    f(Type<float>{});
+  } else if constexpr (Op::kInt8) {
+    if (c_kind == 1)
+      f(Type<__half>{});
+    else
+      f(Type<__nv_bfloat16>{});
+  } else {
+    f(Type<typename Op::In>{});
+  }
+}
+
 // Reads a staged 64 x kEpilogueCols chunk out to c (rows from row0, columns from
 // chunk_col) as OutT, 16 bytes a store where c allows, masked at the edges.
 template <typename OutT>
@@ -537,16 +558,9 @@ __device__ __forceinline__ void store_atom(const HopperGemmParams& p,
       *reinterpret_cast<float2*>(stage_buf + (r + 8) * kEpiloguePitch + col) = hi;
     }
     named_barrier_sync<128>(barrier_id);
-    if (p.c_kind == 0) {
-      write_chunk<float>(p, stage_buf, row0, chunk_col);
-    } else if constexpr (Op::kInt8) {
-      if (p.c_kind == 1)
-        write_chunk<__half>(p, stage_buf, row0, chunk_col);
-      else
-        write_chunk<__nv_bfloat16>(p, stage_buf, row0, chunk_col);
-    } else {
-      write_chunk<typename Op::In>(p, stage_buf, row0, chunk_col);
-    }
+    with_c_type<Op>(p.c_kind, [&](auto out) {
+      write_chunk<typename decltype(out)::type>(p, stage_buf, row0, chunk_col);
+    });
   }
 }
 
@@ -606,12 +620,7 @@ __global__ void __launch_bounds__(256) split_k_reduce_kernel(const __grid_consta
       v = float(sum) * p.a_scale[row * p.a_scale_stride] * p.b_scale[int64_t(col) * p.b_scale_stride];
     else
       v = sum;
-    if (p.c_kind == 0)
-      store_one<float>(p, row, col, v);
-    else if (p.c_kind == 1)
-      store_one<__half>(p, row, col, v);
-    else
-      store_one<__nv_bfloat16>(p, row, col, v);
+    with_c_type<Op>(p.c_kind, [&](auto out) { store_one<typename decltype(out)::type>(p, row, col, v); });
   }
 }
 
