@@ -272,7 +272,7 @@ def test_tune_triton_writes_an_entry_its_launch_then_uses(tmp_path, monkeypatch)
         launched = []
         real_launch = _gemm._launch_split
         monkeypatch.setattr(_gemm, "_launch_split",
-                            lambda *args: launched.append(args[5:7]) or real_launch(*args))
+                            lambda *args: launched.append(args[6:8]) or real_launch(*args))
         out = gks.triton.sgemm(a, b)
         spec = _gemm.CONFIGS["ieee"][entry["config"]]
         assert launched == [(_gemm._block(spec), _gemm._split_k(spec))]

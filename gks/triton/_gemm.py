@@ -185,28 +185,22 @@ def launch(op: str, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
     if k == 0:
         c.zero_()
         return
-    sa = a_scale if a_scale is not None else c
-    sb = b_scale if b_scale is not None else c
-    sa_stride = a_scale.stride(0) if a_scale is not None else 0
-    sb_stride = (b_scale.stride(-1) if b_scale is not None else 0)
-    args = (a, b, c, sa, sb, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-            c.stride(0), c.stride(1), sa_stride, sb_stride)
     if interpreting():  # one block shape; a config's split-K still applies
         split = _split_k(CONFIGS[MODE_OF[op]][config]) if config >= 0 else 1
-        _launch_split(args, c, m, n, mode, INTERPRETER_BLOCK, split, {})
+        _launch_split(a, b, c, a_scale, b_scale, mode, INTERPRETER_BLOCK, split, {})
         return
     if config == -1:
         config = tuned_config(op, a, c, m, n, k)
     if config >= 0:
         spec = CONFIGS[MODE_OF[op]][config]
-        _launch_split(args, c, m, n, mode, _block(spec), _split_k(spec),
+        _launch_split(a, b, c, a_scale, b_scale, mode, _block(spec), _split_k(spec),
                       {"num_warps": spec[3], "num_stages": spec[4]})
         return
 
     def autotuned_grid(meta):
         return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
 
-    _tuned[mode][autotuned_grid](*args, MODE=mode)
+    _tuned[mode][autotuned_grid](*_kernel_args(a, b, c, a_scale, b_scale), MODE=mode)
 
 
 def tuned_config(op: str, a: torch.Tensor, c: torch.Tensor, m: int, n: int, k: int) -> int:
@@ -224,17 +218,28 @@ def tuned_config(op: str, a: torch.Tensor, c: torch.Tensor, m: int, n: int, k: i
     return config
 
 
-def _launch_split(args: tuple, c: torch.Tensor, m: int, n: int, mode: str, block: dict,
-                  split: int, compile_opts: dict) -> None:
+def _kernel_args(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
+                 a_scale: torch.Tensor | None, b_scale: torch.Tensor | None) -> tuple:
+    """_gemm_kernel's arguments before its meta-parameters (absent scales: c, stride 0)."""
+    m, k = a.shape
+    return (a, b, c, c if a_scale is None else a_scale, c if b_scale is None else b_scale,
+            m, b.shape[1], k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+            c.stride(0), c.stride(1), 0 if a_scale is None else a_scale.stride(0),
+            0 if b_scale is None else b_scale.stride(-1))
+
+
+def _launch_split(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
+                  a_scale: torch.Tensor | None, b_scale: torch.Tensor | None, mode: str,
+                  block: dict, split: int, compile_opts: dict) -> None:
     """One launch of block shape `block` over k in `split` parts. With split > 1 the parts add
     into a zeroed fp32 output: c itself when it is fp32, else a scratch copied into c."""
-    grid = (triton.cdiv(m, block["BLOCK_M"]) * triton.cdiv(n, block["BLOCK_N"]), split)
+    grid = (triton.cdiv(a.shape[0], block["BLOCK_M"]) * triton.cdiv(b.shape[1], block["BLOCK_N"]), split)
     if split == 1:
-        _gemm_kernel[grid](*args, MODE=mode, **block, **compile_opts)
+        _gemm_kernel[grid](*_kernel_args(a, b, c, a_scale, b_scale), MODE=mode, **block, **compile_opts)
         return
     assert mode != "int8", "split-K applies to the fp32 and fp16/bf16 modes"
     acc = c.zero_() if c.dtype == torch.float32 else torch.zeros(c.shape, dtype=torch.float32, device=c.device)
-    _gemm_kernel[grid](*args[:2], acc, *args[3:12], acc.stride(0), acc.stride(1), *args[14:],
-                       MODE=mode, SPLIT_K=split, **block, **compile_opts)
+    _gemm_kernel[grid](*_kernel_args(a, b, acc, a_scale, b_scale), MODE=mode, SPLIT_K=split,
+                       **block, **compile_opts)
     if acc is not c:
         c.copy_(acc)
