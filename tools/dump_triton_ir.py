@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import json
 import os
 import shutil
@@ -64,6 +65,10 @@ def capture(kernel: str, dtype: str, shape: tuple[int, ...]) -> list[dict]:
         for name, v in kwargs.items():
             if name in names:
                 sig[name], consts[name] = "constexpr", v
+        # Meta-parameters the call left at their defaults (e.g. SPLIT_K=1) are constexprs too.
+        for name, param in inspect.signature(fn).parameters.items():
+            if name not in sig and param.default is not inspect.Parameter.empty:
+                sig[name], consts[name] = "constexpr", param.default
         options = {k: v for k, v in kwargs.items() if k not in names}
         launches.append({"module": fn.__module__, "name": fn.__name__, "signature": sig,
                          "constexprs": consts, "attrs": attrs, "options": options})
