@@ -40,4 +40,7 @@ inline void zero_gemm_output(const GemmMatrix& c, int64_t elem_bytes, cudaStream
       << op << ": clearing the output for K = 0 failed: " << cudaGetErrorString(err);
 }
 
+// c's dtype as the GEMM kernels' parameter c_kind: 0 float32, 1 float16, 2 bfloat16.
+inline int gemm_c_kind(DType c) { return c == DType::kFloat32 ? 0 : c == DType::kFloat16 ? 1 : 2; }
+
 }  // namespace gks::detail

@@ -9,7 +9,6 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <atomic>
 #include <climits>
 #include <cmath>
 #include <cstring>
@@ -79,22 +78,18 @@ int max_active_clusters(int device, int num_sms, int smem_bytes) {
   if constexpr (kClusterM == 1) {
     return num_sms;
   } else {
-    static std::atomic<int> cached[64] = {};
-    if (device >= 0 && device < 64) {
-      const int known = cached[device].load(std::memory_order_relaxed);
-      if (known > 0) return known;
-    }
-    cudaLaunchAttribute attribute;
-    const cudaLaunchConfig_t config =
-        cluster_launch_config(dim3(unsigned(num_sms / kClusterM * kClusterM)), dim3(hk::kThreads),
-                              size_t(smem_bytes), nullptr, kClusterM, attribute);
-    int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, kKernel, &config) != cudaSuccess || clusters <= 0) {
-      (void)cudaGetLastError();  // not fatal: fall back to what the SM count allows
-      clusters = std::max(1, num_sms / kClusterM);
-    }
-    if (device >= 0 && device < 64) cached[device].store(clusters, std::memory_order_relaxed);
-    return clusters;
+    return once_per_device(device, [&](int) {
+      cudaLaunchAttribute attribute;
+      const cudaLaunchConfig_t config =
+          cluster_launch_config(dim3(unsigned(num_sms / kClusterM * kClusterM)), dim3(hk::kThreads),
+                                size_t(smem_bytes), nullptr, kClusterM, attribute);
+      int clusters = 0;
+      if (cudaOccupancyMaxActiveClusters(&clusters, kKernel, &config) != cudaSuccess || clusters <= 0) {
+        (void)cudaGetLastError();  // not fatal: fall back to what the SM count allows
+        clusters = std::max(1, num_sms / kClusterM);
+      }
+      return clusters;
+    });
   }
 }
 
@@ -136,7 +131,7 @@ void launch_config(const HopperGemmLaunch& L, cudaStream_t stream) {
   p.unit_rows = int(unit_rows);
   p.tiles_n = int(tiles_n);
   p.num_units = int(units);
-  p.c_kind = L.c_dtype == DType::kFloat32 ? 0 : L.c_dtype == DType::kFloat16 ? 1 : 2;
+  p.c_kind = gemm_c_kind(L.c_dtype);
   p.c_vec = L.c_vec ? 1 : 0;
   p.a_scale = L.a_scale;
   p.b_scale = L.b_scale;

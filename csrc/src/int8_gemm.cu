@@ -237,7 +237,7 @@ void launch_mma(const Int8GemmArgs& args, const Int8Validated& v, const void* b,
   p.s.ldc = c.ld;
   p.a_scale_stride = v.sa_stride;
   p.b_scale_stride = v.sb_stride;
-  p.c_kind = args.c.dtype == DType::kFloat32 ? 0 : args.c.dtype == DType::kFloat16 ? 1 : 2;
+  p.c_kind = gemm_c_kind(args.c.dtype);
   p.c_vec = gemm_rows_aligned16(c, dtype_size(args.c.dtype));
   const bool aligned = gemm_rows_aligned16(a, 1) && gemm_rows_aligned16(b_rows, 1);
   switch (config) {

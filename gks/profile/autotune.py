@@ -4,10 +4,10 @@ CUDA kernels, ``--backend triton`` for the Triton ones and ``--backend pallas`` 
 Pallas SGEMM (their block shapes; the cache names them ``triton.NAME``, ``pallas.NAME``).
 
 For each dtype and shape it runs every compiled config of the kernel, checks its output
-against the float64 reference (a config that fails may not win), times it (the CUDA kernels
-by replaying a CUDA graph of several calls, so the host's launch cost does not swamp small
-problems; the Triton and Pallas ones with CUDA events around each launch; medians after a
-warm-up), and stores the winner in a JSON cache. The
+against the float64 reference (a config that fails may not win), times it (the CUDA and
+Triton kernels by replaying a CUDA graph of several calls, so the host's launch cost does
+not swamp small problems; the Pallas ones with CUDA events around each launch; medians
+after a warm-up), and stores the winner in a JSON cache. The
 winner is the first config, in the fixed config order, within ``band`` (2%) of the fastest:
 a deterministic tie band, so timing noise between near-equal configs does not flip choices.
 

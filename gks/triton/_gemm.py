@@ -55,10 +55,10 @@ def _gemm_kernel(
 
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rk = kt_begin * BLOCK_K + tl.arange(0, BLOCK_K)
-    a_ptrs = a_ptr + rm[:, None].to(tl.int64) * stride_am + rk[None, :].to(tl.int64) * stride_ak
-    b_ptrs = b_ptr + rk[:, None].to(tl.int64) * stride_bk + rn[None, :].to(tl.int64) * stride_bn
-    rk = tl.arange(0, BLOCK_K)
+    k_first = kt_begin * BLOCK_K + tl.arange(0, BLOCK_K)  # the k of this program's first tile
+    a_ptrs = a_ptr + rm[:, None].to(tl.int64) * stride_am + k_first[None, :].to(tl.int64) * stride_ak
+    b_ptrs = b_ptr + k_first[:, None].to(tl.int64) * stride_bk + rn[None, :].to(tl.int64) * stride_bn
+    rk = tl.arange(0, BLOCK_K)  # offsets within a tile, for the masks
     if MODE == "int8":
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
     else:
