@@ -408,6 +408,69 @@ def test_triton_split_k_sums_every_k_tile_once(kernel):
                     _check(kernel, out, args, dtype)
 
 
+def test_triton_specializes_a_tensor_argument_on_its_dtype_and_16_byte_alignment_only():
+    """gks.triton's GEMMs launch a kernel compiled for earlier arguments straight through its
+    launcher, keyed on (among others) each tensor's dtype and 16-byte alignment: that is sound
+    only while Triton specializes a tensor argument on nothing else (not its shape, strides,
+    or a finer alignment)."""
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import BaseBackend
+
+    for dtype in (torch.float32, torch.float16, torch.int8):
+        buf = torch.zeros(4096, dtype=dtype)
+        seen = {}
+        for offset in range(0, 64):
+            for view in (buf[offset:offset + 1024], buf[offset:offset + 1024].view(32, 32).t()):
+                spec = native_specialize_impl(BaseBackend, view, False, True, True)
+                aligned = view.data_ptr() % 16 == 0
+                assert seen.setdefault(aligned, spec) == spec, (dtype, offset)
+        assert len(seen) == 2 and seen[True] != seen[False], seen
+
+
+@requires_gpu
+@pytest.mark.parametrize("kernel", ("sgemm", "wmma_gemm", "int8_gemm"))
+def test_triton_relaunch_of_a_compiled_kernel_is_correct(kernel):
+    """The second call with the same shapes, strides, dtypes and alignment launches the kernel
+    compiled by the first directly (gks.triton._gemm._COMPILED): fresh data each call, a
+    misaligned operand (another kernel), a split-K block shape, a side stream and a CUDA
+    graph replayed on new data all give the reference's result."""
+    import gks.triton
+    from gks.triton import _gemm
+
+    spec = _spec(kernel)
+    op = getattr(gks.triton, kernel)
+    first = "a_q" if kernel == "int8_gemm" else "a"
+    splits = [i for i, name in enumerate(gks.triton.gemm_config_names(kernel)) if "_k" in name]
+    for dtype in spec.dtypes:
+        for config in [0] + splits[:1]:
+            shape = (130, 200, 300 + config)  # a shape (so a key) of this config alone
+            before = len(_gemm._COMPILED)
+            for call in range(4):
+                inputs = _inputs(kernel, shape, dtype, "relaunch", config, call)
+                if call >= 2:  # a misaligned a: a kernel compiled without 16-byte alignment
+                    inputs[first] = _padded(inputs[first], 0, offset=1)
+                _check(kernel, op(**inputs, config=config), inputs, dtype)
+            assert len(_gemm._COMPILED) == before + 2, "the relaunch cache missed or never filled"
+
+            inputs = _inputs(kernel, shape, dtype, "relaunch-graph", config)
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                op(**inputs, config=config)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, stream=stream):
+                    captured = op(**inputs, config=config)
+            torch.cuda.current_stream().wait_stream(stream)
+            fresh = _inputs(kernel, shape, dtype, "relaunch-graph-new", config)
+            for name, value in fresh.items():
+                if isinstance(value, torch.Tensor):
+                    inputs[name].copy_(value)
+            captured.fill_(float("nan"))
+            graph.replay()
+            torch.cuda.synchronize()
+            _check(kernel, captured, fresh, dtype)
+
+
 @requires_gpu
 @pytest.mark.parametrize("kernel", ("sgemm", "wmma_gemm", "int8_gemm"))
 def test_triton_each_block_shape_on_its_own(kernel):
