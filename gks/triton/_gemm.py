@@ -13,8 +13,9 @@ autotune --backend triton --kernel OP` stored for the device, dtype and shape bu
 any (see gks.profile.autotune), else the one Triton's own autotuner picks (timed in-process
 on the first call of each M, N, K, unchecked); `config=i` forces the i-th. Some block
 shapes split K among several programs per output tile (split-K, for outputs of few tiles);
-see CONFIGS. Under the interpreter (TRITON_INTERPRET=1) one small block shape is used,
-with the split of the config asked for.
+see CONFIGS. A call like an earlier one in everything Triton specializes on relaunches the
+kernel compiled then without Triton's per-call dispatch (see _launch). Under the interpreter
+(TRITON_INTERPRET=1) one small block shape is used, with the split of the config asked for.
 """
 
 from __future__ import annotations
