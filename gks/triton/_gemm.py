@@ -256,7 +256,11 @@ def _launch_split(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
 # specializes a compiled kernel on: the meta-parameters and compile options, the dtypes, the
 # exact shapes and strides (the integer arguments), and whether each tensor's address is
 # 16-byte aligned (tests/test_gemm.py checks that last assumption against Triton). Triton's
-# launch hooks (e.g. the Proton profiler's) are not called on this path.
+# launch hooks (e.g. the Proton profiler's) are not called on this path. It uses Triton's
+# CompiledKernel internals (run, function, packed_metadata, _init_handles), so it is taken
+# only with the Triton versions it was checked on; any other goes through Triton's own call.
+DIRECT_LAUNCH_TRITON = ("3.6.",)
+_DIRECT_LAUNCH = triton.__version__.startswith(DIRECT_LAUNCH_TRITON)
 _COMPILED: dict[tuple, tuple] = {}
 _COMPILED_MAX = 1024
 _current_stream = None  # Triton's own raw-stream getter, bound on first use
@@ -277,7 +281,7 @@ def _launch(grid: tuple, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
     if found is None or device != torch.cuda.current_device():
         args = _kernel_args(a, b, c, a_scale, b_scale)
         kernel = _gemm_kernel[grid](*args, **meta, **compile_opts)  # compiles on first use
-        if device == torch.cuda.current_device():
+        if _DIRECT_LAUNCH and device == torch.cuda.current_device():
             if len(_COMPILED) >= _COMPILED_MAX:
                 _COMPILED.clear()
             kernel._init_handles()
