@@ -241,10 +241,7 @@ def _launch_split(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
     if split > 1:
         assert mode != "int8", "split-K applies to the fp32 and fp16/bf16 modes"
         acc = c.zero_() if c.dtype == torch.float32 else torch.zeros(c.shape, dtype=torch.float32, device=c.device)
-    if interpreting():
-        _gemm_kernel[grid](*_kernel_args(a, b, acc, a_scale, b_scale), **meta, **compile_opts)
-    else:
-        _launch(grid, a, b, acc, a_scale, b_scale, meta, compile_opts)
+    _launch(grid, a, b, acc, a_scale, b_scale, meta, compile_opts)
     if acc is not c:
         c.copy_(acc)
 
@@ -270,6 +267,9 @@ def _launch(grid: tuple, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
             a_scale: torch.Tensor | None, b_scale: torch.Tensor | None, meta: dict,
             compile_opts: dict) -> None:
     global _current_stream
+    if interpreting():
+        _gemm_kernel[grid](*_kernel_args(a, b, c, a_scale, b_scale), **meta, **compile_opts)
+        return
     sa = c if a_scale is None else a_scale
     sb = c if b_scale is None else b_scale
     device = a.device.index
