@@ -476,6 +476,75 @@ def test_triton_relaunch_of_a_compiled_kernel_is_correct(kernel):
 
 @requires_gpu
 @pytest.mark.parametrize("kernel", ("sgemm", "wmma_gemm", "int8_gemm"))
+def test_triton_repeated_call_repeats_its_plan(kernel, monkeypatch):
+    """A call like an earlier one (gks.triton._gemm.plan_key) repeats that call's launch
+    without its checks or config lookup (run_plan): correct on fresh data, for a split-K
+    block shape into a 16-bit output too; a call that differs in the key (shape, alignment,
+    deterministic mode, a reloaded tuned table) takes the full path again."""
+    import importlib
+
+    import gks.triton
+    from gks.profile import autotune
+    from gks.triton import _gemm
+
+    if not _gemm._DIRECT_LAUNCH:
+        pytest.skip(f"no direct launch with triton {_gemm.triton.__version__}")
+    spec = _spec(kernel)
+    op = getattr(gks.triton, kernel)
+    module = importlib.import_module(f"gks.triton.{kernel}")
+    first = "a_q" if kernel == "int8_gemm" else "a"
+    dtype = spec.dtypes[-1]
+    out = {"out_dtype": torch.bfloat16} if kernel == "wmma_gemm" else {}
+    splits = [i for i, name in enumerate(gks.triton.gemm_config_names(kernel)) if "_k" in name]
+
+    def full_path(*args, **kwargs):
+        raise AssertionError("full path")
+
+    for config in [0] + splits[:1]:
+        shape = (96, 136, 200 + config)
+        inputs = _inputs(kernel, shape, dtype, "plan", config) | out
+        before = len(_gemm._PLANS)
+        _check(kernel, op(**inputs, config=config), inputs, dtype)
+        assert len(_gemm._PLANS) == before + 1, "the first call left no plan"
+        with monkeypatch.context() as patch:
+            patch.setattr(module, "check_operand", full_path)
+            for call in range(2):  # fresh data, the same plan
+                fresh = _inputs(kernel, shape, dtype, "plan", config, call) | out
+                got = op(**fresh, config=config)
+                got_again = op(**fresh, config=config)  # a fresh output each call
+                assert got.data_ptr() != got_again.data_ptr()
+                _check(kernel, got, fresh, dtype)
+            other = _inputs(kernel, (shape[0] + 1, *shape[1:]), dtype, "plan", config) | out
+            with pytest.raises(AssertionError, match="full path"):
+                op(**other, config=config)
+            misaligned = dict(inputs, **{first: _padded(inputs[first], 0, offset=1)})
+            with pytest.raises(AssertionError, match="full path"):
+                op(**misaligned, config=config)
+            deterministic = torch.are_deterministic_algorithms_enabled()
+            torch.use_deterministic_algorithms(not deterministic)
+            try:
+                with pytest.raises(AssertionError, match="full path"):
+                    op(**inputs, config=config)
+            finally:
+                torch.use_deterministic_algorithms(deterministic)
+            autotune._entries.cache_clear()  # as after save_cache: the tables may have changed
+            with pytest.raises(AssertionError, match="full path"):
+                op(**inputs, config=config)
+        _check(kernel, op(**inputs, config=config), inputs, dtype)
+
+
+def test_triton_plan_key_of_a_non_tensor_is_none():
+    """An argument that is not a tensor has no plan; the full path's checks then name it."""
+    from gks.triton import _gemm
+
+    a = torch.zeros(4, 4)
+    assert _gemm.plan_key("sgemm", a, [[1.0]], None, -1) is None
+    assert _gemm.plan_key("int8_gemm", a, a, torch.float16, -1, a, None) is None
+    assert _gemm.run_plan(None, a, a) is None
+
+
+@requires_gpu
+@pytest.mark.parametrize("kernel", ("sgemm", "wmma_gemm", "int8_gemm"))
 def test_triton_each_block_shape_on_its_own(kernel):
     """Every block shape the autotuner may pick is correct on its own (edges included)."""
     import gks.triton

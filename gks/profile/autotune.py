@@ -271,6 +271,13 @@ def _dtype_name(dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+def table_generation() -> int:
+    """A number that changes whenever the tables resolve_config reads are reloaded (after
+    save_cache or cache_clear): what caches of its answers are keyed on."""
+    _entries(), _shipped()
+    return _generation
+
+
 # resolve_config's answers, per table generation (_generation): every op call asks, so a
 # repeated question costs a dict lookup instead of a key build (about 5 µs).
 _RESOLVED: dict[tuple, int] = {}
@@ -283,8 +290,7 @@ def resolve_config(kernel: str, like, m: int, n: int, k: int, config: int, dtype
     if config != -1 or like.device.type != "cuda":
         return config
     index = like.device.index or 0
-    _entries(), _shipped()  # loaded (a reload after save_cache or cache_clear bumps _generation)
-    key = (kernel, dtype or like.dtype, m, n, k, index, _generation)
+    key = (kernel, dtype or like.dtype, m, n, k, index, table_generation())
     found = _RESOLVED.get(key)
     if found is None:
         tuned = lookup(kernel, _dtype_name(dtype or like.dtype), m, n, k, index)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from gks.triton._common import check_device
-from gks.triton._gemm import check_operand, check_pair, launch, interpreting
+from gks.triton._gemm import check_operand, check_pair, interpreting, launch, plan_key, run_plan
 
 _HALF = (torch.float16, torch.bfloat16)
 
@@ -16,6 +16,10 @@ def wmma_gemm(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype = torch.f
               config: int = -1) -> torch.Tensor:
     """c [M, N] (out_dtype: float32 or a's dtype) = a [M, K] @ b [K, N]. config as in
     gks.triton.sgemm, over gks.triton.gemm_config_names("wmma_gemm")."""
+    plan = plan_key("wmma_gemm", a, b, out_dtype, config)
+    c = run_plan(plan, a, b)
+    if c is not None:
+        return c
     op = "gks.triton.wmma_gemm"
     check_device(a, op, "a")
     check_operand(a, op, "a", _HALF, "float16 or bfloat16")
@@ -32,5 +36,5 @@ def wmma_gemm(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype = torch.f
         # them (exactly) to fp32 there. On a GPU, and for float16, the Tensor Core path runs.
         launch("wmma_gemm", a.float(), b.float(), c, config=config, mode="ieee")
     else:
-        launch("wmma_gemm", a, b, c, config=config)
+        launch("wmma_gemm", a, b, c, config=config, plan=plan)
     return c
