@@ -193,6 +193,14 @@ def test_cli_without_gpu_or_with_bad_arguments(capsys):
         autotune.main(["--kernel", "sgemm", "--shapes", "4096x4096"])
 
 
+def test_cli_timing_is_bench_or_graph(capsys):
+    assert autotune.build_parser().parse_args(["--kernel", "sgemm"]).timing == "bench"
+    assert autotune.build_parser().parse_args(["--kernel", "sgemm", "--timing", "graph"]).timing == "graph"
+    with pytest.raises(SystemExit):
+        autotune.main(["--kernel", "sgemm", "--timing", "wallclock"])
+    assert "invalid choice: 'wallclock'" in capsys.readouterr().err
+
+
 def test_cli_show_prints_entries(tmp_path, capsys):
     path = tmp_path / "c.json"
     autotune.save_cache({"gpu|cc9.0|driverX|gks0.1.0|sgemm|float32|64x64x64|cfgh": {"config": 1, "name": "n1"}},
@@ -261,7 +269,7 @@ def test_tune_triton_writes_an_entry_its_launch_then_uses(tmp_path, monkeypatch)
     autotune._entries.cache_clear()
     try:
         assert autotune.main(["--backend", "triton", "--kernel", "sgemm", "--shapes", "200x300x400",
-                              "--iters", "3"]) == 0
+                              "--iters", "3", "--reps", "2"]) == 0
         (key, entry), = autotune.load_cache().items()
         assert "|triton.sgemm|float32|256x512x512|" in key
         assert autotune.lookup("triton.sgemm", "float32", 200, 300, 400, torch.cuda.current_device()) == entry["config"]
@@ -310,7 +318,7 @@ def test_tune_writes_an_entry_the_op_then_uses(tmp_path, monkeypatch):
 
     monkeypatch.setenv("GKS_CACHE_DIR", str(tmp_path))
     autotune._entries.cache_clear()
-    assert autotune.main(["--kernel", "sgemm", "--shapes", "200x300x400", "--iters", "3"]) == 0
+    assert autotune.main(["--kernel", "sgemm", "--shapes", "200x300x400", "--iters", "3", "--reps", "2"]) == 0
     entries = autotune.load_cache()
     assert len(entries) == 1
     (key, entry), = entries.items()
@@ -320,3 +328,17 @@ def test_tune_writes_an_entry_the_op_then_uses(tmp_path, monkeypatch):
     b = torch.randn(400, 300, device="cuda")
     torch.testing.assert_close(gks.sgemm(a, b), gks.sgemm(a, b, config=entry["config"]), rtol=0, atol=0)
     autotune._entries.cache_clear()
+
+
+@requires_gpu
+@requires_native
+@pytest.mark.parametrize("timing", autotune.TIMINGS)
+def test_each_timing_times_every_config_and_records_itself(tmp_path, timing):
+    path = tmp_path / "c.json"
+    assert autotune.main(["--kernel", "wmma_gemm", "--dtype", "float16", "--shapes", "100x130x70",
+                          "--timing", timing, "--reps", "2", "--iters", "3", "--cache", str(path)]) == 0
+    (entry,) = autotune.load_cache(path).values()
+    assert entry["timing"] == timing
+    assert len(entry["times_ms"]) == len(autotune.kernel_config_names("wmma_gemm"))
+    assert all(t is not None and t > 0 for t in entry["times_ms"])
+    assert entry["config"] == autotune.pick_winner(entry["times_ms"])

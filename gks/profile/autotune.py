@@ -4,10 +4,15 @@ CUDA kernels, ``--backend triton`` for the Triton ones and ``--backend pallas`` 
 Pallas SGEMM (their block shapes; the cache names them ``triton.NAME``, ``pallas.NAME``).
 
 For each dtype and shape it runs every compiled config of the kernel, checks its output
-against the float64 reference (a config that fails may not win), times it (the CUDA and
-Triton kernels by replaying a CUDA graph of several calls, so the host's launch cost does
-not swamp small problems; the Pallas ones with CUDA events around each launch; medians
-after a warm-up), and stores the winner in a JSON cache. The
+against the float64 reference (a config that fails may not win), times it, and stores the
+winner in a JSON cache. The CUDA and Triton configs are timed the way ``gks bench`` times
+an op (``--timing bench``, the default): back-to-back calls between CUDA events, rotating
+over enough input sets that the L2 starts cold, the configs interleaved, the median of
+``--reps`` batches. That is the time a call costs its caller, the host's share included
+where the host is the slower side (a split-K config's workspace and second launch, say).
+``--timing graph`` times the GPU alone instead (a CUDA graph of ``--iters`` calls, replayed),
+what a caller that captures graphs sees. The Pallas configs are timed with CUDA events
+around each launch. The
 winner is the first config, in the fixed config order, within ``band`` (2%) of the fastest:
 a deterministic tie band, so timing noise between near-equal configs does not flip choices.
 
@@ -369,9 +374,15 @@ def _op(kernel: str):
     return getattr(importlib.import_module(module), op)
 
 
+TIMINGS = ("bench", "graph")
+
+
 def tune_one(kernel: str, dtype: str, shape: Sequence[int], *, warmup: int, iters: int,
-             band: float, progress: Callable[[str], None]) -> dict[str, Any]:
-    """Measures every config on one (dtype, shape); returns the cache entry."""
+             band: float, progress: Callable[[str], None], timing: str = "bench",
+             reps: int = 5) -> dict[str, Any]:
+    """Measures every config on one (dtype, shape); returns the cache entry. `timing` as the
+    module docstring says (the Pallas configs are always timed per launch: JAX's runtime is
+    neither capturable by torch nor on torch's stream)."""
     import torch
 
     from gks import registry
@@ -382,28 +393,50 @@ def tune_one(kernel: str, dtype: str, shape: Sequence[int], *, warmup: int, iter
     inputs = spec.make_inputs(tuple(shape), dtype, "cuda", 0)
     ref = spec.reference(**inputs, precise=True)
     op = _op(kernel)
-    times: list[float | None] = []
+    on_torch_stream = split_kernel(kernel)[0] in ("cuda", "triton")
+    times: list[float | None] = [None] * len(names)
+    checked = []
     for i, name in enumerate(names):
         try:
             out = op(**inputs, config=i)
             torch.cuda.synchronize()
             check_output(spec, out, inputs, dtype, f"{kernel}[{name}]", ref=ref)
             del out
-            # The CUDA and Triton kernels are timed by graph replay (GPU time); the Pallas
-            # ones per launch, as JAX's runtime is not capturable by torch.
-            t = time_config(lambda: op(**inputs, config=i), warmup, iters,
-                            graph=split_kernel(kernel)[0] in ("cuda", "triton"))
+            if not (on_torch_stream and timing == "bench"):
+                times[i] = time_config(lambda: op(**inputs, config=i), warmup, iters,
+                                       graph=on_torch_stream)
         except (AssertionError, RuntimeError, ValueError) as e:
             progress(f"    {name:<26} REJECTED: {str(e).splitlines()[0][:120]}")
-            times.append(None)
             continue
-        flops = spec.flops(tuple(shape))
-        progress(f"    {name:<26} {t * 1e3:10.1f} us  {flops / t / 1e9:8.1f} TFLOP/s")
-        times.append(t)
+        checked.append(i)
+    if on_torch_stream and timing == "bench" and checked:
+        for i, t in zip(checked, time_like_bench(spec, op, shape, dtype, inputs, checked, reps)):
+            times[i] = t
+    flops = spec.flops(tuple(shape))
+    for i in checked:
+        progress(f"    {names[i]:<26} {times[i] * 1e3:10.1f} us  {flops / times[i] / 1e9:8.1f} TFLOP/s")
     winner = pick_winner(times, band)
     progress(f"  -> {names[winner]}")
-    return {"config": winner, "name": names[winner], "shape": list(shape),
+    return {"config": winner, "name": names[winner], "shape": list(shape), "timing": timing,
             "times_ms": times, "when": time.strftime("%Y-%m-%dT%H:%M:%S")}
+
+
+def time_like_bench(spec, op, shape: Sequence[int], dtype: str, inputs: dict,
+                    configs: Sequence[int], reps: int) -> list[float]:
+    """Median ms a call of each config, timed as gks bench times an op (see
+    gks.profile.timing): back-to-back calls between CUDA events, input sets rotated so the
+    L2 starts cold, the configs interleaved."""
+    import torch
+
+    from gks.profile.timing import Variant, sets_for_cold_l2, time_interleaved
+
+    l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20)
+    nbytes = sum(t.numel() * t.element_size() for t in inputs.values() if isinstance(t, torch.Tensor))
+    sets = [inputs] + [spec.make_inputs(tuple(shape), dtype, "cuda", s)
+                       for s in range(1, sets_for_cold_l2(nbytes, l2))]
+    variants = [Variant(str(i), functools.partial(op, config=i), sets) for i in configs]
+    time_interleaved(variants, reps=reps)
+    return [v.median_ms for v in variants]
 
 
 def _parse_shapes(text: str) -> list[tuple[int, int, int]]:
@@ -427,7 +460,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="dtype(s) to tune (repeat or comma-separate); default: all of the spec's")
     p.add_argument("--shapes", type=_parse_shapes,
                    help="MxNxK[,MxNxK...]; default: the spec's bench shapes")
-    p.add_argument("--iters", type=int, default=20, help="timed launches per config (median)")
+    p.add_argument("--timing", choices=TIMINGS, default="bench",
+                   help="bench: per call as gks bench times it (host included, cold L2); "
+                        "graph: GPU time alone, by CUDA-graph replay (CUDA and Triton configs)")
+    p.add_argument("--reps", type=int, default=5, help="--timing bench: batches per config (median)")
+    p.add_argument("--iters", type=int, default=20,
+                   help="--timing graph: calls per graph; Pallas: timed launches (median)")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--band", type=float, default=TIE_BAND,
                    help="tie band: the first config within this fraction of the best wins")
@@ -485,7 +523,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             progress(f"  {dtype} {'x'.join(map(str, shape))} (bucket {'x'.join(map(str, bucket))})")
             try:
                 entry = tune_one(kernel, dtype, shape, warmup=args.warmup, iters=args.iters,
-                                 band=args.band, progress=progress)
+                                 band=args.band, progress=progress, timing=args.timing,
+                                 reps=args.reps)
             except ValueError as e:
                 progress(f"  skipped: {e}")
                 continue
