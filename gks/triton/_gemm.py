@@ -95,7 +95,9 @@ def _gemm_kernel(
 # (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages[, split-K]) per mode: what a GPU chooses among.
 # Split-K (fp32 FMA and fp16/bf16 modes) is for outputs of few tiles and long K (M of 16 or
 # 128 with N = 4096): the splits add their sums atomically into a zeroed fp32 output, in
-# no fixed order (see tuned_config for deterministic mode).
+# no fixed order (see tuned_config for deterministic mode). The last three "mma" blocks
+# fill the GPU at M = 16 or 128 without split-K, so a call needs no zeroed output first (a
+# second launch: host time, which decides the speed of GEMMs that small).
 CONFIGS = {
     "ieee": [(128, 128, 16, 8, 3), (128, 128, 32, 8, 2), (128, 64, 32, 4, 3),
              (64, 128, 32, 4, 3), (64, 64, 32, 4, 4), (32, 64, 32, 4, 4),
@@ -103,7 +105,8 @@ CONFIGS = {
     "mma": [(128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 4, 4),
             (128, 128, 64, 8, 4), (64, 128, 64, 4, 4), (64, 64, 64, 4, 4),
             (16, 128, 128, 4, 4), (128, 128, 64, 4, 4, 2), (64, 128, 64, 4, 4, 4),
-            (64, 64, 64, 4, 4, 4), (16, 64, 128, 4, 4, 8)],
+            (64, 64, 64, 4, 4, 4), (16, 64, 128, 4, 4, 8), (16, 64, 128, 4, 4), (16, 32, 128, 4, 6),
+            (64, 32, 128, 4, 4)],
     "int8": [(128, 256, 128, 8, 3), (256, 128, 128, 8, 3), (128, 128, 128, 4, 4),
              (128, 128, 128, 8, 4), (64, 128, 128, 4, 4), (64, 64, 128, 4, 4),
              (16, 128, 256, 4, 4)],
