@@ -408,6 +408,39 @@ def test_triton_split_k_sums_every_k_tile_once(kernel):
                     _check(kernel, out, args, dtype)
 
 
+def test_triton_tma_blocks_load_by_tma_where_a_tensor_map_fits(monkeypatch):
+    """The TMA block shapes of the fp16/bf16 GEMM run _gemm_tma_kernel when a tensor map can
+    describe a and b (edges of every tile, K shorter than a block), and the same block by
+    pointers otherwise (a row stride that is not a multiple of 16 bytes, a misaligned base,
+    a transposed view), correct either way. On CPU the interpreter runs its one block shape
+    with each config's TMA choice."""
+    import gks.triton
+    from gks.triton import _gemm
+
+    if HAS_GPU and torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("TMA needs sm_90 or later")
+    tma = [i for i, name in enumerate(gks.triton.gemm_config_names("wmma_gemm")) if name.endswith("_tma")]
+    assert tma, "no TMA block shape"
+    by_tma = []
+    launch_tma = _gemm._launch_tma
+    monkeypatch.setattr(_gemm, "_launch_tma", lambda *args: by_tma.append(1) or launch_tma(*args))
+    op = gks.triton.wmma_gemm
+    for dtype in ("float16", "bfloat16"):
+        for shape in ((33, 40, 8), (70, 136, 264)):  # rows of 16-byte multiples
+            inputs = _inputs("wmma_gemm", shape, dtype, "triton-tma")
+            ragged = _inputs("wmma_gemm", (shape[0], shape[1] + 1, shape[2]), dtype, "triton-tma")
+            for config in tma:
+                for args, expect_tma in ((inputs, True), (dict(inputs, out_dtype=getattr(torch, dtype)), True),
+                                         (ragged, False),
+                                         (dict(inputs, a=_padded(inputs["a"], 0, offset=1)), False),
+                                         (dict(inputs, b=inputs["b"].t().contiguous().t()), False)):
+                    if dtype == "bfloat16" and not HAS_GPU:
+                        expect_tma = False  # the interpreter widens bf16 to fp32 (pointer path)
+                    del by_tma[:]
+                    _check("wmma_gemm", op(**args, config=config), args, dtype)
+                    assert bool(by_tma) == expect_tma, (dtype, shape, config, expect_tma)
+
+
 def test_triton_specializes_a_tensor_argument_on_its_dtype_and_16_byte_alignment_only():
     """gks.triton's GEMMs launch a kernel compiled for earlier arguments straight through its
     launcher, keyed on (among others) each tensor's dtype and 16-byte alignment: that is sound
@@ -479,8 +512,9 @@ def test_triton_relaunch_of_a_compiled_kernel_is_correct(kernel):
 def test_triton_repeated_call_repeats_its_plan(kernel, monkeypatch):
     """A call like an earlier one (gks.triton._gemm.plan_key) repeats that call's launch
     without its checks or config lookup (run_plan): correct on fresh data, for a split-K
-    block shape into a 16-bit output too; a call that differs in the key (shape, alignment,
-    deterministic mode, a reloaded tuned table) takes the full path again."""
+    block shape into a 16-bit output and a TMA block shape too; a call that differs in the
+    key (shape, alignment, deterministic mode, a reloaded tuned table) takes the full path
+    again."""
     import importlib
 
     import gks.triton
@@ -495,13 +529,15 @@ def test_triton_repeated_call_repeats_its_plan(kernel, monkeypatch):
     first = "a_q" if kernel == "int8_gemm" else "a"
     dtype = spec.dtypes[-1]
     out = {"out_dtype": torch.bfloat16} if kernel == "wmma_gemm" else {}
-    splits = [i for i, name in enumerate(gks.triton.gemm_config_names(kernel)) if "_k" in name]
+    names = gks.triton.gemm_config_names(kernel)
+    splits = [i for i, name in enumerate(names) if "_k" in name]
+    tma = [i for i, name in enumerate(names) if name.endswith("_tma")]
 
     def full_path(*args, **kwargs):
         raise AssertionError("full path")
 
-    for config in [0] + splits[:1]:
-        shape = (96, 136, 200 + config)
+    for config in [0] + splits[:1] + tma[:1]:
+        shape = (96, 136, 200 + 8 * config)  # a key of this config alone; rows of 16 bytes x n
         inputs = _inputs(kernel, shape, dtype, "plan", config) | out
         before = len(_gemm._PLANS)
         _check(kernel, op(**inputs, config=config), inputs, dtype)

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The Triton GEMM kernel behind gks.triton.sgemm, .wmma_gemm and .int8_gemm: one tiled
+"""The Triton GEMM kernels behind gks.triton.sgemm, .wmma_gemm and .int8_gemm: one tiled
 kernel (grouped tile order for L2 reuse, masked edges, int64 offsets, any strides) with a
 compile-time arithmetic mode:
 
@@ -8,24 +8,42 @@ compile-time arithmetic mode:
   "int8"  int8 inputs on Tensor Cores, int32 accumulation; the epilogue multiplies by the
           per-row scale of a and the per-column scale of b.
 
+and, for "mma" on sm_90+, a variant whose operands the Tensor Memory Accelerator loads.
+
 On a GPU each mode runs one of a few block shapes (CONFIGS): the one `python -m gks
 autotune --backend triton --kernel OP` stored for the device, dtype and shape bucket if
 any (see gks.profile.autotune), else the one Triton's own autotuner picks (timed in-process
 on the first call of each M, N, K, unchecked); `config=i` forces the i-th. Some block
-shapes split K among several programs per output tile (split-K, for outputs of few tiles);
-see CONFIGS. A call like an earlier one in everything Triton specializes on relaunches the
-kernel compiled then without Triton's per-call dispatch (see _launch). Under the interpreter
-(TRITON_INTERPRET=1) one small block shape is used, with the split of the config asked for.
+shapes split K among several programs per output tile (split-K, for outputs of few tiles),
+some load by TMA; see CONFIGS. A call like an earlier one repeats its launch without
+Triton's per-call dispatch (see _launch and run_plan). Under the interpreter
+(TRITON_INTERPRET=1) one small block shape is used, with the split and TMA choice of the
+config asked for.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
+from typing import NamedTuple
 
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+
+@triton.jit
+def _tile_of(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """(row, column) of program pid's output tile: GROUP_M tile rows at a time, down each
+    column of the group before the next, so programs running together share tiles of b in L2."""
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    per_group = GROUP_M * tiles_n
+    first_m = (pid // per_group) * GROUP_M
+    rows_in_group = tl.minimum(tiles_m - first_m, GROUP_M)
+    return first_m + (pid % per_group) % rows_in_group, (pid % per_group) // rows_in_group
 
 
 @triton.jit
@@ -35,14 +53,7 @@ def _gemm_kernel(
     MODE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr = 1,
 ):
-    pid = tl.program_id(0)
-    tiles_m = tl.cdiv(M, BLOCK_M)
-    tiles_n = tl.cdiv(N, BLOCK_N)
-    per_group = GROUP_M * tiles_n
-    first_m = (pid // per_group) * GROUP_M
-    rows_in_group = tl.minimum(tiles_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % per_group) % rows_in_group
-    pid_n = (pid % per_group) // rows_in_group
+    pid_m, pid_n = _tile_of(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
 
     # Split-K: program (tile, s) takes k-tiles [s * per_split, (s + 1) * per_split). Without
     # it the bounds stay compile-time simple (a loop from 0 pipelines best).
@@ -92,37 +103,76 @@ def _gemm_kernel(
         tl.atomic_add(c_ptrs, out, mask=c_mask, sem="relaxed")
 
 
-# (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages[, split-K]) per mode: what a GPU chooses among.
+@triton.jit
+def _gemm_tma_kernel(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                     GROUP_M: tl.constexpr):
+    """The "mma" mode of _gemm_kernel with a and b brought in by the Tensor Memory
+    Accelerator (sm_90+): one bulk copy a tile instead of every thread's loads and address
+    arithmetic, the edges zero-filled by the copy itself. No split-K."""
+    pid_m, pid_n = _tile_of(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for kt in range(0, tl.cdiv(K, BLOCK_K)):
+        a = a_desc.load([pid_m * BLOCK_M, kt * BLOCK_K])
+        b = b_desc.load([kt * BLOCK_K, pid_n * BLOCK_N])
+        acc = tl.dot(a, b, acc, out_dtype=tl.float32)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    c_ptrs = c_ptr + rm[:, None].to(tl.int64) * stride_cm + rn[None, :].to(tl.int64) * stride_cn
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+class Block(NamedTuple):
+    """A block shape: BLOCK_M x BLOCK_N x BLOCK_K, warps, pipeline stages, the programs K is
+    split among, and whether a and b come in by TMA (_gemm_tma_kernel; "mma" mode, no split,
+    operands a tensor map can describe, sm_90+: else the same block by _gemm_kernel)."""
+    m: int
+    n: int
+    k: int
+    warps: int
+    stages: int
+    split: int = 1
+    tma: bool = False
+
+
+# The block shapes per mode: what a GPU chooses among.
 # Split-K (fp32 FMA and fp16/bf16 modes) is for outputs of few tiles and long K (M of 16 or
 # 128 with N = 4096): the splits add their sums atomically into a zeroed fp32 output, in
-# no fixed order (see tuned_config for deterministic mode). The last three "mma" blocks
-# fill the GPU at M = 16 or 128 without split-K, so a call needs no zeroed output first (a
-# second launch: host time, which decides the speed of GEMMs that small).
+# no fixed order (see tuned_config for deterministic mode). The "mma" blocks of 16 rows and
+# 64x64x128 fill the GPU at M = 16 or 128 without split-K, so a call needs no zeroed output
+# first (a second launch: host time, which decides the speed of GEMMs that small). The TMA
+# blocks (H200, GPU time: 128x14336x4096 34.5 us by TMA vs 41.9 by pointers at 64x128x64)
+# keep the memory system busier with fewer instructions.
+B = Block
 CONFIGS = {
-    "ieee": [(128, 128, 16, 8, 3), (128, 128, 32, 8, 2), (128, 64, 32, 4, 3),
-             (64, 128, 32, 4, 3), (64, 64, 32, 4, 4), (32, 64, 32, 4, 4),
-             (64, 128, 32, 4, 3, 4), (64, 64, 32, 4, 4, 4), (32, 64, 32, 4, 4, 8)],
-    "mma": [(128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 4, 4),
-            (128, 128, 64, 8, 4), (64, 128, 64, 4, 4), (64, 64, 64, 4, 4),
-            (16, 128, 128, 4, 4), (128, 128, 64, 4, 4, 2), (64, 128, 64, 4, 4, 4),
-            (64, 64, 64, 4, 4, 4), (16, 64, 128, 4, 4, 8), (16, 64, 128, 4, 4), (16, 32, 128, 4, 6),
-            (64, 32, 128, 4, 4)],
-    "int8": [(128, 256, 128, 8, 3), (256, 128, 128, 8, 3), (128, 128, 128, 4, 4),
-             (128, 128, 128, 8, 4), (64, 128, 128, 4, 4), (64, 64, 128, 4, 4),
-             (16, 128, 256, 4, 4)],
+    "ieee": [B(128, 128, 16, 8, 3), B(128, 128, 32, 8, 2), B(128, 64, 32, 4, 3),
+             B(64, 128, 32, 4, 3), B(64, 64, 32, 4, 4), B(32, 64, 32, 4, 4),
+             B(64, 128, 32, 4, 3, 4), B(64, 64, 32, 4, 4, 4), B(32, 64, 32, 4, 4, 8)],
+    "mma": [B(128, 256, 64, 8, 3), B(256, 128, 64, 8, 3), B(128, 128, 64, 4, 4),
+            B(128, 128, 64, 8, 4), B(64, 128, 64, 4, 4), B(64, 64, 64, 4, 4),
+            B(16, 128, 128, 4, 4), B(128, 128, 64, 4, 4, 2), B(64, 128, 64, 4, 4, 4),
+            B(64, 64, 64, 4, 4, 4), B(16, 64, 128, 4, 4, 8), B(16, 64, 128, 4, 4),
+            B(16, 32, 128, 4, 6), B(64, 64, 128, 4, 4),
+            B(128, 256, 64, 8, 3, tma=True), B(128, 128, 64, 4, 4, tma=True),
+            B(64, 128, 64, 4, 4, tma=True), B(64, 64, 128, 4, 4, tma=True),
+            B(16, 64, 128, 4, 6, tma=True), B(16, 32, 128, 4, 6, tma=True)],
+    "int8": [B(128, 256, 128, 8, 3), B(256, 128, 128, 8, 3), B(128, 128, 128, 4, 4),
+             B(128, 128, 128, 8, 4), B(64, 128, 128, 4, 4), B(64, 64, 128, 4, 4),
+             B(16, 128, 256, 4, 4)],
 }
+del B
 # The op each mode serves (the autotune cache's kernel name is "triton." + op).
 MODE_OF = {"sgemm": "ieee", "wmma_gemm": "mma", "int8_gemm": "int8"}
 
 
-def _split_k(spec) -> int:
-    return spec[5] if len(spec) > 5 else 1
+def _split_k(spec: Block) -> int:
+    return spec.split
 
 
 def config_names(op: str) -> list[str]:
     """Names of the block shapes gks.triton.<op> runs, in the order `config` indexes."""
-    return [f"{s[0]}x{s[1]}x{s[2]}_w{s[3]}_s{s[4]}" + (f"_k{_split_k(s)}" if _split_k(s) > 1 else "")
-            for s in CONFIGS[MODE_OF[op]]]
+    return [f"{s.m}x{s.n}x{s.k}_w{s.warps}_s{s.stages}" + (f"_k{s.split}" if s.split > 1 else "")
+            + ("_tma" if s.tma else "") for s in CONFIGS[MODE_OF[op]]]
 
 
 def _block(spec) -> dict:
@@ -133,8 +183,8 @@ def _block(spec) -> dict:
 # Triton's own autotuner (no tuned entry) chooses among the configs without split-K, whose
 # output needs zeroing first.
 GPU_CONFIGS = {
-    mode: [triton.Config(_block(spec), num_warps=spec[3], num_stages=spec[4])
-           for spec in specs if _split_k(spec) == 1]
+    mode: [triton.Config(_block(spec), num_warps=spec.warps, num_stages=spec.stages)
+           for spec in specs if spec.split == 1 and not spec.tma]
     for mode, specs in CONFIGS.items()
 }
 # One shape under the interpreter (power-of-two blocks keep tl.dot's shape rules happy).
@@ -191,20 +241,20 @@ def launch(op: str, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
     if k == 0:
         c.zero_()
         return
-    if interpreting():  # one block shape; a config's split-K still applies
-        split = _split_k(CONFIGS[MODE_OF[op]][config]) if config >= 0 else 1
-        _launch_split(a, b, c, a_scale, b_scale, mode, INTERPRETER_BLOCK, split, {})
+    if interpreting():  # one block shape; a config's split-K and TMA still apply
+        spec = CONFIGS[MODE_OF[op]][config] if config >= 0 else Block(32, 32, 32, 4, 1)
+        _launch_block(a, b, c, a_scale, b_scale, mode, spec, INTERPRETER_BLOCK, {})
         return
     if config == -1:
         config = tuned_config(op, a, c, m, n, k)
     if config >= 0:
         spec = CONFIGS[MODE_OF[op]][config]
-        launched = _launch_split(a, b, c, a_scale, b_scale, mode, _block(spec), _split_k(spec),
-                                 {"num_warps": spec[3], "num_stages": spec[4]})
+        launched = _launch_block(a, b, c, a_scale, b_scale, mode, spec, _block(spec),
+                                 {"num_warps": spec.warps, "num_stages": spec.stages})
         if plan is not None and launched is not None:
             if len(_PLANS) >= _COMPILED_MAX:
                 _PLANS.clear()
-            _PLANS[plan] = (*launched, _split_k(spec), tuple(c.shape), c.dtype, c.device, c.device.index)
+            _PLANS[plan] = (*launched, spec.split, tuple(c.shape), c.dtype, c.device, c.device.index)
         return
 
     def autotuned_grid(meta):
@@ -238,22 +288,79 @@ def _kernel_args(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
             0 if b_scale is None else b_scale.stride(-1))
 
 
+def _launch_block(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
+                  a_scale: torch.Tensor | None, b_scale: torch.Tensor | None, mode: str,
+                  spec: Block, block: dict, compile_opts: dict) -> tuple | None:
+    """Launches block shape `spec` with block sizes `block`: by TMA where spec asks for it
+    and a tensor map can describe a and b, else by pointers (split-K as spec says). Returns
+    _launch's answer."""
+    if spec.tma and mode == "mma" and _tma_ok(a) and _tma_ok(b):
+        return _launch_tma(a, b, c, block, compile_opts)
+    return _launch_split(a, b, c, a_scale, b_scale, mode, block, spec.split, compile_opts)
+
+
+def _tma_ok(t: torch.Tensor) -> bool:
+    """Whether a tensor map can describe t: last dim contiguous, base address and row stride
+    multiples of 16 bytes, on a GPU with TMA (sm_90+; under the interpreter, any)."""
+    return (t.stride(1) == 1 and t.stride(0) * t.element_size() % 16 == 0 and t.data_ptr() % 16 == 0
+            and (not t.is_cuda or _has_tma(t.device.index)))
+
+
+@functools.cache
+def _has_tma(device: int) -> bool:
+    return torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def _descriptors(a: torch.Tensor, b: torch.Tensor, boxes: tuple) -> tuple:
+    """Tensor maps of a and b for boxes ((BLOCK_M, BLOCK_K), (BLOCK_K, BLOCK_N))."""
+    return (TensorDescriptor(a, a.shape, a.stride(), boxes[0]),
+            TensorDescriptor(b, b.shape, b.stride(), boxes[1]))
+
+
+def _launch_tma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, block: dict,
+                compile_opts: dict) -> tuple | None:
+    """One launch of _gemm_tma_kernel with block sizes `block`. Returns _launch's answer."""
+    m, k = a.shape
+    n = b.shape[1]
+    boxes = ((block["BLOCK_M"], block["BLOCK_K"]), (block["BLOCK_K"], block["BLOCK_N"]))
+    grid = (triton.cdiv(m, block["BLOCK_M"]) * triton.cdiv(n, block["BLOCK_N"]), 1)
+    args = (*_descriptors(a, b, boxes), c, m, n, k, c.stride(0), c.stride(1))
+    key = ("tma", *block.values(), *compile_opts.values(), a.dtype, c.dtype, a.shape, b.shape,
+           a.stride(), b.stride(), c.stride(), c.data_ptr() % 16 == 0)
+    launched = _launch(_gemm_tma_kernel, grid, args, 3, block, compile_opts, key)
+    return None if launched is None else (*launched, boxes)
+
+
+def _kernel_args(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
+                 a_scale: torch.Tensor | None, b_scale: torch.Tensor | None) -> tuple:
+    """_gemm_kernel's arguments before its meta-parameters (absent scales: c, stride 0)."""
+    m, k = a.shape
+    return (a, b, c, c if a_scale is None else a_scale, c if b_scale is None else b_scale,
+            m, b.shape[1], k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+            c.stride(0), c.stride(1), 0 if a_scale is None else a_scale.stride(0),
+            0 if b_scale is None else b_scale.stride(-1))
+
+
 def _launch_split(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
                   a_scale: torch.Tensor | None, b_scale: torch.Tensor | None, mode: str,
                   block: dict, split: int, compile_opts: dict) -> tuple | None:
-    """One launch of block shape `block` over k in `split` parts. With split > 1 the parts add
-    into a zeroed fp32 output: c itself when it is fp32, else a scratch copied into c.
-    Returns _launch's answer."""
+    """One launch of _gemm_kernel with block sizes `block` over k in `split` parts. With
+    split > 1 the parts add into a zeroed fp32 output: c itself when it is fp32, else a
+    scratch copied into c. Returns _launch's answer."""
     grid = (triton.cdiv(a.shape[0], block["BLOCK_M"]) * triton.cdiv(b.shape[1], block["BLOCK_N"]), split)
     meta = {"MODE": mode, **block, "SPLIT_K": split}
     acc = c
     if split > 1:
         assert mode != "int8", "split-K applies to the fp32 and fp16/bf16 modes"
         acc = c.zero_() if c.dtype == torch.float32 else torch.zeros(c.shape, dtype=torch.float32, device=c.device)
-    launched = _launch(grid, a, b, acc, a_scale, b_scale, meta, compile_opts)
+    args = _kernel_args(a, b, acc, a_scale, b_scale)
+    # What Triton specializes a tensor argument on beyond its dtype: 16-byte alignment.
+    key = ("ptr", *meta.values(), *compile_opts.values(), *args[5:],
+           *((t.dtype, t.data_ptr() % 16 == 0) for t in args[:5]))
+    launched = _launch(_gemm_kernel, grid, args, 5, meta, compile_opts, key)
     if acc is not c:
         c.copy_(acc)
-    return launched
+    return None if launched is None else (*launched, None)
 
 
 # Kernels already compiled, launched straight through their launcher. Triton's own call
@@ -273,45 +380,37 @@ _COMPILED_MAX = 1024
 _current_stream = None  # Triton's own raw-stream getter, bound on first use
 
 
-def _launch(grid: tuple, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
-            a_scale: torch.Tensor | None, b_scale: torch.Tensor | None, meta: dict,
-            compile_opts: dict) -> tuple | None:
-    """Launches the kernel; returns (kernel, the launcher's arguments past the five tensors,
-    grid) when it is one the direct relaunch takes, else None."""
+def _launch(fn, grid: tuple, args: tuple, tensors: int, meta: dict, compile_opts: dict,
+            key: tuple) -> tuple | None:
+    """Launches jit function fn on args (the first `tensors` of them tensors or tensor maps)
+    with its meta-parameters; directly when a kernel was compiled for `key` on this device
+    before. Returns (kernel, the launcher's arguments past those tensors, grid) when it is
+    one the direct relaunch takes, else None."""
     global _current_stream
     if interpreting():
-        _gemm_kernel[grid](*_kernel_args(a, b, c, a_scale, b_scale), **meta, **compile_opts)
+        fn[grid](*args, **meta, **compile_opts)
         return None
+    device = torch.cuda.current_device()
+    key = (device, *key)
+    found = _COMPILED.get(key)
+    if found is None:
+        kernel = fn[grid](*args, **meta, **compile_opts)  # compiles on first use
+        if not _DIRECT_LAUNCH:
+            return None
+        if len(_COMPILED) >= _COMPILED_MAX:
+            _COMPILED.clear()
+        kernel._init_handles()
+        # The launcher takes every parameter in signature order, constexprs included; past
+        # the tensors they are fixed by the key.
+        params = list(inspect.signature(fn.fn).parameters)
+        found = _COMPILED[key] = (kernel, args[tensors:] + tuple(meta[p] for p in params[len(args):]))
+        return (*found, grid)
     if _current_stream is None:
         _current_stream = triton.runtime.driver.active.get_current_stream
-    sa = c if a_scale is None else a_scale
-    sb = c if b_scale is None else b_scale
-    device = a.device.index
-    key = (device, *meta.values(), *compile_opts.values(), a.dtype, b.dtype, c.dtype, sa.dtype,
-           sb.dtype, a.shape, b.shape, a.stride(), b.stride(), c.stride(), sa.stride(), sb.stride(),
-           a.data_ptr() % 16 == 0, b.data_ptr() % 16 == 0, c.data_ptr() % 16 == 0,
-           sa.data_ptr() % 16 == 0, sb.data_ptr() % 16 == 0)
-    found = _COMPILED.get(key)
-    if found is None or device != torch.cuda.current_device():
-        args = _kernel_args(a, b, c, a_scale, b_scale)
-        kernel = _gemm_kernel[grid](*args, **meta, **compile_opts)  # compiles on first use
-        if _DIRECT_LAUNCH and device == torch.cuda.current_device():
-            if len(_COMPILED) >= _COMPILED_MAX:
-                _COMPILED.clear()
-            kernel._init_handles()
-            # The launcher takes every parameter in signature order, constexprs included;
-            # past the five tensors they are fixed by the key.
-            rest = args[5:] + tuple(meta[name] for name in _KERNEL_PARAMS[len(args):])
-            _COMPILED[key] = (kernel, rest)
-            return kernel, rest, grid
-        return None
     kernel, rest = found
     kernel.run(grid[0], grid[1], 1, _current_stream(device), kernel.function, kernel.packed_metadata,
-               None, None, None, a, b, c, sa, sb, *rest)
+               None, None, None, *args[:tensors], *rest)
     return kernel, rest, grid
-
-
-_KERNEL_PARAMS = list(inspect.signature(_gemm_kernel.fn).parameters)
 
 
 # Plans: the launch of an earlier call, kept for calls like it. A gks.triton GEMM call first
@@ -352,7 +451,7 @@ def run_plan(key: tuple | None, a: torch.Tensor, b: torch.Tensor, a_scale=None, 
     plan = _PLANS.get(key) if key is not None else None
     if plan is None:
         return None
-    kernel, rest, grid, split, shape, out_dtype, device, index = plan
+    kernel, rest, grid, boxes, split, shape, out_dtype, device, index = plan
     if index != torch.cuda.current_device():
         return None
     if split == 1:
@@ -360,7 +459,10 @@ def run_plan(key: tuple | None, a: torch.Tensor, b: torch.Tensor, a_scale=None, 
     else:  # as _launch_split: the parts add into a zeroed fp32 output
         acc = torch.zeros(shape, dtype=torch.float32, device=device)
         c = acc if out_dtype == torch.float32 else None
+    if boxes is None:
+        tensors = (a, b, acc, acc if a_scale is None else a_scale, acc if b_scale is None else b_scale)
+    else:
+        tensors = (*_descriptors(a, b, boxes), acc)
     kernel.run(grid[0], grid[1], 1, _current_stream(index), kernel.function, kernel.packed_metadata,
-               None, None, None, a, b, acc, acc if a_scale is None else a_scale,
-               acc if b_scale is None else b_scale, *rest)
+               None, None, None, *tensors, *rest)
     return acc.to(out_dtype) if c is None else c
