@@ -407,7 +407,7 @@ def test_cuda_opcheck_and_compile():
 
     inputs = _inputs((1, 4, 2, 65, 130, 64, 1), "bfloat16", seed_for("fa-compile"))
     args = (inputs["q"], inputs["k"], inputs["v"], True, None)
-    torch.library.opcheck(gks.flash_attention_fwd.op.default, args)
+    torch.library.opcheck(gks.flash_attention_fwd.op, args)
     compiled = torch.compile(lambda q, k, v: gks.flash_attention_fwd(q, k, v, True), fullgraph=True)
     o, lse = compiled(inputs["q"], inputs["k"], inputs["v"])
     eager_o, eager_lse = gks.flash_attention_fwd(*args)

@@ -356,9 +356,9 @@ def test_cuda_out_entry_points_write_every_element_and_nothing_else(dtype, shape
 @requires_native
 def test_custom_ops_pass_opcheck():
     x = torch.randn(5, 96, device="cuda", dtype=torch.bfloat16)
-    torch.library.opcheck(gks.quantize_int8.op.default, (x,))
+    torch.library.opcheck(gks.quantize_int8.op, (x,))
     q, scale = gks.quantize_int8(x)
-    torch.library.opcheck(gks.dequantize_int8.op.default, (q, scale, torch.float32))
+    torch.library.opcheck(gks.dequantize_int8.op, (q, scale, torch.float32))
 
 
 @requires_gpu

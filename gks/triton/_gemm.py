@@ -390,6 +390,8 @@ def _launch(fn, grid: tuple, args: tuple, tensors: int, meta: dict, compile_opts
     if interpreting():
         fn[grid](*args, **meta, **compile_opts)
         return None
+    if _current_stream is None:
+        _current_stream = triton.runtime.driver.active.get_current_stream
     device = torch.cuda.current_device()
     key = (device, *key)
     found = _COMPILED.get(key)
@@ -405,8 +407,6 @@ def _launch(fn, grid: tuple, args: tuple, tensors: int, meta: dict, compile_opts
         params = list(inspect.signature(fn.fn).parameters)
         found = _COMPILED[key] = (kernel, args[tensors:] + tuple(meta[p] for p in params[len(args):]))
         return (*found, grid)
-    if _current_stream is None:
-        _current_stream = triton.runtime.driver.active.get_current_stream
     kernel, rest = found
     kernel.run(grid[0], grid[1], 1, _current_stream(device), kernel.function, kernel.packed_metadata,
                None, None, None, *args[:tensors], *rest)
