@@ -148,6 +148,28 @@ def test_dump_triton_ir_covers_every_triton_op(kernel, tmp_path):
     assert list(tmp_path.glob("*.ptx")), kernel
 
 
+def test_dump_triton_ir_of_one_gemm_block_shape(tmp_path):
+    """--config dumps the kernel a Triton GEMM block shape runs on a GPU: its block sizes,
+    warps and stages (shared memory = stages x the A and B tiles), TMA copies for a TMA
+    block; a config of another op, or out of range, is refused by name."""
+    import gks.triton
+
+    names = gks.triton.gemm_config_names("wmma_gemm")
+    tma = names.index("64x128x64_w4_s4_tma")
+    tool = [sys.executable, str(ROOT / "tools" / "dump_triton_ir.py")]
+    out = subprocess.run(tool + ["--kernel", "wmma_gemm", "--shape", "128x256x256", "--config", str(tma),
+                                 "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "_gemm_tma_kernel: num_warps=4 shared=98" in out.stdout  # 4 x (64x64 + 64x128) x 2 B
+    ptx = next(tmp_path.glob("_gemm_tma_kernel_*.ptx")).read_text()
+    assert "cp.async.bulk.tensor" in ptx and "wgmma.mma_async" in ptx
+    for argv, message in ((["--kernel", "rmsnorm", "--config", "0"], "applies to the Triton GEMMs"),
+                          (["--kernel", "sgemm", "--config", "99"], "--config must be below")):
+        out = subprocess.run(tool + argv + ["--out", str(tmp_path)], capture_output=True, text=True,
+                             cwd=ROOT, timeout=600)
+        assert out.returncode != 0 and message in out.stderr, out.stderr[-2000:]
+
+
 def test_dump_triton_ir_without_a_gpu(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "tools" / "dump_triton_ir.py"), "--kernel", "rmsnorm",
                           "--dtype", "float32", "--shape", "4x256", "--out", str(tmp_path)],

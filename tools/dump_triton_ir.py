@@ -4,10 +4,14 @@ cuobjdump is found), for a chosen target, with no GPU needed.
 
     python tools/dump_triton_ir.py --kernel rmsnorm [--dtype bfloat16] [--shape 4096x4096]
                                    [--arch 90] [--out ir/]
+    python tools/dump_triton_ir.py --kernel wmma_gemm --config 14   # a GEMM block shape as
+                                   # a GPU runs it (gks.triton.gemm_config_names(op)[14])
 
 How: the op's Triton wrapper runs once on small CPU tensors under the interpreter with the
 launch intercepted, which records each kernel's arguments and meta-parameters; a second
-process (no interpreter) compiles those kernels for the target.
+process (no interpreter) compiles those kernels for the target. The GEMMs run one small block
+shape under the interpreter; with --config they run that config's block sizes, warps,
+stages, split-K and TMA choice instead (TMA where the shape's rows are 16-byte multiples).
 """
 
 from __future__ import annotations
@@ -28,13 +32,33 @@ _TORCH_TO_TRITON = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "i
                     "int64": "i64", "uint8": "u8", "bool": "i1"}
 
 
-def capture(kernel: str, dtype: str, shape: tuple[int, ...]) -> list[dict]:
-    """Runs the op's Triton backend under the interpreter, recording each launch."""
+def capture(kernel: str, dtype: str, shape: tuple[int, ...], config: int | None = None) -> list[dict]:
+    """Runs the op's Triton backend under the interpreter, recording each launch; `config`
+    (the GEMMs) as --config says."""
     os.environ["TRITON_INTERPRET"] = "1"
     import torch
     import triton.runtime.interpreter as interp
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import BaseBackend
+    from triton.tools.tensor_descriptor import TensorDescriptor
 
     from gks import registry
+
+    call_args, block_options = {}, {}
+    if config is not None:
+        from gks.triton import _gemm
+
+        if kernel not in _gemm.MODE_OF:
+            raise SystemExit(f"dump_triton_ir.py: --config applies to the Triton GEMMs "
+                             f"({', '.join(_gemm.MODE_OF)}), not {kernel}")
+        names = _gemm.config_names(kernel)
+        if not 0 <= config < len(names):
+            raise SystemExit(f"dump_triton_ir.py: --config must be below {len(names)} for {kernel} "
+                             f"({', '.join(names)}), got {config}")
+        block = _gemm.CONFIGS[_gemm.MODE_OF[kernel]][config]
+        _gemm.INTERPRETER_BLOCK = _gemm._block(block)  # the interpreter runs this block instead
+        call_args = {"config": config}
+        block_options = {"num_warps": block.warps, "num_stages": block.stages}
 
     launches = []
 
@@ -50,6 +74,8 @@ def capture(kernel: str, dtype: str, shape: tuple[int, ...]) -> list[dict]:
                 sig[name] = "*" + _TORCH_TO_TRITON[str(a.dtype).removeprefix("torch.")]
                 if a.data_ptr() % 16 == 0:
                     attrs[i] = [["tt.divisibility", 16]]
+            elif isinstance(a, TensorDescriptor):  # as the JIT names it, e.g. tensordesc<fp16[64, 64]>
+                sig[name] = native_specialize_impl(BaseBackend, a, False, True, True)[0]
             elif isinstance(a, bool):
                 sig[name] = "i1"
             elif isinstance(a, int) and a == 1:
@@ -69,7 +95,7 @@ def capture(kernel: str, dtype: str, shape: tuple[int, ...]) -> list[dict]:
         for name, param in inspect.signature(fn).parameters.items():
             if name not in sig and param.default is not inspect.Parameter.empty:
                 sig[name], consts[name] = "constexpr", param.default
-        options = {k: v for k, v in kwargs.items() if k not in names}
+        options = {**block_options, **{k: v for k, v in kwargs.items() if k not in names}}
         launches.append({"module": fn.__module__, "name": fn.__name__, "signature": sig,
                          "constexprs": consts, "attrs": attrs, "options": options})
 
@@ -77,7 +103,7 @@ def capture(kernel: str, dtype: str, shape: tuple[int, ...]) -> list[dict]:
     spec = registry.get(kernel)
     inputs = spec.make_inputs(shape, dtype, "cpu", 0)
     try:
-        spec.backend("triton").load()(**inputs)
+        spec.backend("triton").load()(**inputs, **call_args)
     except Exception:  # noqa: BLE001 - the wrapper may touch the (absent) outputs afterwards
         if not launches:
             raise
@@ -121,6 +147,9 @@ def main(argv=None) -> int:
     p.add_argument("--shape", help="e.g. 1024x4096 (default: the spec's first test shape that is not empty)")
     p.add_argument("--arch", type=int, default=90, help="compute capability x10 (80, 90, ...)")
     p.add_argument("--out", type=Path, default=Path("ir"))
+    p.add_argument("--config", type=int,
+                   help="the Triton GEMMs: dump block shape N of gks.triton.gemm_config_names(op) "
+                        "as a GPU runs it (default: the interpreter's one small block shape)")
     p.add_argument("--capture-only", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.capture_only:
@@ -129,12 +158,14 @@ def main(argv=None) -> int:
         spec = registry.get(args.kernel)
         shape = tuple(int(d) for d in args.shape.split("x")) if args.shape else next(
             s for s in reversed(spec.test_shapes) if all(s) and max(s) <= 4096)
-        print(json.dumps(capture(args.kernel, args.dtype, shape)))
+        print(json.dumps(capture(args.kernel, args.dtype, shape, args.config)))
         return 0
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     cmd = [sys.executable, __file__, "--capture-only", "--kernel", args.kernel, "--dtype", args.dtype]
     if args.shape:
         cmd += ["--shape", args.shape]
+    if args.config is not None:
+        cmd += ["--config", str(args.config)]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         print(done.stderr, file=sys.stderr)
