@@ -426,14 +426,9 @@ def time_like_bench(spec, op, shape: Sequence[int], dtype: str, inputs: dict,
     """Median ms a call of each config, timed as gks bench times an op (see
     gks.profile.timing): back-to-back calls between CUDA events, input sets rotated so the
     L2 starts cold, the configs interleaved."""
-    import torch
+    from gks.profile.timing import Variant, cold_l2_input_sets, time_interleaved
 
-    from gks.profile.timing import Variant, sets_for_cold_l2, time_interleaved
-
-    l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20)
-    nbytes = sum(t.numel() * t.element_size() for t in inputs.values() if isinstance(t, torch.Tensor))
-    sets = [inputs] + [spec.make_inputs(tuple(shape), dtype, "cuda", s)
-                       for s in range(1, sets_for_cold_l2(nbytes, l2))]
+    sets = cold_l2_input_sets(spec, tuple(shape), dtype, first=inputs)
     variants = [Variant(str(i), functools.partial(op, config=i), sets) for i in configs]
     time_interleaved(variants, reps=reps)
     return [v.median_ms for v in variants]

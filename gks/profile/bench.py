@@ -72,12 +72,6 @@ def _device_info() -> dict[str, Any]:
     return info
 
 
-def _tensor_bytes(inputs: dict) -> int:
-    import torch
-
-    return sum(v.numel() * v.element_size() for v in inputs.values() if isinstance(v, torch.Tensor))
-
-
 def _pallas_call(spec):
     """The Pallas op on JAX arrays (timed without the torch<->JAX bridge in the loop)."""
     import jax
@@ -100,17 +94,14 @@ def _pallas_call(spec):
 def bench_op(spec, *, backends, dtypes, shapes, with_references, reps, progress, configs=False) -> list[dict]:
     import torch
 
-    from gks.profile.timing import Variant, sets_for_cold_l2, time_interleaved
+    from gks.profile.timing import Variant, cold_l2_input_sets, time_interleaved
     from gks.testing import check_output
 
-    l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20)
     rows = []
     for shape in shapes:
         for dtype in dtypes:
             progress(f"{spec.name} {'x'.join(map(str, shape))} {dtype}")
-            probe = spec.make_inputs(shape, dtype, "cuda", 0)
-            n_sets = sets_for_cold_l2(_tensor_bytes(probe), l2)
-            sets = [probe] + [spec.make_inputs(shape, dtype, "cuda", s) for s in range(1, n_sets)]
+            sets = cold_l2_input_sets(spec, shape, dtype)
             variants, kinds, checks = [], {}, {}
             for b in spec.backends:
                 if b.name not in backends:

@@ -45,6 +45,18 @@ def sets_for_cold_l2(bytes_per_set: float, l2_bytes: int, cap: int = 32) -> int:
     return max(1, min(cap, math.ceil(3 * l2_bytes / bytes_per_set)))
 
 
+def cold_l2_input_sets(spec, shape, dtype: str, first: dict | None = None) -> list[dict]:
+    """The op's input sets for one (shape, dtype), enough of them (sets_for_cold_l2) that a
+    rotation starts each call with a cold L2: `first` (else seed 0's), then seeds 1, 2, ..."""
+    import torch
+
+    first = first if first is not None else spec.make_inputs(shape, dtype, "cuda", 0)
+    nbytes = sum(v.numel() * v.element_size() for v in first.values() if isinstance(v, torch.Tensor))
+    l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20)
+    return [first] + [spec.make_inputs(shape, dtype, "cuda", s)
+                      for s in range(1, sets_for_cold_l2(nbytes, l2))]
+
+
 def _run_batch(v: Variant, calls: int) -> float:
     """ms per call for `calls` calls rotating over v's input sets."""
     import torch
