@@ -61,6 +61,9 @@ constexpr int kRowBytes = 128;              // bytes of K per k-block: one swizz
 constexpr int kBBlockCols = 64;             // columns of c per B block
 constexpr int kBBlockBytes = kRowBytes * kBBlockCols;
 constexpr int kConsumerWarpgroups = 2;
+// Named barriers 1 and 2 are the consumer warpgroups' epilogues; 3 and 4 the ping-pong
+// hand-off (3: warpgroup 0 to 1, 4: back).
+constexpr int kHandoffBarrier = 3;
 constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
 constexpr int kProducerRegisters = 40;
 constexpr int kConsumerRegisters = 232;
@@ -241,6 +244,12 @@ __device__ __forceinline__ void cluster_sync() {
 template <int kCount>
 __device__ __forceinline__ void named_barrier_sync(int id) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kCount) : "memory");
+}
+
+// Arrives at named barrier `id` without waiting (the other side of a named_barrier_sync).
+template <int kCount>
+__device__ __forceinline__ void named_barrier_arrive(int id) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(kCount) : "memory");
 }
 
 template <int kRegisters>
@@ -658,6 +667,10 @@ __device__ __forceinline__ void run_consumer(const HopperGemmParams& p, uint32_t
       continue;
     }
     const int tile_m = w.row * Cfg::kClusterM + int(cta_rank);
+    // Ping-pong hand-off: a warpgroup starts a unit's k-loop only once the other has waited
+    // on the full barriers of all of its previous unit. Without it a warpgroup could wait on
+    // a slot two phases ahead, which mbarrier parity cannot tell from a completed phase.
+    if (Cfg::kPingPong && turn > 0) named_barrier_sync<256>(kHandoffBarrier + 1 - wg);
 
     int prev_stage = 0;
     for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
@@ -692,6 +705,8 @@ __device__ __forceinline__ void run_consumer(const HopperGemmParams& p, uint32_t
         phase ^= 1;
       }
     }
+    if (Cfg::kPingPong && unit + num_clusters < p.num_units)
+      named_barrier_arrive<256>(kHandoffBarrier + wg);  // the other warpgroup's turn
     wgmma_wait<0>();
 #pragma unroll
     for (int a = 0; a < Cfg::kAtomsM; ++a) fence_registers(acc[a]);
