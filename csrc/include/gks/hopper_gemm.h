@@ -68,6 +68,10 @@ inline constexpr HopperGemmConfig kHopperGemmConfigs[] = {
     {"128x128x64_s6_c1_pp", 128, 128, 64, 6, 1, true},
     {"128x128x64_s6_c2_pp", 128, 128, 64, 6, 2, true},
     {"64x256x64_s5_c1_pp", 64, 256, 64, 5, 1, true},
+    // Small tiles for outputs of few rows (M = 128: 128 tiles of 64x64 fill the GPU with
+    // no split-K, as cuBLAS's 64x64 kernel does there).
+    {"64x128x64_s8_c1_pp", 64, 128, 64, 8, 1, true},
+    {"64x64x64_s10_c1_pp", 64, 64, 64, 10, 1, true},
 };
 inline constexpr int kNumHopperGemmConfigs =
     int(sizeof(kHopperGemmConfigs) / sizeof(kHopperGemmConfigs[0]));
