@@ -30,14 +30,14 @@ template <size_t kCount>
 int pick_hopper_config(const HopperGemmConfig (&table)[kCount], int64_t m, int64_t n, int num_sms) {
   // Single-CTA configs only: one CTA per SM (persistent), so the score is the share of the
   // last wave that is busy x the share of the tiles inside the matrix x a guess at the
-  // inner loop's efficiency (wide tiles reuse more per byte loaded). The cluster configs
-  // are left to the autotuner.
+  // inner loop's efficiency (wide tiles reuse more per byte loaded). The cluster and
+  // ping-pong configs are left to the autotuner.
   std::vector<GemmConfigInfo> infos;
   std::vector<GemmConfigTraits> traits;
   std::vector<int> index;
   for (int i = 0; i < int(kCount); ++i) {
     const HopperGemmConfig& c = table[i];
-    if (c.cluster_m != 1) continue;
+    if (c.cluster_m != 1 || c.ping_pong) continue;
     infos.push_back({c.name, c.block_m, c.block_n, c.block_k, 384, c.stages});
     const int area = c.block_m * c.block_n;
     traits.push_back({1, area >= 128 * 256 ? (c.block_n >= c.block_m ? 1.0 : 0.99)

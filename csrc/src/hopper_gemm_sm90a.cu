@@ -98,7 +98,8 @@ template <class Op, const HopperGemmConfig* kTable, int kIndex>
 void launch_config(const HopperGemmLaunch& L, cudaStream_t stream) {
   constexpr HopperGemmConfig kConfig = kTable[kIndex];
   static_assert(kConfig.block_k == hk::kBlockK<Op>, "a k-block is 128 bytes of K");
-  using Cfg = hk::HopperTile<kConfig.block_m, kConfig.block_n, kConfig.stages, kConfig.cluster_m>;
+  using Cfg = hk::HopperTile<kConfig.block_m, kConfig.block_n, kConfig.stages, kConfig.cluster_m,
+                             kConfig.ping_pong>;
   constexpr auto kernel = hk::hopper_gemm_kernel<Op, Cfg>;
   prepare_smem_kernel<kernel>(Cfg::kSmemBytes, L.device);
   const char* op = Op::kInt8 ? "gks.int8_gemm" : kOp;

@@ -36,6 +36,11 @@ CONFIGS = (
     {"name": "128x128x64_s6_c1", "block": (128, 128, 64), "stages": 6, "cluster": 1},
     {"name": "128x128x64_s6_c2", "block": (128, 128, 64), "stages": 6, "cluster": 2},
     {"name": "128x64x64_s8_c1", "block": (128, 64, 64), "stages": 8, "cluster": 1},
+    {"name": "128x128x64_s6_c1_pp", "block": (128, 128, 64), "stages": 6, "cluster": 1, "ping_pong": True},
+    {"name": "128x128x64_s6_c2_pp", "block": (128, 128, 64), "stages": 6, "cluster": 2, "ping_pong": True},
+    {"name": "64x256x64_s5_c1_pp", "block": (64, 256, 64), "stages": 5, "cluster": 1, "ping_pong": True},
+    {"name": "64x128x64_s8_c1_pp", "block": (64, 128, 64), "stages": 8, "cluster": 1, "ping_pong": True},
+    {"name": "64x64x64_s10_c1_pp", "block": (64, 64, 64), "stages": 10, "cluster": 1, "ping_pong": True},
 )
 
 

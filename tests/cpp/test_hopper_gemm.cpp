@@ -111,7 +111,9 @@ TEST(HopperGemmConfigs, WellFormedAndUnique) {
   for (const auto& c : configs) {
     EXPECT_TRUE(names.insert(c.name).second) << "duplicate config name " << c.name;
     EXPECT_EQ(c.block_k, 64) << c.name;
-    EXPECT_TRUE(c.block_m == 128 || c.block_m == 256) << c.name;
+    // Ping-pong tiles are one warpgroup's: 64 or 128 rows; cooperative ones two's.
+    EXPECT_TRUE(c.ping_pong ? (c.block_m == 64 || c.block_m == 128)
+                            : (c.block_m == 128 || c.block_m == 256)) << c.name;
     EXPECT_TRUE(c.block_n == 64 || c.block_n == 128 || c.block_n == 256) << c.name;
     EXPECT_TRUE(c.cluster_m == 1 || c.cluster_m == 2) << c.name;
     EXPECT_GE(c.stages, 2) << c.name;
@@ -120,7 +122,8 @@ TEST(HopperGemmConfigs, WellFormedAndUnique) {
     // The name spells the config.
     const std::string expected = std::to_string(c.block_m) + "x" + std::to_string(c.block_n) +
                                  "x" + std::to_string(c.block_k) + "_s" +
-                                 std::to_string(c.stages) + "_c" + std::to_string(c.cluster_m);
+                                 std::to_string(c.stages) + "_c" + std::to_string(c.cluster_m) +
+                                 (c.ping_pong ? "_pp" : "");
     EXPECT_EQ(expected, c.name);
   }
 }
@@ -134,6 +137,7 @@ TEST(HopperGemmHeuristic, ValidSingleCtaConfigAndDeterministic) {
         ASSERT_GE(c, 0);
         ASSERT_LT(c, int(configs.size()));
         EXPECT_EQ(configs[c].cluster_m, 1);
+        EXPECT_FALSE(configs[c].ping_pong);
         EXPECT_EQ(c, gks::detail::hopper_gemm_heuristic(m, n, 4096, sms));
       }
 }

@@ -50,6 +50,9 @@ struct HopperGemmConfig {
   int block_k;
   int stages;     // depth of the shared-memory ring
   int cluster_m;  // CTAs per cluster, stacked in M, sharing (multicasting) B tiles
+  // The two consumer warpgroups take whole tiles in turn (ping-pong: one's epilogue runs
+  // under the other's MMAs) instead of half of every tile's rows each (cooperative).
+  bool ping_pong = false;
 };
 
 // The compiled configs, in index order (GemmArgs::config); hopper_gemm_sm90a.cu checks
@@ -62,6 +65,13 @@ inline constexpr HopperGemmConfig kHopperGemmConfigs[] = {
     {"128x128x64_s6_c1", 128, 128, 64, 6, 1},
     {"128x128x64_s6_c2", 128, 128, 64, 6, 2},
     {"128x64x64_s8_c1", 128, 64, 64, 8, 1},
+    {"128x128x64_s6_c1_pp", 128, 128, 64, 6, 1, true},
+    {"128x128x64_s6_c2_pp", 128, 128, 64, 6, 2, true},
+    {"64x256x64_s5_c1_pp", 64, 256, 64, 5, 1, true},
+    // Small tiles for outputs of few rows (M = 128: 128 tiles of 64x64 fill the GPU with
+    // no split-K, as cuBLAS's 64x64 kernel does there).
+    {"64x128x64_s8_c1_pp", 64, 128, 64, 8, 1, true},
+    {"64x64x64_s10_c1_pp", 64, 64, 64, 10, 1, true},
 };
 inline constexpr int kNumHopperGemmConfigs =
     int(sizeof(kHopperGemmConfigs) / sizeof(kHopperGemmConfigs[0]));

@@ -61,6 +61,9 @@ constexpr int kRowBytes = 128;              // bytes of K per k-block: one swizz
 constexpr int kBBlockCols = 64;             // columns of c per B block
 constexpr int kBBlockBytes = kRowBytes * kBBlockCols;
 constexpr int kConsumerWarpgroups = 2;
+// Named barriers 1 and 2 are the consumer warpgroups' epilogues; 3 and 4 the ping-pong
+// hand-off (3: warpgroup 0 to 1, 4: back).
+constexpr int kHandoffBarrier = 3;
 constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
 constexpr int kProducerRegisters = 40;
 constexpr int kConsumerRegisters = 232;
@@ -68,13 +71,17 @@ constexpr int kEpilogueCols = 32;                   // fp32 columns per staged c
 constexpr int kEpiloguePitch = kEpilogueCols + 8;   // floats per staged row
 constexpr int kSmemLimit = 227 * 1024;              // per-block opt-in limit on sm_90
 
-// One compiled tile config. kBlockM rows are split between the two consumer warpgroups;
-// each covers its kBlockM / 2 rows with kAtomsM wgmma atoms of 64 rows x kBlockN columns.
-template <int kBlockM_, int kBlockN_, int kStages_, int kClusterM_>
+// One compiled tile config. Cooperative (kPingPong false): kBlockM rows are split between
+// the two consumer warpgroups, each covering its kBlockM / 2 rows with kAtomsM wgmma atoms
+// of 64 rows x kBlockN columns. Ping-pong: the warpgroups take whole tiles in turn (the
+// CTA's tiles 0, 2, 4... and 1, 3, 5...), so one's epilogue runs while the other's MMAs do.
+template <int kBlockM_, int kBlockN_, int kStages_, int kClusterM_, bool kPingPong_ = false>
 struct HopperTile {
   static constexpr int kBlockM = kBlockM_, kBlockN = kBlockN_;
   static constexpr int kStages = kStages_, kClusterM = kClusterM_;
-  static constexpr int kWarpgroupM = kBlockM / kConsumerWarpgroups;
+  static constexpr bool kPingPong = kPingPong_;
+  static constexpr int kWarpgroupM = kPingPong ? kBlockM : kBlockM / kConsumerWarpgroups;
+  static constexpr int kReadersPerSlot = kPingPong ? 1 : kConsumerWarpgroups;  // warpgroups
   static constexpr int kAtomsM = kWarpgroupM / 64;
   static constexpr int kAccum = kBlockN / 2;  // accumulators per thread per atom
   static constexpr int kBBlocks = kBlockN / kBBlockCols;
@@ -237,6 +244,12 @@ __device__ __forceinline__ void cluster_sync() {
 template <int kCount>
 __device__ __forceinline__ void named_barrier_sync(int id) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kCount) : "memory");
+}
+
+// Arrives at named barrier `id` without waiting (the other side of a named_barrier_sync).
+template <int kCount>
+__device__ __forceinline__ void named_barrier_arrive(int id) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(kCount) : "memory");
 }
 
 template <int kRegisters>
@@ -639,13 +652,25 @@ __device__ __forceinline__ void run_consumer(const HopperGemmParams& p, uint32_t
     for (int i = 0; i < Cfg::kAccum; ++i) acc[a][i] = 0;
 
   // This warpgroup's A rows start here in every slot (128 bytes per row).
-  const uint32_t a_wg_offset = uint32_t(wg * Cfg::kWarpgroupM * kRowBytes);
+  const uint32_t a_wg_offset = Cfg::kPingPong ? 0u : uint32_t(wg * Cfg::kWarpgroupM * kRowBytes);
 
   int stage = 0;
   uint32_t phase = 0;
-  for (int unit = cluster_id; unit < p.num_units; unit += num_clusters) {
+  int turn = 0;  // ping-pong: the CTA's units alternate between the warpgroups
+  for (int unit = cluster_id; unit < p.num_units; unit += num_clusters, ++turn) {
     const UnitWork w = unit_work(p, unit);
+    if (Cfg::kPingPong && turn % kConsumerWarpgroups != wg) {
+      // The other warpgroup's unit: its k-blocks fill the next slots of the ring.
+      const int next = stage + (w.kb_end - w.kb_begin);
+      phase ^= uint32_t(next / Cfg::kStages) & 1u;
+      stage = next % Cfg::kStages;
+      continue;
+    }
     const int tile_m = w.row * Cfg::kClusterM + int(cta_rank);
+    // Ping-pong hand-off: a warpgroup starts a unit's k-loop only once the other has waited
+    // on the full barriers of all of its previous unit. Without it a warpgroup could wait on
+    // a slot two phases ahead, which mbarrier parity cannot tell from a completed phase.
+    if (Cfg::kPingPong && turn > 0) named_barrier_sync<256>(kHandoffBarrier + 1 - wg);
 
     int prev_stage = 0;
     for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
@@ -680,12 +705,14 @@ __device__ __forceinline__ void run_consumer(const HopperGemmParams& p, uint32_t
         phase ^= 1;
       }
     }
+    if (Cfg::kPingPong && unit + num_clusters < p.num_units)
+      named_barrier_arrive<256>(kHandoffBarrier + wg);  // the other warpgroup's turn
     wgmma_wait<0>();
 #pragma unroll
     for (int a = 0; a < Cfg::kAtomsM; ++a) fence_registers(acc[a]);
     if (lane == 0) release_slot<Cfg>(empty + 8 * prev_stage);
 
-    const int64_t wg_row = int64_t(tile_m) * Cfg::kBlockM + wg * Cfg::kWarpgroupM;
+    const int64_t wg_row = int64_t(tile_m) * Cfg::kBlockM + (Cfg::kPingPong ? 0 : wg * Cfg::kWarpgroupM);
 #pragma unroll
     for (int a = 0; a < Cfg::kAtomsM; ++a) {
       if (wg_row + a * 64 >= p.m) break;  // uniform across the warpgroup
@@ -721,8 +748,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll 1
     for (int s = 0; s < Cfg::kStages; ++s) {
       mbar_init(smem_u32(full + s), 1);  // the producer's arrive.expect_tx
-      // One arrival per consumer warp of every CTA that reads data this CTA loads.
-      mbar_init(smem_u32(empty + s), Cfg::kClusterM * kConsumerWarpgroups * 4);
+      // One arrival per consumer warp (of the warpgroups that read a slot) of every CTA
+      // that reads data this CTA loads.
+      mbar_init(smem_u32(empty + s), Cfg::kClusterM * Cfg::kReadersPerSlot * 4);
     }
     fence_barrier_init();
   }
