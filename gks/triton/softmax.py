@@ -70,10 +70,13 @@ def _softmax_kernel(
     if ONE_PASS:
         mask = cols < N
         if FUSED:
+            # w is loaded with x, before the sum of squares: loaded after it, its loads wait
+            # for the reduction's barriers and their latency adds to every row's.
             x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
-            inv_rms = tl.rsqrt(tl.sum(x * x, axis=0) / N + eps)
             w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-            v = tl.where(mask, x * inv_rms * w, float("-inf"))
+            xw = x * w
+            inv_rms = tl.rsqrt(tl.sum(x * x, axis=0) / N + eps)
+            v = tl.where(mask, xw * inv_rms, float("-inf"))
         else:
             v = tl.load(x_row + cols, mask=mask, other=float("-inf")).to(tl.float32)
         m = tl.max(v, axis=0)
