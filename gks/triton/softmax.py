@@ -70,14 +70,21 @@ def _softmax_kernel(
     if ONE_PASS:
         mask = cols < N
         if FUSED:
+            # w is loaded with x, before the sum of squares: loaded after it, its loads wait
+            # for the reduction's barriers and their latency adds to every row's.
             x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
-            inv_rms = tl.rsqrt(tl.sum(x * x, axis=0) / N + eps)
             w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-            v = tl.where(mask, x * inv_rms * w, float("-inf"))
+            xw = x * w
+            # v in log2 units (inv_rms * log2(e) folded into one scale): exp2(v - max) then
+            # needs no multiply a value.
+            scale = tl.rsqrt(tl.sum(x * x, axis=0) / N + eps) * LOG2E
+            v = tl.where(mask, xw * scale, float("-inf"))
+            m = tl.max(v, axis=0)
+            e = tl.exp2(v - _offset(m))
         else:
             v = tl.load(x_row + cols, mask=mask, other=float("-inf")).to(tl.float32)
-        m = tl.max(v, axis=0)
-        e = tl.exp2((v - _offset(m)) * LOG2E)
+            m = tl.max(v, axis=0)
+            e = tl.exp2((v - _offset(m)) * LOG2E)
         inv_sum = tl.where(tl.abs(m) < float("inf"), 1.0 / tl.sum(e, axis=0), nan)
         tl.store(y_row + cols, (e * inv_sum).to(y_ptr.dtype.element_ty), mask=mask)
     else:
