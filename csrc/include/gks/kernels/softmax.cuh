@@ -407,15 +407,19 @@ __device__ __forceinline__ void softmax_rmsnorm_row_recompute(const SoftmaxParam
 // merge of the (m_t, s_t) pairs gives the row's (M, S), and the thread writes
 // e * exp(m_t - M) / S. One exp a value and no second read of the weight, which the fused
 // op needs to keep up with memory (recomputing x * inv_rms * w and its exp for the output
-// held 16-bit rows to 55-69% of copy bandwidth on an H200). (Values kept in log2 units,
-// 2^(fma(x * w, inv_rms * log2 e, -max)), save a multiply and a select a value: fp16
-// 8192x32768 311 -> 300 us, but 16-bit 32768x4096 132.8 -> 136.0. Not adopted.)
+// held 16-bit rows to 55-69% of copy bandwidth on an H200).
+// kLog2Units: the thread's max is taken from x * w before the sum of squares is reduced
+// (inv_rms > 0 scales it as it scales every value), and e = 2^(fma(x * w, inv_rms * log2 e,
+// -max * log2 e)): one FFMA and one ex2 a value instead of a multiply, a select, a subtract,
+// a multiply and the ex2. The staged kernel's 16-bit rows take it (H200, 8192x32768, µs:
+// fp16 305 -> 290, bf16 303 -> 296); fp32 rows there lost (576 -> 586), as did 16-bit
+// 32768x4096 in the registers kernel (132.8 -> 136.0).
 // load_x(i) and load_w(i) give access i of the thread's part of x and of the weight (from
 // global memory, or from the staged kernel's shared memory), as load_raw would (0 past the
 // row's end); `held` runs once every thread holds its part (after the first reduction's
 // block barrier).
 template <bool kRagged, typename T, int kVec, int kThreadsPerRow, int kVecsPerThread, int kCluster,
-          typename LoadX, typename LoadW, typename Held>
+          bool kLog2Units = false, typename LoadX, typename LoadW, typename Held>
 __device__ __forceinline__ void softmax_rmsnorm_row_values(const SoftmaxParams& p, int64_t row,
                                                            int first, LoadX load_x, LoadW load_w,
                                                            Held held, float* scratch_m,
@@ -423,10 +427,11 @@ __device__ __forceinline__ void softmax_rmsnorm_row_values(const SoftmaxParams& 
   constexpr int kStride = kThreadsPerRow * kVec;  // columns between a thread's accesses
   const int cols = static_cast<int>(p.cols);      // bounded by the host (see the kernel)
   const auto col = [&](int i) { return first + i * kStride; };
+  const auto in_row = [&](int i, int j) { return kRagged ? col(i) + j < cols : col(i) < cols; };
 
-  // v[i][j] holds x * w, then v = x * inv_rms * w, then e = exp(v - m_t).
+  // v[i][j] holds x * w, then (unless kLog2Units) v = x * inv_rms * w, then e = exp(v - m_t).
   float v[kVecsPerThread][kVec];
-  float sumsq = 0.f;
+  float sumsq = 0.f, max_xw = -INFINITY;
   {
     Raw<T, kVec> xr[kVecsPerThread], wr[kVecsPerThread];
 #pragma unroll
@@ -441,6 +446,7 @@ __device__ __forceinline__ void softmax_rmsnorm_row_values(const SoftmaxParams& 
         const float xv = elem(xr[i], j);
         sumsq += xv * xv;
         v[i][j] = xv * elem(wr[i], j);
+        if (kLog2Units && in_row(i, j)) max_xw = fmaxf(max_xw, v[i][j]);
       }
   }
   float total = row_sum<kThreadsPerRow>(sumsq, scratch_s);
@@ -448,25 +454,40 @@ __device__ __forceinline__ void softmax_rmsnorm_row_values(const SoftmaxParams& 
   if constexpr (kCluster > 1) total = cluster_sum<kCluster>(total, part.slots);
   const float inv_rms = rsqrtf(total / float(cols) + p.eps);
 
-  // Past the row's end v is -inf, which drops out of the max and the sum (e = 0).
-  float m_t = -INFINITY;
+  float m_t = -INFINITY, s_t = 0.f;
+  if constexpr (kLog2Units) {
+    // Rounding is monotone, so max_xw * inv_rms is exactly the largest v * inv_rms. A thread
+    // with no value in the row keeps -inf (not -inf * 0 = NaN when inv_rms is 0), and its
+    // values past the row's end are 0, not 2^(-inf * 0).
+    m_t = max_xw == -INFINITY ? -INFINITY : max_xw * inv_rms;
+    const float scale = inv_rms * kLog2e, offset = softmax_offset(m_t) * kLog2e;
 #pragma unroll
-  for (int i = 0; i < kVecsPerThread; ++i)
+    for (int i = 0; i < kVecsPerThread; ++i)
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) {
-      const bool in_row = kRagged ? col(i) + j < cols : col(i) < cols;
-      v[i][j] = in_row ? v[i][j] * inv_rms : -INFINITY;
-      m_t = fmaxf(m_t, v[i][j]);
-    }
-  const float offset = softmax_offset(m_t);
-  float s_t = 0.f;
+      for (int j = 0; j < kVec; ++j) {
+        float e;
+        asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(fmaf(v[i][j], scale, -offset)));
+        v[i][j] = in_row(i, j) ? e : 0.f;
+        s_t += v[i][j];
+      }
+  } else {
+    // Past the row's end v is -inf, which drops out of the max and the sum (e = 0).
 #pragma unroll
-  for (int i = 0; i < kVecsPerThread; ++i)
+    for (int i = 0; i < kVecsPerThread; ++i)
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) {
-      v[i][j] = exp_via_exp2(v[i][j] - offset);
-      s_t += v[i][j];
-    }
+      for (int j = 0; j < kVec; ++j) {
+        v[i][j] = in_row(i, j) ? v[i][j] * inv_rms : -INFINITY;
+        m_t = fmaxf(m_t, v[i][j]);
+      }
+    const float offset = softmax_offset(m_t);
+#pragma unroll
+    for (int i = 0; i < kVecsPerThread; ++i)
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        v[i][j] = exp_via_exp2(v[i][j] - offset);
+        s_t += v[i][j];
+      }
+  }
   float m = m_t, s = s_t;
   row_reduce_softmax<kThreadsPerRow>(m, s, scratch_m, scratch_s);
   if constexpr (kCluster > 1) {
@@ -693,7 +714,8 @@ __global__ void __launch_bounds__(
 // the one the sum of squares already takes: the next row's copies start after it (`held`),
 // when every thread has read its slots. With kStageWeight the block also copies the weight
 // into shared memory, once.
-// Measured on an H200 at 8192x32768 (us; fp32, fp16): this 588, 313; the registers kernel
+// Measured on an H200 at 8192x32768 (us; fp32, fp16): this 588, 313 (fp16 290 since its
+// values went to log2 units, see softmax_rmsnorm_row_values); the registers kernel
 // 617, 413; looped 975, 345. Variants that lost or tied: the next copies started as soon
 // as a thread has read its slots (634 fp32; 309-311 16-bit, also two rows ahead), x held
 // as loaded with two exps a value (613, 371), two CTAs of a cluster sharing a row (665,
@@ -732,7 +754,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_rmsnorm_staged_kernel(con
     cp_async_wait<0>();             // this row (and the weight) has landed
     asm volatile("" ::: "memory");  // the slots are read after the wait, not before
     const int64_t next = row + gridDim.x;
-    softmax_rmsnorm_row_values<false, T, kVec, kThreads, kVecsPerThread, 1>(
+    softmax_rmsnorm_row_values<false, T, kVec, kThreads, kVecsPerThread, 1, (sizeof(T) < 4)>(
         p, row, first, [&](int i) { return read_slot(x_slots, i); },
         [&](int i) {
           if constexpr (kStageWeight) {
