@@ -58,11 +58,12 @@ struct SoftmaxParams {
 // instructions a value, which the 16-bit kernels feel.)
 constexpr float kLog2e = 1.4426950408889634f;
 
-__device__ __forceinline__ float exp_via_exp2(float v) {
+__device__ __forceinline__ float exp2_approx(float v) {
   float r;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v * kLog2e));
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
   return r;
 }
+__device__ __forceinline__ float exp_via_exp2(float v) { return exp2_approx(v * kLog2e); }
 
 // The offset the sum of a set with max m is kept relative to (see the top of the file).
 __device__ __forceinline__ float softmax_offset(float m) { return m == -INFINITY ? 0.f : m; }
@@ -465,8 +466,7 @@ __device__ __forceinline__ void softmax_rmsnorm_row_values(const SoftmaxParams& 
     for (int i = 0; i < kVecsPerThread; ++i)
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
-        float e;
-        asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(fmaf(v[i][j], scale, -offset)));
+        const float e = exp2_approx(fmaf(v[i][j], scale, -offset));
         v[i][j] = in_row(i, j) ? e : 0.f;
         s_t += v[i][j];
       }
