@@ -28,7 +28,11 @@ def __getattr__(name: str) -> Any:
     if name in _SUBMODULES:
         return importlib.import_module(f"gks.{name}")
     if name in _TORCH_OPS:
-        return getattr(importlib.import_module("gks._torch_ops"), name)
+        # Kept as a module attribute, so that later `gks.<op>` lookups skip this function
+        # and its import machinery (several µs a call, as much as a small kernel).
+        op = getattr(importlib.import_module("gks._torch_ops"), name)
+        globals()[name] = op
+        return op
     raise AttributeError(f"module 'gks' has no attribute '{name}'")
 
 
