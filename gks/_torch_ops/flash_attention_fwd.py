@@ -42,8 +42,8 @@ def _flash_attention_fwd(
     [B, Hq, Sq, D] (contiguous, q's dtype) and lse [B, Hq, Sq] (float32, natural log;
     -inf for a row that sees no key, whose o is 0). Runs on the current CUDA stream.
     """
-    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
+    o = torch.empty_like(q, memory_format=torch.contiguous_format)
+    lse = q.new_empty(q.shape[:-1], dtype=torch.float32)
     cuda.flash_attention_fwd_out(
         _kernel_input(q), _kernel_input(k), _kernel_input(v), o, lse, causal, softmax_scale
     )

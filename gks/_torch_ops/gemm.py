@@ -47,7 +47,7 @@ def _gemm(
     """
     autotune.check_matrix(a, "gks.gemm", "a")
     autotune.check_matrix(b, "gks.gemm", "b")
-    c = torch.empty((a.shape[0], b.shape[1]), dtype=_out_dtype(a, out_dtype), device=a.device)
+    c = a.new_empty((a.shape[0], b.shape[1]), dtype=_out_dtype(a, out_dtype))
     cuda.gemm_out(a, b, c, _config(a, a.shape[0], b.shape[1], a.shape[1], config))
     return c
 

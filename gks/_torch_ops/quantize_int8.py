@@ -24,8 +24,8 @@ def _quantize_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     to [-127, 127], int8 [..., N]. An all-zero row gives scale 0 and q 0. x: fp32/fp16/bf16
     CUDA tensor, last dim contiguous, any leading strides. Runs on the current CUDA stream.
     """
-    q = torch.empty(x.shape, dtype=torch.int8, device=x.device)
-    scale = torch.empty(_scale_shape(x), dtype=torch.float32, device=x.device)
+    q = torch.empty_like(x, dtype=torch.int8, memory_format=torch.contiguous_format)
+    scale = x.new_empty(_scale_shape(x), dtype=torch.float32)
     cuda.quantize_int8_out(x, q, scale)
     return q, scale
 
@@ -55,7 +55,7 @@ def _dequantize_int8(
     [..., 1] (q's shape with its last dim 1), any strides. Runs on the current CUDA stream.
     """
     _check_dtype(dtype)
-    out = torch.empty(q.shape, dtype=dtype, device=q.device)
+    out = torch.empty_like(q, dtype=dtype, memory_format=torch.contiguous_format)
     cuda.dequantize_int8_out(q, scale, out)
     return out
 

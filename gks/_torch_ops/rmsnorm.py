@@ -16,7 +16,7 @@ def _rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, config: i
     weight: [N], x's dtype. Runs on the current CUDA stream.
     config: the kernel shape (-1: heuristic; see gks.cuda.rmsnorm_out).
     """
-    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    y = torch.empty_like(x, memory_format=torch.contiguous_format)
     cuda.rmsnorm_out(x, weight, y, eps, config)
     return y
 

@@ -22,7 +22,7 @@ def _sgemm(a: torch.Tensor, b: torch.Tensor, config: int = -1) -> torch.Tensor:
     """
     check_matrix(a, "gks.sgemm", "a")
     check_matrix(b, "gks.sgemm", "b")
-    c = torch.empty((a.shape[0], b.shape[1]), dtype=torch.float32, device=a.device)
+    c = a.new_empty((a.shape[0], b.shape[1]), dtype=torch.float32)
     cfg = resolve_config("sgemm", a, a.shape[0], b.shape[1], a.shape[1], config)
     cuda.sgemm_out(a, b, c, cfg)
     return c

@@ -18,7 +18,7 @@ def _softmax(x: torch.Tensor, config: int = -1) -> torch.Tensor:
     Runs on the current CUDA stream. config: the kernel shape (-1: heuristic; see
     gks.cuda.softmax_out).
     """
-    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    y = torch.empty_like(x, memory_format=torch.contiguous_format)
     cuda.softmax_out(x, y, config)
     return y
 
@@ -37,7 +37,7 @@ def _softmax_rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, c
     fp32 math throughout; the normalized row is never rounded to x's dtype, only the output
     is. weight: [N], x's dtype. Runs on the current CUDA stream. config: as for softmax.
     """
-    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    y = torch.empty_like(x, memory_format=torch.contiguous_format)
     cuda.softmax_rmsnorm_out(x, weight, y, eps, config)
     return y
 

@@ -31,7 +31,7 @@ def _wmma_gemm(
     """
     check_matrix(a, "gks.wmma_gemm", "a")
     check_matrix(b, "gks.wmma_gemm", "b")
-    c = torch.empty((a.shape[0], b.shape[1]), dtype=_out_dtype(a, out_dtype), device=a.device)
+    c = a.new_empty((a.shape[0], b.shape[1]), dtype=_out_dtype(a, out_dtype))
     cfg = resolve_config("wmma_gemm", a, a.shape[0], b.shape[1], a.shape[1], config)
     cuda.wmma_gemm_out(a, b, c, cfg)
     return c
