@@ -283,7 +283,7 @@ def test_tune_triton_writes_an_entry_its_launch_then_uses(tmp_path, monkeypatch)
                             lambda *args: launched.append(args[6:8]) or real_launch(*args))
         out = gks.triton.sgemm(a, b)
         spec = _gemm.CONFIGS["ieee"][entry["config"]]
-        assert launched == [(_gemm._block(spec), _gemm._split_k(spec))]
+        assert launched == [(_gemm._block(spec), spec.split)]
         torch.testing.assert_close(out, gks.triton.sgemm(a, b, config=entry["config"]))
     finally:
         autotune._entries.cache_clear()

@@ -165,10 +165,6 @@ del B
 MODE_OF = {"sgemm": "ieee", "wmma_gemm": "mma", "int8_gemm": "int8"}
 
 
-def _split_k(spec: Block) -> int:
-    return spec.split
-
-
 def config_names(op: str) -> list[str]:
     """Names of the block shapes gks.triton.<op> runs, in the order `config` indexes."""
     return [f"{s.m}x{s.n}x{s.k}_w{s.warps}_s{s.stages}" + (f"_k{s.split}" if s.split > 1 else "")
@@ -272,7 +268,7 @@ def tuned_config(op: str, a: torch.Tensor, c: torch.Tensor, m: int, n: int, k: i
     # The autotune key's dtype: the output's for int8 (as the CUDA op), else the inputs'.
     key_dtype = c.dtype if op == "int8_gemm" else a.dtype
     config = autotune.resolve_config(f"triton.{op}", a, m, n, k, -1, dtype=key_dtype)
-    if config >= 0 and _split_k(CONFIGS[MODE_OF[op]][config]) > 1 and \
+    if config >= 0 and CONFIGS[MODE_OF[op]][config].split > 1 and \
             torch.are_deterministic_algorithms_enabled():
         return -1
     return config

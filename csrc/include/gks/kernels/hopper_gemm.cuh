@@ -651,8 +651,10 @@ __device__ __forceinline__ void run_consumer(const HopperGemmParams& p, uint32_t
 #pragma unroll
     for (int i = 0; i < Cfg::kAccum; ++i) acc[a][i] = 0;
 
-  // This warpgroup's A rows start here in every slot (128 bytes per row).
-  const uint32_t a_wg_offset = Cfg::kPingPong ? 0u : uint32_t(wg * Cfg::kWarpgroupM * kRowBytes);
+  // This warpgroup's first row of a tile (its half, cooperative; row 0, ping-pong), and
+  // where its A rows start in every slot (128 bytes per row).
+  const int wg_first_row = Cfg::kPingPong ? 0 : wg * Cfg::kWarpgroupM;
+  const uint32_t a_wg_offset = uint32_t(wg_first_row * kRowBytes);
 
   int stage = 0;
   uint32_t phase = 0;
@@ -712,7 +714,7 @@ __device__ __forceinline__ void run_consumer(const HopperGemmParams& p, uint32_t
     for (int a = 0; a < Cfg::kAtomsM; ++a) fence_registers(acc[a]);
     if (lane == 0) release_slot<Cfg>(empty + 8 * prev_stage);
 
-    const int64_t wg_row = int64_t(tile_m) * Cfg::kBlockM + (Cfg::kPingPong ? 0 : wg * Cfg::kWarpgroupM);
+    const int64_t wg_row = int64_t(tile_m) * Cfg::kBlockM + wg_first_row;
 #pragma unroll
     for (int a = 0; a < Cfg::kAtomsM; ++a) {
       if (wg_row + a * 64 >= p.m) break;  // uniform across the warpgroup
