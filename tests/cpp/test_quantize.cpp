@@ -243,16 +243,19 @@ TEST(DequantizeInt8Plan, BlocksOf256Threads) {
         EXPECT_EQ(p.chunk, aligned ? 16 / gks::dtype_size(dtype) : 1);
         EXPECT_EQ(p.threads_per_row * p.rows_per_block, 256) << cols;
         EXPECT_GE(p.threads_per_row, 32);
-        EXPECT_TRUE(p.chunks_per_thread == 1 || p.chunks_per_thread == 2 ||
-                    p.chunks_per_thread == 4);
+        EXPECT_TRUE(p.chunks_per_thread == 1 || p.chunks_per_thread == 2);
+        if (cols / p.chunk > 32) EXPECT_EQ(p.chunks_per_thread, 2) << cols;
       }
     }
   }
   const auto p = gks::detail::plan_dequantize_int8(1024, gks::DType::kFloat16, true);  // 128 chunks
   EXPECT_EQ(p.chunk, 8);
-  EXPECT_EQ(p.threads_per_row, 32);
-  EXPECT_EQ(p.chunks_per_thread, 4);
-  EXPECT_EQ(p.rows_per_block, 8);
+  EXPECT_EQ(p.threads_per_row, 64);
+  EXPECT_EQ(p.chunks_per_thread, 2);
+  EXPECT_EQ(p.rows_per_block, 4);
+  const auto wide = gks::detail::plan_dequantize_int8(4096, gks::DType::kFloat32, true);  // 1024
+  EXPECT_EQ(wide.chunks_per_thread, 2);
+  EXPECT_EQ(wide.threads_per_row, 256);
 }
 
 }  // namespace

@@ -70,7 +70,7 @@ struct DequantizeInt8Plan {
                               // out (4 fp32, 8 fp16/bf16), or 1 when unaligned
   int threads_per_row = 32;   // threads of a block along a row
   int rows_per_block = 8;     // threads_per_row * rows_per_block = 256
-  int chunks_per_thread = 1;
+  int chunks_per_thread = 1;  // 1 or 2
 };
 DequantizeInt8Plan plan_dequantize_int8(int64_t cols, DType out_dtype, bool aligned);
 
