@@ -117,7 +117,8 @@ def test_resolve_config_follows_a_new_cache_at_once(tmp_path, monkeypatch):
     monkeypatch.setattr(autotune, "device_identity", lambda index: IDENTITY)
     monkeypatch.setattr(autotune, "_kernel_hash", lambda kernel: "h1")
     autotune._shipped.cache_clear()
-    like = types.SimpleNamespace(device=types.SimpleNamespace(type="cuda", index=0), dtype="float32")
+    # A stand-in for a CUDA tensor: what resolve_config reads of one.
+    like = types.SimpleNamespace(is_cuda=True, get_device=lambda: 0, dtype="float32")
     key = autotune.cache_key(IDENTITY, "sgemm", "float32", (1024, 4096, 4096), "h1")
     try:
         autotune.save_cache({key: {"config": 3}})

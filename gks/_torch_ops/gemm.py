@@ -21,13 +21,6 @@ def _out_dtype(a: torch.Tensor, out_dtype: torch.dtype | None) -> torch.dtype:
     return out_dtype
 
 
-def _config(a: torch.Tensor, m: int, n: int, k: int, config: int) -> int:
-    # The autotune cache is consulted once the autotuner knows this kernel.
-    if "gemm" not in autotune.KERNELS:
-        return config
-    return autotune.resolve_config("gemm", a, m, n, k, config)
-
-
 def _gemm(
     a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None, config: int = -1
 ) -> torch.Tensor:
@@ -45,10 +38,9 @@ def _gemm(
     8 x M x N fp32 partial sums, allocated in stream order). Runs on the current CUDA
     stream.
     """
-    autotune.check_matrix(a, "gks.gemm", "a")
-    autotune.check_matrix(b, "gks.gemm", "b")
-    c = a.new_empty((a.shape[0], b.shape[1]), dtype=_out_dtype(a, out_dtype))
-    cuda.gemm_out(a, b, c, _config(a, a.shape[0], b.shape[1], a.shape[1], config))
+    m, n, k = autotune.gemm_dims("gks.gemm", a, b)
+    c = a.new_empty((m, n), dtype=_out_dtype(a, out_dtype))
+    cuda.gemm_out(a, b, c, autotune.resolve_config("gemm", a, m, n, k, config))
     return c
 
 

@@ -7,7 +7,7 @@ import torch
 
 from gks import cuda
 from gks._torch_ops._eager import gks_op
-from gks.profile.autotune import check_matrix, resolve_config
+from gks.profile.autotune import gemm_dims, resolve_config
 
 _OUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -55,16 +55,14 @@ def _int8_gemm(
     way to the mma.sync heuristic where the Hopper kernel cannot run). Runs on the current
     CUDA stream.
     """
-    check_matrix(a_q, "gks.int8_gemm", "a_q")
-    check_matrix(b_q, "gks.int8_gemm", "b_q")
-    c = a_q.new_empty((a_q.shape[0], b_q.shape[1]), dtype=_out_dtype(out_dtype))
+    m, n, k = gemm_dims("gks.int8_gemm", a_q, b_q, "a_q", "b_q")
+    c = a_q.new_empty((m, n), dtype=_out_dtype(out_dtype))
     # The tuned table was measured on K-major b_q (the registry's inputs); a row-major b_q
     # is left to the heuristic, which weighs the transpose the Hopper kernel would need.
-    k_major = b_q.stride(0) == 1 and b_q.stride(1) != 1 and min(b_q.shape) > 1
+    k_major = b_q.stride(0) == 1 and b_q.stride(1) != 1 and min(k, n) > 1
     cfg = config
     if k_major:
-        cfg = resolve_config("int8_gemm", a_q, a_q.shape[0], b_q.shape[1], a_q.shape[1], config,
-                             dtype=c.dtype)
+        cfg = resolve_config("int8_gemm", a_q, m, n, k, config, dtype=c.dtype)
     cuda.int8_gemm_out(a_q, b_q, a_scale, b_scale, c, cfg)
     return c
 

@@ -7,7 +7,7 @@ import torch
 
 from gks import cuda
 from gks._torch_ops._eager import gks_op
-from gks.profile.autotune import check_matrix, resolve_config
+from gks.profile.autotune import gemm_dims, resolve_config
 
 
 def _sgemm(a: torch.Tensor, b: torch.Tensor, config: int = -1) -> torch.Tensor:
@@ -20,11 +20,9 @@ def _sgemm(a: torch.Tensor, b: torch.Tensor, config: int = -1) -> torch.Tensor:
     into gks.cuda.gemm_config_names("sgemm") forces that tile config. Runs on the current
     CUDA stream.
     """
-    check_matrix(a, "gks.sgemm", "a")
-    check_matrix(b, "gks.sgemm", "b")
-    c = a.new_empty((a.shape[0], b.shape[1]), dtype=torch.float32)
-    cfg = resolve_config("sgemm", a, a.shape[0], b.shape[1], a.shape[1], config)
-    cuda.sgemm_out(a, b, c, cfg)
+    m, n, k = gemm_dims("gks.sgemm", a, b)
+    c = a.new_empty((m, n), dtype=torch.float32)
+    cuda.sgemm_out(a, b, c, resolve_config("sgemm", a, m, n, k, config))
     return c
 
 

@@ -7,7 +7,7 @@ import torch
 
 from gks import cuda
 from gks._torch_ops._eager import gks_op
-from gks.profile.autotune import check_matrix, resolve_config
+from gks.profile.autotune import gemm_dims, resolve_config
 
 
 def _out_dtype(a: torch.Tensor, out_dtype: torch.dtype) -> torch.dtype:
@@ -29,11 +29,9 @@ def _wmma_gemm(
     are rejected (ValueError). config: -1 = autotuned entry if any, else the heuristic; an
     index into gks.cuda.gemm_config_names("wmma_gemm") forces that config.
     """
-    check_matrix(a, "gks.wmma_gemm", "a")
-    check_matrix(b, "gks.wmma_gemm", "b")
-    c = a.new_empty((a.shape[0], b.shape[1]), dtype=_out_dtype(a, out_dtype))
-    cfg = resolve_config("wmma_gemm", a, a.shape[0], b.shape[1], a.shape[1], config)
-    cuda.wmma_gemm_out(a, b, c, cfg)
+    m, n, k = gemm_dims("gks.wmma_gemm", a, b)
+    c = a.new_empty((m, n), dtype=_out_dtype(a, out_dtype))
+    cuda.wmma_gemm_out(a, b, c, resolve_config("wmma_gemm", a, m, n, k, config))
     return c
 
 

@@ -292,9 +292,10 @@ def resolve_config(kernel: str, like, m: int, n: int, k: int, config: int, dtype
     """config if >= 0 (or < -1: the C++ API rejects it with a clear message); for -1 the
     tuned entry if any, else -1 (the C++ heuristic). `like` gives the device and, unless
     `dtype` is given, the dtype of the key."""
-    if config != -1 or like.device.type != "cuda":
+    # is_cuda and get_device(), not like.device: each .device builds a torch.device object.
+    if config != -1 or not like.is_cuda:
         return config
-    index = like.device.index or 0
+    index = like.get_device()
     key = (kernel, dtype or like.dtype, m, n, k, index, table_generation())
     found = _RESOLVED.get(key)
     if found is None:
@@ -307,8 +308,8 @@ def resolve_config(kernel: str, like, m: int, n: int, k: int, config: int, dtype
 
 
 def check_matrix(t, op: str, arg: str) -> None:
-    """The one check the torch ops need before allocating the output: a 2-D tensor (the
-    C++ API validates everything else and names the argument)."""
+    """Raises unless t is a 2-D torch tensor (the C++ API validates everything else and
+    names the argument)."""
     import torch
 
     if not isinstance(t, torch.Tensor):
@@ -316,6 +317,21 @@ def check_matrix(t, op: str, arg: str) -> None:
     if t.dim() != 2:
         raise ValueError(f"{op}: argument '{arg}' must be a 2-D matrix, got {t.dim()} dims "
                          f"(shape {list(t.shape)})")
+
+
+def gemm_dims(op: str, a, b, a_name: str = "a", b_name: str = "b") -> tuple[int, int, int]:
+    """(M, N, K) of a [M, K] @ b [K, N]: the one check the torch ops need before allocating
+    the output, that both are 2-D torch tensors (check_matrix's errors otherwise). One read
+    of each shape: every .shape builds a torch.Size, which a per-call path notices."""
+    import torch
+
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        sa, sb = a.shape, b.shape
+        if len(sa) == 2 and len(sb) == 2:
+            return sa[0], sb[1], sa[1]
+    check_matrix(a, op, a_name)
+    check_matrix(b, op, b_name)
+    raise AssertionError("unreachable: check_matrix raised")
 
 
 # ---------------------------------------------------------------------------------------
