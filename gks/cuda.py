@@ -55,13 +55,26 @@ def softmax_rmsnorm_out(x, weight, y, eps: float = 1e-6, config: int = -1) -> No
     _native.module().softmax_rmsnorm(x, weight, y, float(eps), int(config))
 
 
-def flash_attention_fwd_out(q, k, v, o, lse, causal: bool = False, softmax_scale=None) -> None:
+def flash_attention_fwd_out(q, k, v, o, lse, causal: bool = False, softmax_scale=None,
+                            config: int = -1) -> None:
     """(o, lse) = flash_attention_fwd(q, k, v, causal, softmax_scale), written into o
     ([B, Hq, Sq, D], q's dtype, last dim contiguous) and lse ([B, Hq, Sq], float32).
     q, k, v and o must be 16-byte aligned (base and batch/head/sequence strides); see
-    gks.flash_attention_fwd for the meaning."""
+    gks.flash_attention_fwd for the meaning. config: -1 runs the best kernel here, 0 the
+    mma.sync kernel, 1 the wgmma kernel (head dims 64 and 128 on an sm_90 GPU with the
+    library built for sm_90a; elsewhere 1 gives way to mma.sync). flash_attention_fwd_path
+    tells which runs."""
     scale = None if softmax_scale is None else float(softmax_scale)
-    _native.module().flash_attention_fwd(q, k, v, o, lse, bool(causal), scale)
+    _native.module().flash_attention_fwd(q, k, v, o, lse, bool(causal), scale, int(config))
+
+
+def flash_attention_fwd_path(q, k, v, o, lse, causal: bool = False, softmax_scale=None,
+                             config: int = -1) -> str:
+    """'wgmma' or 'mma.sync': the kernel flash_attention_fwd_out(...) with these arguments
+    runs on this GPU (after the same argument checks)."""
+    scale = None if softmax_scale is None else float(softmax_scale)
+    return str(_native.module().flash_attention_fwd_path(q, k, v, o, lse, bool(causal), scale,
+                                                          int(config)))
 
 
 def sgemm_out(a, b, c, config: int = -1) -> None:

@@ -326,14 +326,55 @@ def test_cuda_unaligned_views_are_copied(dtype):
     check(out, reference(**inputs, precise=True), dtype, inputs)
 
 
+KERNELS = (0, 1)  # gks.cuda.flash_attention_fwd_out's configs: mma.sync, wgmma
+KERNEL_IDS = ("mma.sync", "wgmma")
+
+
 @requires_gpu
 @requires_native
+@pytest.mark.parametrize("config", KERNELS, ids=KERNEL_IDS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [s for s in SHAPES if s[5] in (64, 128)], ids=_id)
+def test_cuda_each_kernel(config, dtype, shape):
+    """Both CUDA kernels, forced, on every edge shape of the head dims wgmma serves (on an
+    sm_90 GPU config 1 is the wgmma kernel, elsewhere it gives way to mma.sync)."""
+    import gks
+
+    inputs = _inputs(shape, dtype, seed_for("fa-kernel", config, dtype, shape))
+    out = gks.flash_attention_fwd(**inputs, config=config)
+    check(out, reference(**inputs, precise=True), dtype, inputs, f"config {config}/{dtype}/{shape}")
+
+
+@requires_gpu
+@requires_native
+def test_cuda_kernel_choice():
+    """wgmma runs head dims 64 and 128 on an sm_90 GPU in an sm_90a build (the default
+    and config 1); mma.sync everything else, and anything with config 0. (gks builds for
+    sm_90a by default, as test_gemm_hopper assumes too.)"""
+    from gks import cuda
+
+    sm90 = torch.cuda.get_device_capability() == (9, 0)
+    for head_dim in (32, 64, 96, 128, 256):
+        inputs = _inputs((1, 2, 2, 8, 8, head_dim, 0), "float16", 0)
+        q = inputs["q"]
+        o, lse = torch.empty_like(q), q.new_empty(q.shape[:-1], dtype=torch.float32)
+        wgmma = "wgmma" if sm90 and head_dim in (64, 128) else "mma.sync"
+        for config, expect in ((-1, wgmma), (0, "mma.sync"), (1, wgmma)):
+            path = cuda.flash_attention_fwd_path(q, inputs["k"], inputs["v"], o, lse, False, None, config)
+            assert path == expect, (head_dim, config, path)
+        with pytest.raises(ValueError, match="argument 'config' must be -1"):
+            cuda.flash_attention_fwd_out(q, inputs["k"], inputs["v"], o, lse, False, None, 2)
+
+
+@requires_gpu
+@requires_native
+@pytest.mark.parametrize("config", KERNELS, ids=KERNEL_IDS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("head_dim", [32, 64, 96, 128, 256])
-def test_cuda_poisoned_outputs_every_head_dim(dtype, causal, head_dim):
+def test_cuda_poisoned_outputs_every_head_dim(config, dtype, causal, head_dim):
     """The raw entry writes every element of o and lse (buffers start as NaN), for strided
-    outputs too; sizes cross several Q and K blocks with ragged ends."""
+    outputs too; sizes cross several Q and K blocks with ragged ends; both kernels."""
     from gks import cuda
 
     shape = (2, 6, 3, 300, 517, head_dim, int(causal))
@@ -342,8 +383,9 @@ def test_cuda_poisoned_outputs_every_head_dim(dtype, causal, head_dim):
     o_buf = torch.full((2, 300, 6, head_dim), float("nan"), device="cuda", dtype=q.dtype)
     o = o_buf.transpose(1, 2)  # [B, S, H, D] storage
     lse = torch.full((2, 6, 300), float("nan"), device="cuda")
-    cuda.flash_attention_fwd_out(q, inputs["k"], inputs["v"], o, lse, causal, None)
-    check((o, lse), reference(**inputs, precise=True), dtype, inputs, f"poison/{dtype}/{head_dim}")
+    cuda.flash_attention_fwd_out(q, inputs["k"], inputs["v"], o, lse, causal, None, config)
+    check((o, lse), reference(**inputs, precise=True), dtype, inputs,
+          f"poison/config {config}/{dtype}/{head_dim}")
 
 
 @requires_gpu

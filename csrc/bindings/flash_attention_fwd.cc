@@ -5,18 +5,41 @@
 
 namespace {
 
+gks::FlashAttentionFwdArgs attention_args(tvm::ffi::TensorView q, tvm::ffi::TensorView k,
+                                          tvm::ffi::TensorView v, tvm::ffi::TensorView o,
+                                          tvm::ffi::TensorView lse, bool causal,
+                                          tvm::ffi::Optional<double> softmax_scale, int64_t config) {
+  using namespace gks::ffi;
+  gks::FlashAttentionFwdArgs args{to_ref(q), to_ref(k), to_ref(v), to_ref(o), to_ref(lse),
+                                  causal, std::nullopt};
+  if (softmax_scale.has_value()) args.softmax_scale = static_cast<float>(softmax_scale.value());
+  args.config = static_cast<int>(config);
+  return args;
+}
+
 void flash_attention_fwd(tvm::ffi::TensorView q, tvm::ffi::TensorView k, tvm::ffi::TensorView v,
                          tvm::ffi::TensorView o, tvm::ffi::TensorView lse, bool causal,
-                         tvm::ffi::Optional<double> softmax_scale) {
-  using namespace gks::ffi;
-  translate_errors([&] {
-    gks::FlashAttentionFwdArgs args{to_ref(q), to_ref(k), to_ref(v), to_ref(o), to_ref(lse),
-                                    causal, std::nullopt};
-    if (softmax_scale.has_value()) args.softmax_scale = static_cast<float>(softmax_scale.value());
-    gks::flash_attention_fwd(args, stream_for(args.q));
+                         tvm::ffi::Optional<double> softmax_scale, int64_t config) {
+  gks::ffi::translate_errors([&] {
+    const auto args = attention_args(q, k, v, o, lse, causal, softmax_scale, config);
+    gks::flash_attention_fwd(args, gks::ffi::stream_for(args.q));
   });
+}
+
+// "wgmma" or "mma.sync": the kernel flash_attention_fwd(...) would run.
+tvm::ffi::String flash_attention_fwd_path(tvm::ffi::TensorView q, tvm::ffi::TensorView k,
+                                          tvm::ffi::TensorView v, tvm::ffi::TensorView o,
+                                          tvm::ffi::TensorView lse, bool causal,
+                                          tvm::ffi::Optional<double> softmax_scale,
+                                          int64_t config) {
+  const char* name = "";
+  gks::ffi::translate_errors([&] {
+    name = gks::flash_attention_fwd_path(attention_args(q, k, v, o, lse, causal, softmax_scale, config));
+  });
+  return tvm::ffi::String(name);
 }
 
 }  // namespace
 
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(flash_attention_fwd, flash_attention_fwd);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(flash_attention_fwd_path, flash_attention_fwd_path);

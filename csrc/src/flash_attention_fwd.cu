@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "flash_attention_fwd_launch.h"
+#include "gks/device_limits.h"
 #include "gks/kernels/flash_attention_fwd.cuh"
 #include "launch.h"
 
@@ -96,11 +98,11 @@ void check_aligned16(const TensorRef& t, const char* op, const char* arg) {
       << t.strides[2] << ", " << t.strides[3] << "]; pass a contiguous copy";
 }
 
-}  // namespace
-}  // namespace detail
+constexpr const char* kOp = "gks.flash_attention_fwd";
 
-void flash_attention_fwd(const FlashAttentionFwdArgs& args, cudaStream_t stream) {
-  constexpr const char* kOp = "gks.flash_attention_fwd";
+// Every check but the 16-byte alignment (which a launch with no work skips); returns the
+// softmax scale.
+float validate(const FlashAttentionFwdArgs& args) {
   const TensorRef &q = args.q, &k = args.k, &v = args.v, &o = args.o, &lse = args.lse;
   check_cuda(q, kOp, "q");
   check_same_device(q, "q", k, "k", kOp);
@@ -155,6 +157,38 @@ void flash_attention_fwd(const FlashAttentionFwdArgs& args, cudaStream_t stream)
   GKS_CHECK(heads_q <= 65535 && batch <= 65535, kInvalidArgument)
       << kOp << ": at most 65535 query heads and 65535 batches are supported, got "
       << heads_q << " and " << batch;
+  GKS_CHECK(args.config >= -1 && args.config <= 1, kInvalidArgument)
+      << kOp << ": argument 'config' must be -1 (the best kernel here), 0 (mma.sync) or 1 "
+      << "(wgmma), got " << args.config;
+  return scale;
+}
+
+// wgmma needs an sm_90a build, a compute-capability 9.0 GPU and a head dim it serves.
+bool use_wgmma(const FlashAttentionFwdArgs& args) {
+#if defined(GKS_WITH_SM90A)
+  return args.config != 0 && wgmma_flash_head_dim(args.q.shape[3]) &&
+         device_limits(args.q.device.index).compute_capability == 90;
+#else
+  (void)args;
+  return false;
+#endif
+}
+
+}  // namespace
+}  // namespace detail
+
+const char* flash_attention_fwd_path(const FlashAttentionFwdArgs& args) {
+  detail::validate(args);
+  return detail::use_wgmma(args) ? "wgmma" : "mma.sync";
+}
+
+void flash_attention_fwd(const FlashAttentionFwdArgs& args, cudaStream_t stream) {
+  using detail::kOp;
+  const float scale = detail::validate(args);
+  const TensorRef &q = args.q, &k = args.k, &v = args.v, &o = args.o, &lse = args.lse;
+  const int64_t batch = q.shape[0], heads_q = q.shape[1], seqlen_q = q.shape[2];
+  const int64_t head_dim = q.shape[3];
+  const int64_t heads_kv = k.shape[1], seqlen_k = k.shape[2];
   if (batch == 0 || heads_q == 0 || seqlen_q == 0) return;  // nothing to write
   // Sk = 0 still launches: every row sees no key, so the kernel writes o = 0, lse = -inf.
   detail::check_aligned16(q, kOp, "q");
@@ -181,6 +215,14 @@ void flash_attention_fwd(const FlashAttentionFwdArgs& args, cudaStream_t stream)
   p.scale_log2 = scale * 1.4426950408889634f;
 
   const detail::DeviceGuard guard(q.device.index);
+#if defined(GKS_WITH_SM90A)
+  if (detail::use_wgmma(args)) {
+    detail::launch_flash_attention_fwd_wgmma(q.dtype == DType::kBFloat16, head_dim, args.causal, p,
+                                             batch, heads_q, q.device.index, stream);
+    detail::check_launch(kOp);
+    return;
+  }
+#endif
   if (q.dtype == DType::kFloat16) {
     if (args.causal)
       detail::dispatch_head_dim<__half, true>(head_dim, p, batch, heads_q, q.device.index, stream);

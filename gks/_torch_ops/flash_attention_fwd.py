@@ -32,6 +32,7 @@ def _flash_attention_fwd(
     v: torch.Tensor,
     causal: bool = False,
     softmax_scale: float | None = None,
+    config: int = -1,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention forward: (o, lse) = softmax(scale * q k^T) v and its log-sum-exp.
 
@@ -41,11 +42,14 @@ def _flash_attention_fwd(
     1 / sqrt(D). causal masks key j for query i when j > i + (Sk - Sq). Returns o
     [B, Hq, Sq, D] (contiguous, q's dtype) and lse [B, Hq, Sq] (float32, natural log;
     -inf for a row that sees no key, whose o is 0). Runs on the current CUDA stream.
+    On an sm_90 GPU (library built for sm_90a) head dims 64 and 128 run the wgmma kernel,
+    everything else the mma.sync kernel; config 0 or 1 forces one (see
+    gks.cuda.flash_attention_fwd_out).
     """
     o = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = q.new_empty(q.shape[:-1], dtype=torch.float32)
     cuda.flash_attention_fwd_out(
-        _kernel_input(q), _kernel_input(k), _kernel_input(v), o, lse, causal, softmax_scale
+        _kernel_input(q), _kernel_input(k), _kernel_input(v), o, lse, causal, softmax_scale, config
     )
     return o, lse
 
@@ -54,7 +58,7 @@ flash_attention_fwd = gks_op("flash_attention_fwd", _flash_attention_fwd)
 
 
 @flash_attention_fwd.op.register_fake
-def _(q, k, v, causal=False, softmax_scale=None):
+def _(q, k, v, causal=False, softmax_scale=None, config=-1):
     o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
     return o, lse

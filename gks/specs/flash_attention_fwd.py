@@ -186,6 +186,9 @@ SPEC = register(
             "flash_attention_fwd(q[B, Hq, Sq, D], k[B, Hkv, Sk, D], v[B, Hkv, Sk, D], "
             "causal=False, softmax_scale=None) -> (o[B, Hq, Sq, D] (q's dtype), lse[B, Hq, Sq] (fp32))"
         ),
+        # The CUDA kernels (gks.cuda.flash_attention_fwd_out's config): mma.sync for every
+        # GPU and head dim; wgmma for D = 64 and 128 on sm_90 (elsewhere it gives way).
+        configs=({"name": "mma.sync"}, {"name": "wgmma"}),
         shape_names=("B", "Hq", "Hkv", "Sq", "Sk", "D", "causal"),
         dtypes=("float16", "bfloat16"),
         make_inputs=make_inputs,

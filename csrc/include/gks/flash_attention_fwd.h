@@ -4,7 +4,15 @@
 //   lse[b, h, i] = log(sum_j exp(scale * q[b, h, i] . k[b, h / G, j]))   (natural log, fp32)
 // with G = Hq / Hkv (grouped- and multi-query attention). Causal masks key j for query i
 // when j > i + (Sk - Sq) (aligned bottom-right). A row that sees no key gets o = 0 and
-// lse = -inf. Tensor Core matmuls (mma.sync) with fp32 accumulation; any Sq and Sk.
+// lse = -inf. Tensor Core matmuls with fp32 accumulation; any Sq and Sk.
+//
+// Two kernels (the `config` argument, gks.registry's configs for the op):
+//  0 "mma.sync": FlashAttention-2's design on mma.sync (kernels/flash_attention_fwd.cuh);
+//    every head dim, every GPU gks builds for.
+//  1 "wgmma": the same algorithm on Hopper's wgmma (kernels/flash_attention_fwd_hopper.cuh);
+//    head dims 64 and 128 on a compute-capability 9.0 GPU in a build with sm_90a.
+// config -1 picks wgmma where it can run, else mma.sync; a forced 1 where wgmma cannot run
+// gives way to mma.sync (flash_attention_fwd_path says which runs).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -23,6 +31,7 @@ struct FlashAttentionFwdArgs {
   TensorRef lse;  // [B, Hq, Sq], float32, any strides
   bool causal = false;
   std::optional<float> softmax_scale;  // unset: 1 / sqrt(D); otherwise finite and > 0
+  int config = -1;                     // -1: the best kernel here; 0 mma.sync; 1 wgmma
 };
 
 // Validates the arguments (throws gks::Error) and launches on `stream`.
@@ -32,6 +41,13 @@ void flash_attention_fwd(const FlashAttentionFwdArgs& args, cudaStream_t stream)
 
 // The head dims the kernels are instantiated for.
 inline constexpr int kFlashAttentionHeadDims[] = {32, 64, 96, 128, 256};
+
+// The kernels in config order.
+inline constexpr const char* kFlashAttentionConfigs[] = {"mma.sync", "wgmma"};
+
+// "wgmma" or "mma.sync": the kernel flash_attention_fwd(args) runs on this GPU (after the
+// same validation).
+const char* flash_attention_fwd_path(const FlashAttentionFwdArgs& args);
 
 namespace detail {
 // The tile a launch uses, chosen from the head dim and the mask alone (a pure function host
@@ -45,6 +61,9 @@ struct FlashAttentionFwdPlan {
 };
 // Throws gks::Error for a head dim that has no kernel.
 FlashAttentionFwdPlan plan_flash_attention_fwd(int64_t head_dim, bool causal);
+
+// Whether the wgmma kernel serves a head dim (on a GPU and build that have it).
+constexpr bool wgmma_flash_head_dim(int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
 }  // namespace detail
 
 }  // namespace gks
