@@ -18,13 +18,19 @@ from collections.abc import Callable
 import torch
 
 
+# Bound once: every op call asks (module attribute lookups are part of the cost measured).
+_is_compiling = torch.compiler.is_compiling
+_is_grad_enabled = torch.is_grad_enabled
+_Tensor = torch.Tensor
+
+
 def _plain_eager(args: tuple, kwargs: dict) -> bool:
-    if torch.compiler.is_compiling():
+    if _is_compiling():
         return False
-    grad = torch.is_grad_enabled()
-    for value in (*args, *kwargs.values()):
-        if isinstance(value, torch.Tensor) and (
-            type(value) is not torch.Tensor or not value.is_cuda or (grad and value.requires_grad)
+    grad = _is_grad_enabled()
+    for value in (*args, *kwargs.values()) if kwargs else args:
+        if isinstance(value, _Tensor) and (
+            type(value) is not _Tensor or not value.is_cuda or (grad and value.requires_grad)
         ):
             return False
     return True
