@@ -132,6 +132,28 @@ TEST(FlashAttentionFwd, RejectsUnalignedRows) {
                "argument 'o' must be 16-byte aligned");
 }
 
+TEST(FlashAttentionFwd, RejectsBadConfig) {
+  for (int config : {-2, 2, 7}) {
+    auto a = valid_args();
+    a.config = config;
+    expect_error([&] { run(a); }, ErrorKind::kInvalidArgument,
+                 "argument 'config' must be -1 (the best kernel here), 0 (mma.sync) or 1 (wgmma), "
+                 "got " + std::to_string(config));
+  }
+}
+
+TEST(FlashAttentionFwd, ConfigZeroIsMmaSyncEverywhere) {
+  // Decided before any device query, so it holds without a GPU.
+  for (int d : gks::kFlashAttentionHeadDims) {
+    auto a = valid_args(d);
+    a.config = 0;
+    EXPECT_STREQ(gks::flash_attention_fwd_path(a), "mma.sync") << d;
+  }
+  // The head dims the wgmma kernel serves (where the GPU and build have it).
+  for (int d : gks::kFlashAttentionHeadDims)
+    EXPECT_EQ(gks::detail::wgmma_flash_head_dim(d), d == 64 || d == 128) << d;
+}
+
 TEST(FlashAttentionFwd, EmptyQueriesLaunchNothing) {
   auto a = valid_args();
   a.q.shape[2] = a.o.shape[2] = a.lse.shape[2] = 0;
