@@ -343,3 +343,17 @@ def test_each_timing_times_every_config_and_records_itself(tmp_path, timing):
     assert len(entry["times_ms"]) == len(autotune.kernel_config_names("wmma_gemm"))
     assert all(t is not None and t > 0 for t in entry["times_ms"])
     assert entry["config"] == autotune.pick_winner(entry["times_ms"])
+
+
+def test_gemm_dims_reads_m_n_k_and_names_a_bad_operand():
+    import torch
+
+    a, b = torch.empty(5, 7), torch.empty(7, 3)
+    assert autotune.gemm_dims("gks.gemm", a, b) == (5, 3, 7)
+    assert autotune.gemm_dims("gks.gemm", a.t(), b.t()) == (7, 7, 5)  # layout is the C++ API's business
+    with pytest.raises(ValueError, match=r"gks.gemm: argument 'a' must be a 2-D matrix, got 1 dims \(shape \[7\]\)"):
+        autotune.gemm_dims("gks.gemm", a[0], b)
+    with pytest.raises(ValueError, match=r"argument 'b_q' must be a 2-D matrix, got 3 dims"):
+        autotune.gemm_dims("gks.int8_gemm", a, b[None], "a_q", "b_q")
+    with pytest.raises(TypeError, match=r"gks.sgemm: argument 'b' must be a torch.Tensor, got list"):
+        autotune.gemm_dims("gks.sgemm", a, [[1.0]])
