@@ -24,4 +24,6 @@ DeviceLimits device_limits(int device) {
   });
 }
 
+bool device_is_sm90(int device) { return device_limits(device).compute_capability == 90; }
+
 }  // namespace gks::detail

@@ -167,7 +167,7 @@ float validate(const FlashAttentionFwdArgs& args) {
 bool use_wgmma(const FlashAttentionFwdArgs& args) {
 #if defined(GKS_WITH_SM90A)
   return args.config != 0 && wgmma_flash_head_dim(args.q.shape[3]) &&
-         device_limits(args.q.device.index).compute_capability == 90;
+         device_is_sm90(args.q.device.index);
 #else
   (void)args;
   return false;

@@ -50,9 +50,6 @@ int pick_hopper_config(const HopperGemmConfig (&table)[kCount], int64_t m, int64
 
 }  // namespace
 
-// Compute capability 9.0 exactly: sm_90a code runs on no other architecture.
-bool device_is_sm90(int device) { return device_limits(device).compute_capability == 90; }
-
 const std::vector<HopperGemmConfig>& hopper_gemm_configs() {
   static const std::vector<HopperGemmConfig> configs(std::begin(kHopperGemmConfigs),
                                                      std::end(kHopperGemmConfigs));

@@ -19,4 +19,8 @@ struct DeviceLimits {
 // The limits of CUDA device `device`, read on first use and cached. Throws gks::Error.
 DeviceLimits device_limits(int device);
 
+// True for a compute-capability 9.0 device (sm_90a code runs on no other); from
+// device_limits().
+bool device_is_sm90(int device);
+
 }  // namespace gks::detail

@@ -42,9 +42,6 @@ void flash_attention_fwd(const FlashAttentionFwdArgs& args, cudaStream_t stream)
 // The head dims the kernels are instantiated for.
 inline constexpr int kFlashAttentionHeadDims[] = {32, 64, 96, 128, 256};
 
-// The kernels in config order.
-inline constexpr const char* kFlashAttentionConfigs[] = {"mma.sync", "wgmma"};
-
 // "wgmma" or "mma.sync": the kernel flash_attention_fwd(args) runs on this GPU (after the
 // same validation).
 const char* flash_attention_fwd_path(const FlashAttentionFwdArgs& args);

@@ -112,10 +112,6 @@ bool tma_can_describe(const GemmMatrix& m, int64_t elem_bytes);
 // cluster of 2) must stay representable, so no dim of a Hopper operand may exceed this.
 inline constexpr int64_t kMaxTmaDim = INT32_MAX - 1024;
 
-// True for a compute-capability 9.0 device (sm_90a code runs on no other); from
-// device_limits().
-bool device_is_sm90(int device);
-
 enum class GemmPath { kHopper, kWmma };
 const char* gemm_path_name(GemmPath path);  // "hopper" / "wmma"
 
