@@ -2,7 +2,10 @@
 """Summarises the CUDA kernels in the built gks library from their SASS: per kernel and
 architecture, registers, shared memory, stack and local memory (spills), and counts of the
 instructions that matter (HMMA/HGMMA/IMMA/IGMMA, LDGSTS, UTMALDG, LDSM, LDS/STS by width,
-LDG/STG by width, SHFL).
+LDG/STG by width, SHFL). GMMA_BATCHED counts the wgmmas (HGMMA/IGMMA) issued without a
+scoreboard of their own, i.e. straight after one another; a kernel with wgmmas but none
+batched has had them serialized by ptxas (every one waits for the last: ptxas info C7520 or
+C7515), which costs the Hopper GEMM about a tenth of its speed, and is reported last.
 
     python tools/dump_sass.py [--lib build/libgks_tvm_ffi.so] [--kernel rmsnorm] [--sass-out DIR]
 
@@ -76,10 +79,17 @@ def parse_sass(text: str) -> dict[tuple[str, str], collections.Counter]:
             c = counts[(arch, func)]
             if op in COUNTED:
                 c[op] += 1
+            if op in ("HGMMA", "IGMMA") and "gsb0" not in line:
+                c["GMMA_BATCHED"] += 1
             if op in WIDTHS:
                 width = next((w for w in ("128", "64", "U16", "16", "U8", "8") if f".{w}" in mods), "32")
                 c[f"{op}.{width}"] += 1
     return counts
+
+
+def serialized_wgmma(counts: collections.Counter) -> bool:
+    """True when a kernel has wgmmas and ptxas made each wait for the one before."""
+    return counts["HGMMA"] + counts["IGMMA"] > 0 and counts["GMMA_BATCHED"] == 0
 
 
 def parse_resources(text: str) -> dict[tuple[str, str], dict[str, int]]:
@@ -118,7 +128,7 @@ def main(argv=None) -> int:
         (args.sass_out / (lib.name + ".sass")).write_text(sass.stdout)
     counts = parse_sass(sass.stdout)
     names = demangle(sorted({f for _, f in counts}))
-    rows = []
+    rows, serialized = [], []
     for (arch, func), c in sorted(counts.items(), key=lambda kv: (names[kv[0][1]], kv[0][0])):
         name = names[func]
         if args.kernel and args.kernel not in name:
@@ -128,12 +138,17 @@ def main(argv=None) -> int:
         r = resources.get((arch, func), {})
         short = re.sub(r"\(.*", "", name).replace("void ", "").replace("gks::kernels::", "")
         instr = " ".join(f"{k}={v}" for k, v in sorted(c.items()))
+        if serialized_wgmma(c):
+            serialized.append(short)
         rows.append(f"{arch:<8} REG={r.get('REG', '?'):<4} SMEM={r.get('SHARED', '?'):<6} "
                     f"STACK={r.get('STACK', '?'):<4} LOCAL={r.get('LOCAL', '?'):<4} {short}\n          {instr}")
     print("\n".join(rows) if rows else "dump_sass: no kernels matched")
     spills = [row for row in rows if "LOCAL=0 " not in row and "LOCAL=? " not in row]
     if spills:
         print(f"\n{len(spills)} kernel(s) use local memory (spills or local arrays): see LOCAL= above")
+    if serialized:
+        print(f"\n{len(serialized)} kernel(s) with serialized wgmmas (none issued back to back; "
+              "ptxas -v says why, C7520/C7515):\n  " + "\n  ".join(serialized))
     return 0
 
 
