@@ -79,12 +79,11 @@ int max_active_clusters(int device, int num_sms, int smem_bytes) {
     return num_sms;
   } else {
     return once_per_device(device, [&](int) {
-      cudaLaunchAttribute attribute;
-      const cudaLaunchConfig_t config =
-          cluster_launch_config(dim3(unsigned(num_sms / kClusterM * kClusterM)), dim3(hk::kThreads),
-                                size_t(smem_bytes), nullptr, kClusterM, attribute);
+      const LaunchConfig launch(dim3(unsigned(num_sms / kClusterM * kClusterM)), dim3(hk::kThreads),
+                                size_t(smem_bytes), nullptr, kClusterM, /*early_start=*/false);
       int clusters = 0;
-      if (cudaOccupancyMaxActiveClusters(&clusters, kKernel, &config) != cudaSuccess || clusters <= 0) {
+      if (cudaOccupancyMaxActiveClusters(&clusters, kKernel, &launch.config) != cudaSuccess ||
+          clusters <= 0) {
         (void)cudaGetLastError();  // not fatal: fall back to what the SM count allows
         clusters = std::max(1, num_sms / kClusterM);
       }
@@ -156,18 +155,21 @@ void launch_config(const HopperGemmLaunch& L, cudaStream_t stream) {
     p.partial = partial->get<void>();
   }
 
-  cudaLaunchAttribute attribute;
-  const cudaLaunchConfig_t config =
-      cluster_launch_config(dim3(unsigned(clusters * Cfg::kClusterM)), dim3(hk::kThreads),
-                            size_t(Cfg::kSmemBytes), stream, Cfg::kClusterM, attribute);
-  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, map_a, map_b, p);
+  // Both kernels start early (programmatic dependent launch; they wait for the previous
+  // kernel before touching memory): back to back, a call's launch and set-up then overlap
+  // the tail of the kernel before it.
+  const LaunchConfig launch(dim3(unsigned(clusters * Cfg::kClusterM)), dim3(hk::kThreads),
+                            size_t(Cfg::kSmemBytes), stream, Cfg::kClusterM, /*early_start=*/true);
+  cudaError_t err = cudaLaunchKernelEx(&launch.config, kernel, map_a, map_b, p);
   GKS_CHECK(err == cudaSuccess, kCudaError)
       << op << ": launching the Hopper kernel (config " << kConfig.name
       << ") failed: " << cudaGetErrorString(err);
   if (p.k_splits > 1) {
     const int64_t blocks = std::min<int64_t>(ceil_div(int64_t(L.m) * L.n, 256), 8 * L.num_sms);
-    hk::split_k_reduce_kernel<Op><<<unsigned(blocks), 256, 0, stream>>>(p);
-    check_launch(op);
+    const LaunchConfig reduce(dim3(unsigned(blocks)), dim3(256), 0, stream, 1, /*early_start=*/true);
+    err = cudaLaunchKernelEx(&reduce.config, hk::split_k_reduce_kernel<Op>, p);
+    GKS_CHECK(err == cudaSuccess, kCudaError)
+        << op << ": launching the split-K reduction failed: " << cudaGetErrorString(err);
   }
 }
 

@@ -57,26 +57,40 @@ class DeviceGuard {
   int previous_ = 0;
 };
 
-// A launch configuration for 1-D thread block clusters of `cluster` CTAs along x (sm_90+;
-// cluster 1 launches plain CTAs). `attr` is the attribute the config points to: it must
-// outlive the cudaLaunchKernelEx call.
-inline cudaLaunchConfig_t cluster_launch_config(dim3 grid, dim3 block, size_t smem_bytes,
-                                                cudaStream_t stream, unsigned cluster,
-                                                cudaLaunchAttribute& attr) {
-  attr = {};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = cluster;
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem_bytes;
-  config.stream = stream;
-  config.attrs = &attr;
-  config.numAttrs = cluster > 1 ? 1 : 0;
-  return config;
-}
+// A launch configuration (for cudaLaunchKernelEx) with 1-D thread block clusters of
+// `cluster` CTAs along x (1: plain CTAs) and, with `early_start`, programmatic dependent
+// launch (sm_90+): the kernel may be scheduled while the stream's previous kernel is still
+// finishing, so its launch and set-up overlap that kernel's tail. Such a kernel must run
+// griddepcontrol.wait before it touches global memory (which then waits for the previous
+// kernel to complete and its writes to be visible). Built in place: `config` points at
+// `attrs`, so the object is neither copied nor moved.
+struct LaunchConfig {
+  LaunchConfig(dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream, unsigned cluster,
+               bool early_start) {
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = smem_bytes;
+    config.stream = stream;
+    config.attrs = attrs;
+    if (cluster > 1) {
+      cudaLaunchAttribute& a = attrs[config.numAttrs++];
+      a.id = cudaLaunchAttributeClusterDimension;
+      a.val.clusterDim.x = cluster;
+      a.val.clusterDim.y = 1;
+      a.val.clusterDim.z = 1;
+    }
+    if (early_start) {
+      cudaLaunchAttribute& a = attrs[config.numAttrs++];
+      a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      a.val.programmaticStreamSerializationAllowed = 1;
+    }
+  }
+  LaunchConfig(const LaunchConfig&) = delete;
+  LaunchConfig& operator=(const LaunchConfig&) = delete;
+
+  cudaLaunchConfig_t config{};
+  cudaLaunchAttribute attrs[2]{};
+};
 
 // Raises a kernel's dynamic shared-memory limit (needed above 48 KiB) and, with
 // max_carveout, asks for the largest shared-memory carveout (what shared memory leaves of

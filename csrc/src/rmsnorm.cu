@@ -107,9 +107,8 @@ void launch_registers(const RmsNormParams& p, cudaStream_t stream) {
   if constexpr (kCluster == 1) {
     kernel<<<grid, block, 0, stream>>>(p);
   } else {
-    cudaLaunchAttribute attr;
-    const cudaLaunchConfig_t config = cluster_launch_config(dim3(grid), block, 0, stream, kCluster, attr);
-    cudaLaunchKernelEx(&config, kernel, p);  // errors surface in check_launch
+    const LaunchConfig launch(dim3(grid), block, 0, stream, kCluster, /*early_start=*/false);
+    cudaLaunchKernelEx(&launch.config, kernel, p);  // errors surface in check_launch
   }
 }
 

@@ -174,10 +174,9 @@ template <typename T, int kVec, int kCluster>
 void launch_cluster(const SoftmaxParams& p, cudaStream_t stream) {
   constexpr int kVecs = base_vecs(kVec, true);
   const auto kernel = kernels::softmax_rmsnorm_cluster_kernel<T, kVec, kClusterThreads, kVecs, kCluster>;
-  cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t config = cluster_launch_config(
-      dim3(static_cast<unsigned>(p.rows * kCluster)), dim3(kClusterThreads), 0, stream, kCluster, attr);
-  cudaLaunchKernelEx(&config, kernel, p);  // errors surface in check_launch
+  const LaunchConfig launch(dim3(static_cast<unsigned>(p.rows * kCluster)), dim3(kClusterThreads), 0,
+                            stream, kCluster, /*early_start=*/false);
+  cudaLaunchKernelEx(&launch.config, kernel, p);  // errors surface in check_launch
 }
 
 template <typename T, int kVec, bool kFused>

@@ -275,6 +275,19 @@ __device__ __forceinline__ void named_barrier_arrive(int id) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(kCount) : "memory");
 }
 
+// Programmatic dependent launch (the launcher allows it): waits until the grids before
+// this one in the stream have completed and their writes are visible (a no-op in a kernel
+// launched without it). Before any access to global memory.
+__device__ __forceinline__ void wait_for_prior_grids() {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+
+// Lets the stream's next kernel be scheduled now (it waits for this one in
+// wait_for_prior_grids before it reads anything), so its launch overlaps this one's tail.
+__device__ __forceinline__ void allow_dependent_grids() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
 template <int kRegisters>
 __device__ __forceinline__ void registers_increase() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
@@ -752,6 +765,8 @@ __device__ __forceinline__ void store_one(const HopperGemmParams& p, int64_t row
 template <class Op>
 __global__ void __launch_bounds__(256) split_k_reduce_kernel(const __grid_constant__ HopperGemmParams p) {
   using Acc = typename Op::Acc;
+  wait_for_prior_grids();  // the partial sums of the GEMM kernel before it
+  allow_dependent_grids();
   const int64_t total = int64_t(p.m) * p.n;
   const Acc* partial = static_cast<const Acc*>(p.partial);
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
@@ -898,6 +913,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     cluster_sync();  // the peer's barriers exist before anyone multicasts into them
   else
     __syncthreads();
+  // Launched early (programmatic dependent launch): everything above overlapped the end of
+  // the previous kernel; a and b may be its outputs, and c its input.
+  wait_for_prior_grids();
+  allow_dependent_grids();
 
   // The warpgroup's role, broadcast from lane 0 so that ptxas knows the branch below is
   // warp-uniform (a possibly divergent path before wgmma serializes it; see mbar_wait).
