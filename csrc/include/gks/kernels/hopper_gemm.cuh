@@ -48,6 +48,10 @@
 //    Otherwise it stages 64 x 32 fp32 chunks in a private shared buffer (rows padded to 40
 //    floats: the float2 writes of a half-warp and the 16-byte reads hit distinct banks) and
 //    writes them out row-contiguously, converting to the output dtype.
+//  * Launch: programmatic dependent launch (the launcher sets it). Every thread runs
+//    griddepcontrol.wait after the barrier set-up, before any global access, and lets the
+//    stream's next kernel be scheduled at once, so back-to-back calls overlap a launch and
+//    set-up with the previous kernel's tail.
 //  * ptxas serializes wgmmas (every one waits for the last: C7520/C7515 in -Xptxas -v)
 //    when it sees a possibly divergent branch before them or the accumulators touched by
 //    other instructions inside the loop: so the mbarrier retry loop lives inside its asm,
