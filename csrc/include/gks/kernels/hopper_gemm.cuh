@@ -177,11 +177,8 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t byt
                : "memory");
 }
 
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-
-// mbar_arrive if `pred`, as a predicated instruction rather than a branch (see mbar_wait).
+// Arrives on the barrier if `pred`: a predicated instruction rather than a branch (see
+// mbar_wait).
 __device__ __forceinline__ void mbar_arrive_if(uint32_t bar, bool pred) {
   asm volatile(
       "{\n"
@@ -193,11 +190,11 @@ __device__ __forceinline__ void mbar_arrive_if(uint32_t bar, bool pred) {
       : "memory");
 }
 
-// Arrives (if `pred`, predicated: see mbar_wait) on the barrier at the same shared offset in
-// CTA `cta` of this cluster. Default
-// (release, CTA-scope) semantics, as for a local arrive: what it orders is this warp's
-// wgmma reads of the slot, which wgmma.wait_group has already completed. A cluster-scope
-// release would add a GPU-wide memory fence per arrival.
+// Arrives (if `pred`, predicated: see mbar_wait) on the barrier at the same shared offset
+// in CTA `cta` of this cluster. Default (release, CTA-scope) semantics, as for a local
+// arrive: what it orders is this warp's wgmma reads of the slot, which wgmma.wait_group
+// has already completed. A cluster-scope release would add a GPU-wide memory fence per
+// arrival.
 __device__ __forceinline__ void mbar_arrive_cluster_if(uint32_t bar, uint32_t cta, bool pred) {
   asm volatile(
       "{\n"
