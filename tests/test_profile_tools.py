@@ -114,6 +114,18 @@ def test_baseline_pins_fastest_peer(tmp_path):
     assert [(r["op"], r["ours_us"], r["ref_us"], r["run"]) for r in merged["rows"]] == [
         ("softmax", 5.0, 4.0, "bench-softmax.json"), ("rmsnorm", 8.0, 9.0, "bench-rmsnorm-rerun.json")]
 
+    # A shape the run timed twice counts once, its first timing, ours and peer alike (not our
+    # second timing against the faster peer of either).
+    twice = dict(doc, rows=[_row("rmsnorm", "gks.cuda", "gks", (8, 8), "float32", 10.0),
+                            _row("rmsnorm", "torch.compile", "peer", (8, 8), "float32", 9.0),
+                            _row("rmsnorm", "gks.cuda", "gks", (8, 8), "float32", 11.0),
+                            _row("rmsnorm", "torch.compile", "peer", (8, 8), "float32", 12.0)])
+    src4 = tmp_path / "bench-twice.json"
+    src4.write_text(json.dumps(twice))
+    assert make_baseline.main([str(src4), "--out-dir", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "baseline.json").read_text())["rows"]
+    assert [(r["ours_us"], r["ref_us"]) for r in rows] == [(10.0, 9.0)]
+
     # A file that is not a bench JSON is refused with its name.
     bad = tmp_path / "baseline-old.json"
     bad.write_text(json.dumps({"rows": []}))

@@ -120,6 +120,7 @@ def test_every_spec_is_complete():
         assert s.backends and s.test_shapes and s.bench_shapes and s.dtypes
         assert set(s.tolerance) >= set(s.dtypes), s.name
         assert len(s.shape_names) == len(s.bench_shapes[0]), s.name
+        assert len(set(s.bench_shapes)) == len(s.bench_shapes), f"{s.name}: a bench shape listed twice"
         for shape in s.bench_shapes:
             for dt in s.dtypes:
                 assert s.flops(shape) >= 0 and s.bytes_moved(shape, dt) > 0, (s.name, shape, dt)
