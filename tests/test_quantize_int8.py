@@ -168,6 +168,24 @@ def test_non_finite_input(backend, dtype):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=_dtype_name)
+def test_long_16bit_rows(backend, dtype):
+    # Rows of 20000 (Triton holds such 16-bit rows as int32 pairs and interleaves q back):
+    # random, a NaN, +inf, zeros, exact midpoints (absmax 127: scale 1), and for bf16 a row
+    # whose scale is below 2^-64 (the exact division, on x read again).
+    n = 20000
+    gen = torch.Generator().manual_seed(seed_for("long-16bit", str(dtype)))
+    x = torch.randn(6, n, generator=gen)
+    x[1, 777] = float("nan")
+    x[2, n - 1] = float("inf")
+    x[3] = 0.0
+    x[4] = torch.arange(n) % 254 - 126.5
+    x[4, 0] = 127.0
+    x[5] = torch.randn(n, generator=gen) * (2.0**-100 if dtype == torch.bfloat16 else 1.0)
+    _expect_quantized(backend, x.to(dtype).to(DEVICE))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=_dtype_name)
 def test_tiny_rows_take_exact_divisions(backend, dtype):
     # Scales below 2^-64 (true divisions on every backend), subnormal input, and an absmax
@@ -237,7 +255,7 @@ def _views(n: int, dtype):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=_dtype_name)
-@pytest.mark.parametrize("n", [1, 33, 1000, 4096])
+@pytest.mark.parametrize("n", [1, 33, 1000, 4096, 20000])
 def test_strided_and_unaligned_views(backend, dtype, n):
     quantize, dequantize = _ops(backend)
     for name, x in _views(n, dtype):

@@ -98,7 +98,7 @@ def test_reference_matches_torch_on_non_finite_rows():
 
 @pytest.mark.parametrize("name,fn", _backends())
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("n", [1, 7, 1000, 5000, 40000])
+@pytest.mark.parametrize("n", [1, 7, 1000, 5000, 20000, 40000])
 def test_non_finite_rows_match_torch(name, fn, dtype, n):
     x = _non_finite_rows(n, dtype, seed_for("non-finite", name, str(dtype), n))
     y = fn(x)
@@ -121,13 +121,34 @@ def test_unaligned_non_finite(name, fn):
 # ---------------------------------------------------------------- layouts and values
 
 
+def test_triton_holds_16bit_rows_as_pairs_only_where_it_can():
+    # Triton's softmax and quantize_int8 hold one-pass 16-bit rows as int32 pairs.
+    from gks._rows import row_layout
+    from gks.triton import _common as mod
+
+    def can(x):
+        return mod.can_hold_pairs(x, row_layout(x, "test", "x"), x.shape[-1])
+
+    base = torch.zeros(8, 1026, dtype=torch.float16)
+    assert can(base[:, :1000]) and can(base[:, 2:1002])  # even rows, 4-byte aligned
+    assert not can(base[:, :999])  # odd length
+    assert not can(base[:, 1:1001])  # starts 2 bytes into a 4-byte word
+    assert not can(torch.zeros(8, 1001, dtype=torch.bfloat16)[:, :1000])  # odd row stride
+    assert not can(torch.zeros(8, 1000, dtype=torch.float32))
+    for dtype, bits in ((torch.float16, 0xFC00), (torch.bfloat16, 0xFF80)):
+        word = torch.tensor([mod.neg_inf_pair(dtype)], dtype=torch.int32).view(dtype)
+        assert torch.isneginf(word).all() and word.view(torch.int16)[0].item() & 0xFFFF == bits
+
+
+
 @pytest.mark.parametrize("name,fn", _backends())
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_strided_row_views(name, fn, dtype):
     # Rows of 1000 inside rows of 1024 (row stride 1024), and a 3-D view whose leading dims
     # cannot be merged (a slice in the middle dim).
     base = _rand((6, 5, 1024), dtype, seed_for("strided", name, str(dtype)))
-    for x in (base[:, 0, :1000], base[:, 1:4, :1000]):
+    long = _rand((3, 2, 20002), dtype, seed_for("strided-long", name, str(dtype)))
+    for x in (base[:, 0, :1000], base[:, 1:4, :1000], long[:, 1, :20000]):
         assert not x.is_contiguous()
         _check(fn(x), x, f"{name} strided {tuple(x.shape)}")
 
@@ -141,13 +162,15 @@ def test_leading_dims_and_1d(name, fn):
 
 
 @pytest.mark.parametrize("name,fn", _backends(aligned_only=True))
-@pytest.mark.parametrize("offset", [1, 3])
+@pytest.mark.parametrize("offset", [1, 2, 3])
 def test_unaligned_pointer(name, fn, offset):
     # A view starting `offset` elements into its buffer is not 16-byte aligned: the CUDA
-    # backend must take its scalar path and still be right.
-    buf = _rand((8 * 4096 + offset,), torch.float16, seed_for("unaligned", name, offset))
-    x = buf[offset:].view(8, 4096)
-    _check(fn(x), x, f"{name} unaligned")
+    # backend must take its scalar path and still be right. (Offset 2 is 4-byte aligned:
+    # Triton still reads such rows as int32 pairs.)
+    for rows, n in ((8, 4096), (2, 20000)):
+        buf = _rand((rows * n + offset,), torch.float16, seed_for("unaligned", name, offset, n))
+        x = buf[offset:].view(rows, n)
+        _check(fn(x), x, f"{name} unaligned {rows}x{n}")
 
 
 @pytest.mark.parametrize("name,fn", _backends())

@@ -26,7 +26,17 @@ import triton
 import triton.language as tl
 
 from gks._rows import row_layout
-from gks.triton._common import check_device, check_float, long_row_max_warps, next_pow2, row_num_warps
+from gks.triton._common import (
+    can_hold_pairs,
+    check_device,
+    check_float,
+    long_row_max_warps,
+    next_pow2,
+    pairs_launch,
+    pairs_pay_off,
+    row_num_warps,
+    unpack_pairs,
+)
 
 # Rows up to this many elements are held whole in one program (one read of the row).
 MAX_ONE_PASS = 32768
@@ -47,37 +57,80 @@ def _load_f32(ptrs, mask, INTERPRETED: tl.constexpr):
 
 
 @triton.jit
-def _quantize_values(x, scale, inv, INTERPRETED: tl.constexpr):
-    """int8 q for fp32 x of one row, given its scale and 1 / scale."""
-    if INTERPRETED:
-        v = tl.math.div_rn(x, scale)
-        v = tl.where(v != v, 0.0, tl.minimum(tl.maximum(v, -127.0), 127.0))
-    else:
-        if (scale >= 5.421010862427522e-20) & (scale <= 8.507059173023462e37):  # 2^-64, 2^126
-            q0 = x * inv
-            rem = tl.fma(-q0, scale, x)
-            v = tl.fma(rem, inv, q0)
-        else:
-            v = tl.math.div_rn(x, scale)
-            v = tl.where(v != v, 0.0, tl.minimum(tl.maximum(v, -127.0), 127.0))
+def _markstein_ok(scale):
+    """Whether x * (1 / scale) corrected by Markstein's step is the exact quotient (on the
+    GPU): for 2^-64 <= scale <= 2^126."""
+    return (scale >= 5.421010862427522e-20) & (scale <= 8.507059173023462e37)
+
+
+@triton.jit
+def _divide_markstein(x, scale, inv):
+    q0 = x * inv
+    rem = tl.fma(-q0, scale, x)
+    return tl.fma(rem, inv, q0)
+
+
+@triton.jit
+def _divide_exact(x, scale):
+    """x / scale correctly rounded, clamped to [-127, 127], NaN as 0."""
+    v = tl.math.div_rn(x, scale)
+    return tl.where(v != v, 0.0, tl.minimum(tl.maximum(v, -127.0), 127.0))
+
+
+@triton.jit
+def _rint_int8(v):
     bits = (v + 12582912.0).to(tl.int32, bitcast=True)  # + 1.5 * 2^23
     return (bits - 0x4B400000).to(tl.int8)  # the bits of 1.5 * 2^23
 
 
 @triton.jit
+def _quantize_values(x, scale, inv, INTERPRETED: tl.constexpr):
+    """int8 q for fp32 x of one row, given its scale and 1 / scale."""
+    if INTERPRETED:
+        v = _divide_exact(x, scale)
+    else:
+        if _markstein_ok(scale):
+            v = _divide_markstein(x, scale, inv)
+        else:
+            v = _divide_exact(x, scale)
+    return _rint_int8(v)
+
+
+@triton.jit
 def _quantize_kernel(
-    x_ptr, q_ptr, s_ptr, N,
+    x_ptr, q_ptr, s_ptr, N, zero,
     x_inner, x_outer_stride, x_inner_stride,
     q_inner, q_outer_stride, q_inner_stride,
     s_inner, s_outer_stride, s_inner_stride,
     BLOCK_N: tl.constexpr, ONE_PASS: tl.constexpr, INTERPRETED: tl.constexpr,
+    PAIRS: tl.constexpr, IS_BF16: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + (row // x_inner) * x_outer_stride + (row % x_inner) * x_inner_stride
     q_row = q_ptr + (row // q_inner) * q_outer_stride + (row % q_inner) * q_inner_stride
     s_off = (row // s_inner) * s_outer_stride + (row % s_inner) * s_inner_stride
     cols = tl.arange(0, BLOCK_N)
-    if ONE_PASS:
+    if PAIRS:
+        # A one-pass row of 16-bit values held as int32 pairs (gks.triton._common). Rows
+        # whose scale needs the exact division per element read x again (from L2) in a
+        # branch of their own, so that its calls leave the common path's registers alone.
+        pcols = tl.arange(0, BLOCK_N // 2)
+        u = tl.load(x_row.to(tl.pointer_type(tl.int32)) + pcols, mask=pcols < N // 2, other=0)
+        xl, xh = unpack_pairs(u, zero, 1, IS_BF16)
+        absmax = tl.max(tl.maximum(_abs_bits(xl), _abs_bits(xh)), axis=0).to(tl.float32, bitcast=True)
+        scale = tl.math.div_rn(absmax, 127.0)
+        inv = tl.math.div_rn(1.0, scale)
+        tl.store(s_ptr + s_off, scale)
+        mask = cols < N
+        if (not INTERPRETED) and _markstein_ok(scale):
+            xl, xh = unpack_pairs(u, zero, 2, IS_BF16)
+            # (low, high) of each pair, interleaved back into row order.
+            q = tl.join(_rint_int8(_divide_markstein(xl, scale, inv)), _rint_int8(_divide_markstein(xh, scale, inv)))
+            tl.store(q_row + cols, tl.reshape(q, [BLOCK_N]), mask=mask)
+        else:
+            x = _load_f32(x_row + cols, mask, INTERPRETED)
+            tl.store(q_row + cols, _rint_int8(_divide_exact(x, scale)), mask=mask)
+    elif ONE_PASS:
         mask = cols < N
         x = _load_f32(x_row + cols, mask, INTERPRETED)
         absmax = tl.max(_abs_bits(x), axis=0).to(tl.float32, bitcast=True)
@@ -128,7 +181,9 @@ def _dequantize_kernel(
 
 
 def _interpreted() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"
+    # GKS_DUMP_GPU_PATH: tools/dump_triton_ir.py records a kernel's arguments under the
+    # interpreter; this makes it record the ones a GPU run passes.
+    return os.environ.get("TRITON_INTERPRET") == "1" and not os.environ.get("GKS_DUMP_GPU_PATH")
 
 
 def _scale_shape(shape) -> tuple[int, ...]:
@@ -149,13 +204,18 @@ def quantize_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     sr = row_layout(scale, op, "scale")
     one_pass = xr.cols <= MAX_ONE_PASS
     block_n = next_pow2(max(xr.cols, 1)) if one_pass else CHUNK
+    pairs = one_pass and pairs_pay_off(block_n) and can_hold_pairs(x, xr, xr.cols)
+    if pairs:
+        launch = pairs_launch(block_n)
+    else:
+        launch = {"num_warps": row_num_warps(block_n, x.element_size(), long_row_max_warps(x.element_size()))}
     _quantize_kernel[(xr.rows,)](
-        x, q, scale, xr.cols,
+        x, q, scale, xr.cols, 0,
         xr.inner, xr.outer_stride, xr.inner_stride,
         qr.inner, qr.outer_stride, qr.inner_stride,
         sr.inner, sr.outer_stride, sr.inner_stride,
         BLOCK_N=block_n, ONE_PASS=one_pass, INTERPRETED=_interpreted(),
-        num_warps=row_num_warps(block_n, x.element_size(), long_row_max_warps(x.element_size())),
+        PAIRS=pairs, IS_BF16=x.dtype == torch.bfloat16, **launch,
     )
     return q, scale
 
