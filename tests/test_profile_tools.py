@@ -182,6 +182,18 @@ def test_dump_triton_ir_of_one_gemm_block_shape(tmp_path):
         assert out.returncode != 0 and message in out.stderr, out.stderr[-2000:]
 
 
+def test_dump_triton_ir_records_the_gpu_variant(tmp_path):
+    """quantize_int8 gives the interpreter a kernel variant of its own; the dump is of the
+    one a GPU runs: a long 16-bit row held as int32 pairs, its q interleaved by tt.join,
+    under a register cap of 32."""
+    out = subprocess.run([sys.executable, str(ROOT / "tools" / "dump_triton_ir.py"), "--kernel",
+                          "quantize_int8", "--dtype", "float16", "--shape", "4x32768", "--out", str(tmp_path)],
+                         capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    ttgir = next(tmp_path.glob("_quantize_kernel_*.ttgir")).read_text()
+    assert "tt.join" in ttgir and "ttg.maxnreg = 32" in ttgir
+
+
 def test_dump_triton_ir_without_a_gpu(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "tools" / "dump_triton_ir.py"), "--kernel", "rmsnorm",
                           "--dtype", "float32", "--shape", "4x256", "--out", str(tmp_path)],

@@ -36,6 +36,9 @@ def capture(kernel: str, dtype: str, shape: tuple[int, ...], config: int | None 
     """Runs the op's Triton backend under the interpreter, recording each launch; `config`
     (the GEMMs) as --config says."""
     os.environ["TRITON_INTERPRET"] = "1"
+    # Wrappers that pass the interpreter a variant of their own (quantize_int8's exact
+    # divisions) pass the GPU's instead: the launch is recorded, never run.
+    os.environ["GKS_DUMP_GPU_PATH"] = "1"
     import torch
     import triton.runtime.interpreter as interp
     from triton._C.libtriton import native_specialize_impl

@@ -181,8 +181,8 @@ def _dequantize_kernel(
 
 
 def _interpreted() -> bool:
-    # GKS_DUMP_GPU_PATH: tools/dump_triton_ir.py records a kernel's arguments under the
-    # interpreter; this makes it record the ones a GPU run passes.
+    # GKS_DUMP_GPU_PATH (set by tools/dump_triton_ir.py, which records launches under the
+    # interpreter without running them): pass the arguments a GPU run passes.
     return os.environ.get("TRITON_INTERPRET") == "1" and not os.environ.get("GKS_DUMP_GPU_PATH")
 
 
