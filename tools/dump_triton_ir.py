@@ -36,8 +36,9 @@ def capture(kernel: str, dtype: str, shape: tuple[int, ...], config: int | None 
     """Runs the op's Triton backend under the interpreter, recording each launch; `config`
     (the GEMMs) as --config says."""
     os.environ["TRITON_INTERPRET"] = "1"
-    # Wrappers that pass the interpreter a variant of their own (quantize_int8's exact
-    # divisions) pass the GPU's instead: the launch is recorded, never run.
+    # Wrappers that pass the interpreter a variant of their own (gks.triton._common.
+    # interpreter_variant: quantize's exact divisions, FlashAttention's bf16 upcast) pass the
+    # GPU's instead: the launch is recorded, never run.
     os.environ["GKS_DUMP_GPU_PATH"] = "1"
     import torch
     import triton.runtime.interpreter as interp

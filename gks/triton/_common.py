@@ -26,6 +26,16 @@ def check_same(a: torch.Tensor, a_name: str, b: torch.Tensor, b_name: str, op: s
         )
 
 
+def interpreter_variant() -> bool:
+    """Whether a wrapper passes its kernel the variant made for Triton's interpreter (exact
+    divisions, bf16 widened by hand): under TRITON_INTERPRET=1, unless GKS_DUMP_GPU_PATH is
+    set, as tools/dump_triton_ir.py does (it records launches there without running them,
+    and dumps the variant a GPU runs)."""
+    import os
+
+    return os.environ.get("TRITON_INTERPRET") == "1" and not os.environ.get("GKS_DUMP_GPU_PATH")
+
+
 def check_device(t: torch.Tensor, op: str, arg: str) -> None:
     """CUDA tensors, or CPU tensors under Triton's interpreter."""
     import os

@@ -13,14 +13,12 @@ slower). Causal programs skip the tiles above the diagonal.
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 
 from gks.reference.flash_attention_fwd import check_attention_shapes, checked_softmax_scale
-from gks.triton._common import check_device, check_same, next_pow2
+from gks.triton._common import check_device, check_same, interpreter_variant, next_pow2
 
 LOG2E = 1.4426950408889634
 
@@ -244,6 +242,6 @@ def flash_attention_fwd(
         heads_q, heads_q // heads_kv, seqlen_q, seqlen_k, scale * LOG2E,
         HEAD_DIM=head_dim, BLOCK_D=next_pow2(head_dim), CAUSAL=bool(causal),
         BOUNDS=seqlen_k % cfg["BLOCK_N"] != 0,
-        UPCAST=q.dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET") == "1", **cfg,
+        UPCAST=q.dtype == torch.bfloat16 and interpreter_variant(), **cfg,
     )
     return o, lse

@@ -19,8 +19,6 @@ same arithmetic as the CUDA kernel:
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
@@ -30,6 +28,7 @@ from gks.triton._common import (
     can_hold_pairs,
     check_device,
     check_float,
+    interpreter_variant,
     long_row_max_warps,
     next_pow2,
     pairs_launch,
@@ -180,12 +179,6 @@ def _dequantize_kernel(
         tl.store(o_row + cols, y.to(o_ptr.dtype.element_ty), mask=mask)
 
 
-def _interpreted() -> bool:
-    # GKS_DUMP_GPU_PATH (set by tools/dump_triton_ir.py, which records launches under the
-    # interpreter without running them): pass the arguments a GPU run passes.
-    return os.environ.get("TRITON_INTERPRET") == "1" and not os.environ.get("GKS_DUMP_GPU_PATH")
-
-
 def _scale_shape(shape) -> tuple[int, ...]:
     return (*shape[:-1], 1)
 
@@ -214,7 +207,7 @@ def quantize_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         xr.inner, xr.outer_stride, xr.inner_stride,
         qr.inner, qr.outer_stride, qr.inner_stride,
         sr.inner, sr.outer_stride, sr.inner_stride,
-        BLOCK_N=block_n, ONE_PASS=one_pass, INTERPRETED=_interpreted(),
+        BLOCK_N=block_n, ONE_PASS=one_pass, INTERPRETED=interpreter_variant(),
         PAIRS=pairs, IS_BF16=x.dtype == torch.bfloat16, **launch,
     )
     return q, scale
@@ -251,7 +244,7 @@ def dequantize_int8(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = t
         qr.inner, qr.outer_stride, qr.inner_stride,
         sr.inner, sr.outer_stride, sr.inner_stride,
         orr.inner, orr.outer_stride, orr.inner_stride,
-        BLOCK_N=block_n, BF16_BY_HAND=_interpreted() and dtype == torch.bfloat16,
+        BLOCK_N=block_n, BF16_BY_HAND=interpreter_variant() and dtype == torch.bfloat16,
         num_warps=row_num_warps(block_n, out.element_size()),
     )
     return out
