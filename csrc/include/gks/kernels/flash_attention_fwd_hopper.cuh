@@ -86,20 +86,8 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 }
 
 // ---- wgmma: SS (both operands in shared memory, K-major) and RS (A in registers, B in
-// shared memory MN-major), m64nNk16, fp32 accumulators, N = 64 or 128 ----
-
-#define GKS_FA_R32 \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
-  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-#define GKS_FA_R64                                                                               \
-  GKS_FA_R32                                                                                     \
-  ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, " \
-  "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-#define GKS_FA_D8(i)                                                                       \
-  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
-      "+f"(d[i + 6]), "+f"(d[i + 7])
-#define GKS_FA_D32 GKS_FA_D8(0), GKS_FA_D8(8), GKS_FA_D8(16), GKS_FA_D8(24)
-#define GKS_FA_D64 GKS_FA_D32, GKS_FA_D8(32), GKS_FA_D8(40), GKS_FA_D8(48), GKS_FA_D8(56)
+// shared memory MN-major), m64nNk16, fp32 accumulators, N = 64 or 128; the operand lists
+// (GKS_WGMMA_REGS*, GKS_WGMMA_D*) are hopper_gemm.cuh's ----
 
 // d (+)= A B: A [64 x 16] and B [16 x N], both K-major in shared memory.
 template <typename T, int kN>
@@ -113,14 +101,18 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[kN / 2], uint64_t desc_a, ui
                : "l"(desc_a), "l"(desc_b), "r"(accumulate))
   if constexpr (kN == 64) {
     if constexpr (std::is_same_v<T, __half>)
-      GKS_FA_SS("m64n64k16.f32.f16.f16", GKS_FA_R32, "%32", "%33", "%34", GKS_FA_D32);
+      GKS_FA_SS("m64n64k16.f32.f16.f16", GKS_WGMMA_REGS32, "%32", "%33", "%34",
+                GKS_WGMMA_D32("+f"));
     else
-      GKS_FA_SS("m64n64k16.f32.bf16.bf16", GKS_FA_R32, "%32", "%33", "%34", GKS_FA_D32);
+      GKS_FA_SS("m64n64k16.f32.bf16.bf16", GKS_WGMMA_REGS32, "%32", "%33", "%34",
+                GKS_WGMMA_D32("+f"));
   } else {
     if constexpr (std::is_same_v<T, __half>)
-      GKS_FA_SS("m64n128k16.f32.f16.f16", GKS_FA_R64, "%64", "%65", "%66", GKS_FA_D64);
+      GKS_FA_SS("m64n128k16.f32.f16.f16", GKS_WGMMA_REGS64, "%64", "%65", "%66",
+                GKS_WGMMA_D64("+f"));
     else
-      GKS_FA_SS("m64n128k16.f32.bf16.bf16", GKS_FA_R64, "%64", "%65", "%66", GKS_FA_D64);
+      GKS_FA_SS("m64n128k16.f32.bf16.bf16", GKS_WGMMA_REGS64, "%64", "%65", "%66",
+                GKS_WGMMA_D64("+f"));
   }
 #undef GKS_FA_SS
 }
@@ -140,23 +132,22 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[kN / 2], const uint32_t (&a)
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(kAccumulate))
   if constexpr (kN == 64) {
     if constexpr (std::is_same_v<T, __half>)
-      GKS_FA_RS("m64n64k16.f32.f16.f16", GKS_FA_R32, "{%32, %33, %34, %35}", "%36", "%37", GKS_FA_D32);
+      GKS_FA_RS("m64n64k16.f32.f16.f16", GKS_WGMMA_REGS32, "{%32, %33, %34, %35}", "%36", "%37",
+                GKS_WGMMA_D32("+f"));
     else
-      GKS_FA_RS("m64n64k16.f32.bf16.bf16", GKS_FA_R32, "{%32, %33, %34, %35}", "%36", "%37", GKS_FA_D32);
+      GKS_FA_RS("m64n64k16.f32.bf16.bf16", GKS_WGMMA_REGS32, "{%32, %33, %34, %35}", "%36", "%37",
+                GKS_WGMMA_D32("+f"));
   } else {
     if constexpr (std::is_same_v<T, __half>)
-      GKS_FA_RS("m64n128k16.f32.f16.f16", GKS_FA_R64, "{%64, %65, %66, %67}", "%68", "%69", GKS_FA_D64);
+      GKS_FA_RS("m64n128k16.f32.f16.f16", GKS_WGMMA_REGS64, "{%64, %65, %66, %67}", "%68", "%69",
+                GKS_WGMMA_D64("+f"));
     else
-      GKS_FA_RS("m64n128k16.f32.bf16.bf16", GKS_FA_R64, "{%64, %65, %66, %67}", "%68", "%69", GKS_FA_D64);
+      GKS_FA_RS("m64n128k16.f32.bf16.bf16", GKS_WGMMA_REGS64, "{%64, %65, %66, %67}", "%68", "%69",
+                GKS_WGMMA_D64("+f"));
   }
 #undef GKS_FA_RS
 }
 
-#undef GKS_FA_D64
-#undef GKS_FA_D32
-#undef GKS_FA_D8
-#undef GKS_FA_R64
-#undef GKS_FA_R32
 
 }  // namespace flash_hopper
 

@@ -346,7 +346,9 @@ __device__ __forceinline__ uint64_t smem_descriptor(uint32_t addr, uint32_t lead
 // shared memory through descriptors. A k-step is 32 bytes of K either way.
 // accumulate == 0 overwrites d (d = A B).
 // The operand lists are spelled out for the preprocessor: a thread's N / 2 accumulator
-// registers (%0 ...), then the two descriptors and the accumulate flag.
+// registers (%0 ...), then the two descriptors and the accumulate flag. The register and
+// accumulator lists (GKS_WGMMA_REGS*, GKS_WGMMA_D*) stay defined: FlashAttention's wgmma
+// wrappers (flash_attention_fwd_hopper.cuh) use them too.
 #define GKS_WGMMA_REGS32 \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15" \
   ", %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
@@ -409,13 +411,6 @@ struct Wgmma {
 
 #undef GKS_WGMMA_TYPED
 #undef GKS_WGMMA_ASM
-#undef GKS_WGMMA_D128
-#undef GKS_WGMMA_D64
-#undef GKS_WGMMA_D32
-#undef GKS_WGMMA_D8
-#undef GKS_WGMMA_REGS128
-#undef GKS_WGMMA_REGS64
-#undef GKS_WGMMA_REGS32
 
 // Hands a ring slot back: one arrival per consumer warp on the slot's empty barrier in
 // every CTA of the cluster (each CTA's producer may write this CTA's slot).
