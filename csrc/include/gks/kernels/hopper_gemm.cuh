@@ -66,6 +66,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "gks/kernels/dependent_launch.cuh"
 #include "gks/kernels/vec.cuh"  // from_float
 
 namespace gks::kernels::hopper {
@@ -274,19 +275,6 @@ __device__ __forceinline__ void named_barrier_sync(int id) {
 template <int kCount>
 __device__ __forceinline__ void named_barrier_arrive(int id) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(kCount) : "memory");
-}
-
-// Programmatic dependent launch (the launcher allows it): waits until the grids before
-// this one in the stream have completed and their writes are visible (a no-op in a kernel
-// launched without it). Before any access to global memory.
-__device__ __forceinline__ void wait_for_prior_grids() {
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-}
-
-// Lets the stream's next kernel be scheduled now (it waits for this one in
-// wait_for_prior_grids before it reads anything), so its launch overlaps this one's tail.
-__device__ __forceinline__ void allow_dependent_grids() {
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 }
 
 template <int kRegisters>
