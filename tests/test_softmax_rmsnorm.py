@@ -296,6 +296,28 @@ def test_persistent_blocks_walk_many_rows(config, dtype, shape):
 
 @requires_gpu
 @requires_native
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_chained_calls_read_the_previous_output(dtype):
+    # The staged kernel starts early (programmatic dependent launch): each call must still
+    # wait for the one before it on the stream, whose output it reads here. Ten chained
+    # calls with no synchronization between them; then each step against the reference of
+    # the step before.
+    m, n = 400, 32768
+    x = _rand((m, n), dtype, seed_for("chained", str(dtype)), scale=2.0)
+    w = _rand((n,), dtype, seed_for("chained-w", str(dtype)), mean=1.0, scale=0.5)
+    steps = [x]
+    for _ in range(10):
+        y = torch.empty_like(x)
+        gks.cuda.softmax_rmsnorm_out(steps[-1], w, y, 1e-6, -1)
+        steps.append(y)
+    torch.cuda.synchronize()
+    for i in range(1, len(steps)):
+        ref = SPEC.reference(steps[i - 1], w, 1e-6, precise=True)
+        assert_matches(steps[i], ref, _name(dtype), TOL, f"chained call {i}")
+
+
+@requires_gpu
+@requires_native
 def test_opcheck():
     x = _rand((16, 256), torch.bfloat16, 13)
     w = _rand((256,), torch.bfloat16, 14, mean=1.0)

@@ -26,6 +26,7 @@ constexpr int kWideConfig = 2;
 constexpr int kClusterConfig = 3;  // softmax_rmsnorm only, as the one below
 constexpr int kStagedConfig = 4;
 constexpr int kStagedThreads = 1024;
+constexpr int kStagedWeightSlots = 4;  // 64 KiB of the weight (4 x 1024 threads x 16 bytes)
 constexpr int kClusterThreads = 256;
 constexpr int kMaxCluster = 8;
 constexpr int kVecsPerThread = 4;
@@ -48,7 +49,8 @@ constexpr int max_vecs(int vec, int elem_size, bool fused_ragged) {
 }
 
 int64_t staged_smem_bytes(const SoftmaxPlan& plan) {
-  return int64_t(plan.threads_per_row) * plan.vecs_per_thread * 16 * (plan.stage_weight ? 2 : 1);
+  return int64_t(plan.threads_per_row) *
+         (plan.vecs_per_thread * plan.row_buffers + plan.weight_slots) * 16;
 }
 
 SoftmaxPlan plan_softmax(int64_t cols, DType dtype, bool aligned16, int config, bool fused,
@@ -61,15 +63,20 @@ SoftmaxPlan plan_softmax(int64_t cols, DType dtype, bool aligned16, int config, 
   // 8192x32768: see softmax.cuh).
   if (config == -1 && fused && whole_accesses && cols > 16384 && cols <= 32768) config = kStagedConfig;
   if (config == kStagedConfig && fused && whole_accesses) {
-    // A row's slots, and the weight's where shared memory has room (16-bit rows).
+    // A row's slots; where shared memory has room, the weight's first 64 KiB beside them
+    // (all of a 16-bit weight, half of an fp32 one), and then a second row buffer (16-bit).
     SoftmaxPlan staged = plan;
     staged.kind = SoftmaxPlan::Kind::kStaged;
     staged.threads_per_row = kStagedThreads;
     staged.vecs_per_thread = max_vecs(plan.vec, elem_size, false);
     if (cols <= int64_t(staged.threads_per_row) * staged.vecs_per_thread * plan.vec &&
         staged_smem_bytes(staged) <= smem_per_block) {
-      staged.stage_weight = 2 * staged_smem_bytes(staged) <= smem_per_block;
-      return staged;
+      SoftmaxPlan with_weight = staged;
+      with_weight.weight_slots = std::min(staged.vecs_per_thread, kStagedWeightSlots);
+      if (staged_smem_bytes(with_weight) > smem_per_block) return staged;
+      SoftmaxPlan two_rows = with_weight;
+      two_rows.row_buffers = 2;
+      return staged_smem_bytes(two_rows) <= smem_per_block ? two_rows : with_weight;
     }
     config = -1;  // the shared memory is not there: the heuristic's plan
   }
@@ -230,31 +237,40 @@ void launch_plan(const SoftmaxPlan& plan, const SoftmaxParams& p, cudaStream_t s
       << vecs << " accesses";
 }
 
-template <typename T, bool kStageWeight>
-void launch_staged_kernel(const SoftmaxPlan& plan, const SoftmaxParams& p, int device, int sms,
-                          cudaStream_t stream) {
+template <typename T, int kBuffers, int kWeightSlots>
+void launch_staged_kernel(const SoftmaxPlan& plan, const SoftmaxParams& p, int device,
+                          const DeviceLimits& limits, cudaStream_t stream) {
   constexpr int kVec = kernels::kVec16<T>;
   constexpr int kVecs = max_vecs(kVec, int(sizeof(T)), false);
-  constexpr auto kKernel =
-      kernels::softmax_rmsnorm_staged_kernel<T, kVec, kStagedThreads, kVecs, kStageWeight>;
-  GKS_CHECK(plan.vecs_per_thread == kVecs && plan.threads_per_row == kStagedThreads, kInvalidArgument)
+  constexpr auto kKernel = kernels::softmax_rmsnorm_staged_kernel<T, kVec, kStagedThreads, kVecs,
+                                                                  kBuffers, kWeightSlots>;
+  GKS_CHECK(plan.vecs_per_thread == kVecs && plan.threads_per_row == kStagedThreads &&
+                plan.row_buffers == kBuffers && plan.weight_slots == kWeightSlots,
+            kInvalidArgument)
       << "gks.softmax_rmsnorm: internal error: no staged kernel of " << plan.threads_per_row
-      << " threads x " << plan.vecs_per_thread << " accesses";
+      << " threads x " << plan.vecs_per_thread << " accesses, " << plan.row_buffers
+      << " row buffers, " << plan.weight_slots << " of the weight staged";
   const int64_t smem = staged_smem_bytes(plan);
   // The default carveout: what the block's shared memory leaves is L1, where the weight is
-  // read when it is not staged.
+  // read where it is not staged.
   prepare_smem_kernel<kKernel>(int(smem), device, /*max_carveout=*/false);
-  const auto grid = static_cast<unsigned>(std::min<int64_t>(p.rows, sms));  // one block an SM
-  kKernel<<<grid, kStagedThreads, smem, stream>>>(p);
+  const auto grid = static_cast<unsigned>(std::min<int64_t>(p.rows, limits.sms));  // one block an SM
+  // Early start (sm_90): back to back, a call's launch overlaps the previous kernel's tail.
+  const LaunchConfig launch(dim3(grid), dim3(kStagedThreads), size_t(smem), stream, 1,
+                            /*early_start=*/limits.compute_capability >= 90);
+  cudaLaunchKernelEx(&launch.config, kKernel, p);  // errors surface in check_launch
 }
 
 template <typename T>
-void launch_staged(const SoftmaxPlan& plan, const SoftmaxParams& p, int device, int sms,
-                   cudaStream_t stream) {
-  if constexpr (sizeof(T) < 4) {  // an fp32 row of 32768 and its weight would take 256 KiB
-    if (plan.stage_weight) return launch_staged_kernel<T, true>(plan, p, device, sms, stream);
+void launch_staged(const SoftmaxPlan& plan, const SoftmaxParams& p, int device,
+                   const DeviceLimits& limits, cudaStream_t stream) {
+  if constexpr (sizeof(T) < 4) {  // two fp32 rows of 32768 take 256 KiB
+    if (plan.row_buffers == 2)
+      return launch_staged_kernel<T, 2, kStagedWeightSlots>(plan, p, device, limits, stream);
   }
-  launch_staged_kernel<T, false>(plan, p, device, sms, stream);
+  if (plan.weight_slots == kStagedWeightSlots)
+    return launch_staged_kernel<T, 1, kStagedWeightSlots>(plan, p, device, limits, stream);
+  launch_staged_kernel<T, 1, 0>(plan, p, device, limits, stream);
 }
 
 // Checks shared by both ops; returns the row layouts of x and y.
@@ -293,7 +309,7 @@ void launch(const TensorRef& x, const TensorRef& y, const void* weight, const Ro
   const DeviceGuard guard(x.device.index);
   GKS_DISPATCH_FLOAT(x.dtype, {
     if (plan.kind == SoftmaxPlan::Kind::kStaged) {
-      if constexpr (kFused) launch_staged<scalar_t>(plan, params, x.device.index, limits.sms, stream);
+      if constexpr (kFused) launch_staged<scalar_t>(plan, params, x.device.index, limits, stream);
     } else if (plan.vec == 1) {
       launch_plan<scalar_t, 1, kFused>(plan, params, stream);
     } else {

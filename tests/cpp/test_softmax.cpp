@@ -335,20 +335,27 @@ TEST(SoftmaxPlan, StagedTakesTheLongestFusedRowsWhereSharedMemoryHoldsThem) {
       ASSERT_EQ(p.kind, Plan::Kind::kStaged) << cols;
       EXPECT_EQ(p.threads_per_row, 1024);
       EXPECT_EQ(p.vecs_per_thread * p.vec, 32);  // the whole row of 32768 in one block
-      // fp32: the row's slots (128 KiB); 16-bit: the row's and the weight's (2 x 64 KiB).
-      EXPECT_EQ(p.stage_weight, !fp32);
-      EXPECT_EQ(staged_smem_bytes(p), 128 << 10);
-      EXPECT_EQ(plan_softmax(cols, dtype, true, 4, true, true, kH100).stage_weight, p.stage_weight);
+      // The row's slots and the weight's first 64 KiB: fp32 128 + 64 KiB (half the weight),
+      // 16-bit two rows' 2 x 64 KiB + 64 KiB (all of it).
+      EXPECT_EQ(p.weight_slots, 4);
+      EXPECT_EQ(p.row_buffers, fp32 ? 1 : 2);
+      EXPECT_EQ(staged_smem_bytes(p), 192 << 10);
+      const auto forced = plan_softmax(cols, dtype, true, 4, true, true, kH100);
+      EXPECT_EQ(forced.weight_slots, p.weight_slots);
+      EXPECT_EQ(forced.row_buffers, p.row_buffers);
     }
-    // Less shared memory: 16-bit rows without the weight, fp32 rows not at all below their
-    // 128 KiB.
+    // Less shared memory: one row buffer; the row without the weight where both do not fit
+    // (fp32 on an A100, 16-bit below 128 KiB); fp32 rows not at all below their 128 KiB.
     const auto a = plan_softmax(32768, dtype, true, 4, true, true, kA100);
     EXPECT_EQ(a.kind, Plan::Kind::kStaged);
-    EXPECT_EQ(a.stage_weight, !fp32);
+    EXPECT_EQ(a.weight_slots, fp32 ? 0 : 4);
+    EXPECT_EQ(a.row_buffers, 1);
+    EXPECT_EQ(staged_smem_bytes(a), 128 << 10);
     const auto c = plan_softmax(32768, dtype, true, 4, true, true, kSm86);
     EXPECT_EQ(c.kind == Plan::Kind::kStaged, !fp32);
     if (!fp32) {
-      EXPECT_FALSE(c.stage_weight);
+      EXPECT_EQ(c.weight_slots, 0);
+      EXPECT_EQ(c.row_buffers, 1);
       EXPECT_EQ(staged_smem_bytes(c), 64 << 10);
     }
     // Not staged: unfused, unaligned, ragged or too long rows, no shared memory given; the

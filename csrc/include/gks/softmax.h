@@ -23,7 +23,7 @@ inline constexpr const char* kSoftmaxConfigs[] = {"registers", "looped", "regist
 // up to 8 CTAs, so rows of up to 32768), else as 0; 4 (staged): 16-byte aligned rows of up
 // to 32768 elements, a whole number of 16-byte accesses, in persistent 1024-thread blocks
 // that fetch their next row into shared memory while they process the current one from
-// registers (the weight, too, where it fits), else the heuristic's plan.
+// registers (the first 64 KiB of the weight, too, where they fit), else the heuristic's plan.
 inline constexpr const char* kSoftmaxRmsNormConfigs[] = {"registers", "looped", "registers-wide",
                                                          "cluster", "staged"};
 
@@ -65,7 +65,9 @@ struct SoftmaxPlan {
   int vecs_per_thread = 1;  // kRegisters: accesses each thread keeps in registers (as loaded)
   int rows_per_block = 1;
   int cluster = 1;          // kRegisters: CTAs of a thread block cluster that share a row
-  bool stage_weight = false;  // kStaged: the weight, too, is copied into shared memory
+  int weight_slots = 0;  // kStaged: the weight's accesses a thread copies into shared memory
+  int row_buffers = 1;   // kStaged: rows in shared memory at once (2: the next one arrives
+                         // through the whole of the current one)
 };
 // clusters: whether the device has thread block clusters (sm_90+); smem_per_block: the
 // shared memory a block may opt in to (0 rules out the staged kernel).

@@ -26,10 +26,11 @@ __device__ __forceinline__ float warp_reduce(float v, Op op) {
 }
 
 // Reduces over a 1-D group of kThreads threads (threadIdx.x in [0, kThreads)) in one block;
-// every thread gets the result. `scratch` holds kThreads / 32 floats and may be reused once
-// this returns (it ends with a barrier).
+// every thread gets the result. One barrier: `scratch` (kThreads / 32 floats) may be written
+// again only after a later barrier of the block (a kernel that alternates two scratch
+// arrays between its reductions needs no other).
 template <int kThreads, typename Op>
-__device__ __forceinline__ float group_reduce(float v, Op op, float* scratch) {
+__device__ __forceinline__ float group_reduce_one_barrier(float v, Op op, float* scratch) {
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "kThreads: a multiple of 32 up to 1024");
   v = warp_reduce<32>(v, op);
   if constexpr (kThreads > 32) {
@@ -37,14 +38,39 @@ __device__ __forceinline__ float group_reduce(float v, Op op, float* scratch) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     if (lane == 0) scratch[warp] = v;
     __syncthreads();
-    v = scratch[lane % kWarps];
-    v = warp_reduce<kWarps>(v, op);
-    __syncthreads();
+    v = warp_reduce<kWarps>(scratch[lane % kWarps], op);
   }
   return v;
 }
 
+// As group_reduce_one_barrier, then a barrier: `scratch` may be reused once this returns.
+template <int kThreads, typename Op>
+__device__ __forceinline__ float group_reduce(float v, Op op, float* scratch) {
+  v = group_reduce_one_barrier<kThreads>(v, op, scratch);
+  if constexpr (kThreads > 32) __syncthreads();
+  return v;
+}
 
+// The sum of `sum` and the max of `max` over a 1-D group of kThreads threads of one block,
+// in one sweep and one barrier (as group_reduce_one_barrier, one scratch array each).
+template <int kThreads>
+__device__ __forceinline__ void group_sum_max_one_barrier(float& sum, float& max,
+                                                          float* scratch_sum, float* scratch_max) {
+  static_assert(kThreads % 32 == 0 && kThreads <= 1024, "kThreads: a multiple of 32 up to 1024");
+  sum = warp_reduce<32>(sum, SumOp{});
+  max = warp_reduce<32>(max, MaxOp{});
+  if constexpr (kThreads > 32) {
+    constexpr int kWarps = kThreads / 32;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    if (lane == 0) {
+      scratch_sum[warp] = sum;
+      scratch_max[warp] = max;
+    }
+    __syncthreads();
+    sum = warp_reduce<kWarps>(scratch_sum[lane % kWarps], SumOp{});
+    max = warp_reduce<kWarps>(scratch_max[lane % kWarps], MaxOp{});
+  }
+}
 
 // Sums one value per CTA over the kCluster CTAs of a thread block cluster (sm_90+); every
 // thread of every CTA gets the same total, added in rank order (deterministic). `slot` is

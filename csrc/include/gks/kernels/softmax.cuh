@@ -33,6 +33,7 @@
 #include <type_traits>
 
 #include "gks/kernels/cp_async.cuh"
+#include "gks/kernels/dependent_launch.cuh"
 #include "gks/kernels/reduce.cuh"
 #include "gks/kernels/vec.cuh"
 #include "gks/tensor.h"
@@ -401,6 +402,32 @@ __device__ __forceinline__ void softmax_rmsnorm_row_recompute(const SoftmaxParam
   }
 }
 
+// The fused kernels' first step: kN accesses of x and of the weight (load_x(i), load_w(i),
+// as load_raw gives them), their products x * w into v in fp32, the largest product of the
+// columns in the row (in_row(i, j)) into max_xw, and the sum of squares of x (returned).
+template <int kN, int kVec, typename LoadX, typename LoadW, typename InRow>
+__device__ __forceinline__ float products_and_sum_squares(LoadX load_x, LoadW load_w, InRow in_row,
+                                                          float (&v)[kN][kVec], float& max_xw) {
+  decltype(load_x(0)) xr[kN], wr[kN];
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    xr[i] = load_x(i);
+    wr[i] = load_w(i);
+  }
+  float sumsq = 0.f;
+  max_xw = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < kN; ++i)
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      const float xv = elem(xr[i], j);
+      sumsq += xv * xv;
+      v[i][j] = xv * elem(wr[i], j);
+      if (in_row(i, j)) max_xw = fmaxf(max_xw, v[i][j]);
+    }
+  return sumsq;
+}
+
 // One row of the fused registers kernel (see softmax_registers_kernel). x and the weight
 // are read once, as loaded; the sum of squares is taken from x, then each pair becomes its
 // fp32 product x * w, which the row's inv_rms scales to the value v once the reduction has
@@ -409,85 +436,44 @@ __device__ __forceinline__ void softmax_rmsnorm_row_recompute(const SoftmaxParam
 // e * exp(m_t - M) / S. One exp a value and no second read of the weight, which the fused
 // op needs to keep up with memory (recomputing x * inv_rms * w and its exp for the output
 // held 16-bit rows to 55-69% of copy bandwidth on an H200).
-// kLog2Units: the thread's max is taken from x * w before the sum of squares is reduced
-// (inv_rms > 0 scales it as it scales every value), and e = 2^(fma(x * w, inv_rms * log2 e,
-// -max * log2 e)): one FFMA and one ex2 a value instead of a multiply, a select, a subtract,
-// a multiply and the ex2. The staged kernel's 16-bit rows take it (H200, 8192x32768, µs:
-// fp16 305 -> 290, bf16 303 -> 296); fp32 rows there lost (576 -> 586), as did 16-bit
-// 32768x4096 in the registers kernel (132.8 -> 136.0).
-// load_x(i) and load_w(i) give access i of the thread's part of x and of the weight (from
-// global memory, or from the staged kernel's shared memory), as load_raw would (0 past the
-// row's end); `held` runs once every thread holds its part (after the first reduction's
-// block barrier).
+// load_x(i) and load_w(i) give access i of the thread's part of x and of the weight, as
+// load_raw would (0 past the row's end).
 template <bool kRagged, typename T, int kVec, int kThreadsPerRow, int kVecsPerThread, int kCluster,
-          bool kLog2Units = false, typename LoadX, typename LoadW, typename Held>
+          typename LoadX, typename LoadW>
 __device__ __forceinline__ void softmax_rmsnorm_row_values(const SoftmaxParams& p, int64_t row,
                                                            int first, LoadX load_x, LoadW load_w,
-                                                           Held held, float* scratch_m,
-                                                           float* scratch_s, ClusterPart part) {
+                                                           float* scratch_m, float* scratch_s,
+                                                           ClusterPart part) {
   constexpr int kStride = kThreadsPerRow * kVec;  // columns between a thread's accesses
   const int cols = static_cast<int>(p.cols);      // bounded by the host (see the kernel)
   const auto col = [&](int i) { return first + i * kStride; };
   const auto in_row = [&](int i, int j) { return kRagged ? col(i) + j < cols : col(i) < cols; };
 
-  // v[i][j] holds x * w, then (unless kLog2Units) v = x * inv_rms * w, then e = exp(v - m_t).
+  // v[i][j] holds x * w, then v = x * inv_rms * w, then e = exp(v - m_t).
   float v[kVecsPerThread][kVec];
-  float sumsq = 0.f, max_xw = -INFINITY;
-  {
-    Raw<T, kVec> xr[kVecsPerThread], wr[kVecsPerThread];
-#pragma unroll
-    for (int i = 0; i < kVecsPerThread; ++i) {
-      xr[i] = load_x(i);
-      wr[i] = load_w(i);
-    }
-#pragma unroll
-    for (int i = 0; i < kVecsPerThread; ++i)
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) {
-        const float xv = elem(xr[i], j);
-        sumsq += xv * xv;
-        v[i][j] = xv * elem(wr[i], j);
-        if (kLog2Units && in_row(i, j)) max_xw = fmaxf(max_xw, v[i][j]);
-      }
-  }
-  float total = row_sum<kThreadsPerRow>(sumsq, scratch_s);
-  held();
+  float unused_max;
+  float total = row_sum<kThreadsPerRow>(
+      products_and_sum_squares(load_x, load_w, in_row, v, unused_max), scratch_s);
   if constexpr (kCluster > 1) total = cluster_sum<kCluster>(total, part.slots);
   const float inv_rms = rsqrtf(total / float(cols) + p.eps);
 
   float m_t = -INFINITY, s_t = 0.f;
-  if constexpr (kLog2Units) {
-    // Rounding is monotone, so max_xw * inv_rms is exactly the largest v * inv_rms. A thread
-    // with no value in the row keeps -inf (not -inf * 0 = NaN when inv_rms is 0), and its
-    // values past the row's end are 0, not 2^(-inf * 0).
-    m_t = max_xw == -INFINITY ? -INFINITY : max_xw * inv_rms;
-    const float scale = inv_rms * kLog2e, offset = softmax_offset(m_t) * kLog2e;
+  // Past the row's end v is -inf, which drops out of the max and the sum (e = 0).
 #pragma unroll
-    for (int i = 0; i < kVecsPerThread; ++i)
+  for (int i = 0; i < kVecsPerThread; ++i)
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) {
-        const float e = exp2_approx(fmaf(v[i][j], scale, -offset));
-        v[i][j] = in_row(i, j) ? e : 0.f;
-        s_t += v[i][j];
-      }
-  } else {
-    // Past the row's end v is -inf, which drops out of the max and the sum (e = 0).
+    for (int j = 0; j < kVec; ++j) {
+      v[i][j] = in_row(i, j) ? v[i][j] * inv_rms : -INFINITY;
+      m_t = fmaxf(m_t, v[i][j]);
+    }
+  const float offset = softmax_offset(m_t);
 #pragma unroll
-    for (int i = 0; i < kVecsPerThread; ++i)
+  for (int i = 0; i < kVecsPerThread; ++i)
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) {
-        v[i][j] = in_row(i, j) ? v[i][j] * inv_rms : -INFINITY;
-        m_t = fmaxf(m_t, v[i][j]);
-      }
-    const float offset = softmax_offset(m_t);
-#pragma unroll
-    for (int i = 0; i < kVecsPerThread; ++i)
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) {
-        v[i][j] = exp_via_exp2(v[i][j] - offset);
-        s_t += v[i][j];
-      }
-  }
+    for (int j = 0; j < kVec; ++j) {
+      v[i][j] = exp_via_exp2(v[i][j] - offset);
+      s_t += v[i][j];
+    }
   float m = m_t, s = s_t;
   row_reduce_softmax<kThreadsPerRow>(m, s, scratch_m, scratch_s);
   if constexpr (kCluster > 1) {
@@ -527,7 +513,7 @@ __device__ __forceinline__ void softmax_rmsnorm_row_in_registers(const SoftmaxPa
       p, row, first,
       [&](int i) { return load_raw<kRagged, kVec>(x, first + i * kStride, cols, /*neg_inf=*/false); },
       [&](int i) { return load_raw<kRagged, kVec>(w, first + i * kStride, cols, /*neg_inf=*/false); },
-      [] {}, scratch_m, scratch_s, part);
+      scratch_m, scratch_s, part);
 }
 
 // One row of the (unfused) registers kernel (see softmax_registers_kernel). The row is held
@@ -708,37 +694,53 @@ __global__ void __launch_bounds__(
 // taking rows blockIdx.x, blockIdx.x + gridDim.x, ... A block that holds such a row in
 // registers fills its SM, so in the registers kernel memory idled while the row was
 // reduced, exponentiated and written. Here the block's next row is on its way into shared
-// memory (cp.async) while the current one is processed from registers
-// (softmax_rmsnorm_row_values: one exp a value). Each thread copies the very accesses it
-// will read (slot i * kThreads + t: conflict-free), so no barrier guards the buffer beyond
-// the one the sum of squares already takes: the next row's copies start after it (`held`),
-// when every thread has read its slots. With kStageWeight the block also copies the weight
-// into shared memory, once.
-// Measured on an H200 at 8192x32768 (us; fp32, fp16): this 588, 313 (fp16 290 since its
-// values went to log2 units, see softmax_rmsnorm_row_values); the registers kernel
-// 617, 413; looped 975, 345. Variants that lost or tied: the next copies started as soon
-// as a thread has read its slots (634 fp32; 309-311 16-bit, also two rows ahead), x held
-// as loaded with two exps a value (613, 371), two CTAs of a cluster sharing a row (665,
-// 437), 512-thread blocks of 64 values two an SM (16-bit, 309-322). The SMs, not memory,
-// limit it: under ncu's locked 1.5 GHz clock the fp32 kernel took 735 us.
-template <typename T, int kVec, int kThreads, int kVecsPerThread, bool kStageWeight>
+// memory (cp.async) while the current one is processed from registers. Each thread copies
+// the very accesses it will read (slot i * kThreads + t: conflict-free), so no barrier
+// guards a buffer: a thread has read its slots of a buffer before it copies into them
+// again. With one buffer (kBuffers = 1) the next row's copies start after the first
+// reduction (every thread has read the current row by then); with two, as soon as the
+// current row has landed, into the other buffer (read one row earlier), so that they are in
+// flight through the whole row. The block also copies the weight's first kWeightSlots
+// accesses a thread into shared memory, once (the rest it reads from global memory, L2, at
+// each row). Launched early (programmatic dependent launch, sm_90): it waits for the
+// stream's previous kernel before it reads anything.
+// A row: v = x * w in fp32, held; the thread's sum of squares and max of v; one sweep
+// reduces both (inv_rms > 0 scales every value alike and rounding is monotone, so the
+// row's max of v * inv_rms is max(v) * inv_rms exactly); then e = 2^(fma(v, inv_rms *
+// log2 e, -M * log2 e)), one FFMA and one ex2 a value; a plain sum of the e; e / S written.
+// No exp in either reduction and one barrier each (each its own scratch, the other's
+// barrier between a scratch's uses).
+// Measured on an H200 at 8192x32768, back to back in one process (µs; fp32, fp16, bf16):
+// this 556, 273, 272; one buffer and launched plainly 562, 277, 276; the kernel before it,
+// whose threads kept their own max and merged (max, sum) pairs (two exps a merge step, two
+// barriers a reduction) with fp32's weight read from L2, 576, 291, 295 (single launches).
+// Two 1024-thread blocks an SM holding x as loaded (16 registers), the weight read at each
+// of three uses, two exps a value: 16-bit 331-347. Streaming stores (st.global.cs) lost
+// 1%; the weight's L2 reads issued before the wait for the row changed nothing. Older
+// variants that lost or tied: the row by one thread's cp.async.bulk; two CTAs of a cluster
+// sharing a row; 512-thread blocks of 64 values two an SM.
+template <typename T, int kVec, int kThreads, int kVecsPerThread, int kBuffers, int kWeightSlots>
 __global__ void __launch_bounds__(kThreads, 1) softmax_rmsnorm_staged_kernel(const SoftmaxParams p) {
   static_assert(kVec * sizeof(T) == 16, "16-byte accesses");
+  static_assert(kBuffers == 1 || kBuffers == 2, "one or two row buffers");
+  static_assert(kWeightSlots >= 0 && kWeightSlots <= kVecsPerThread, "weight slots: some of a row's");
   constexpr int kStride = kThreads * kVec;
-  constexpr int kSlots = kThreads * kVecsPerThread;  // a row's, or the weight's
-  __shared__ float scratch_m[kThreads / 32], scratch_s[kThreads / 32];
-  extern __shared__ uint4 staged[];  // the row's slots, then (kStageWeight) the weight's
-  uint4* const x_slots = staged;
-  uint4* const weight_slots = staged + kSlots;
+  constexpr int kSlots = kThreads * kVecsPerThread;  // a row's
+  __shared__ float scratch_sumsq[kThreads / 32], scratch_max[kThreads / 32],
+      scratch_sum[kThreads / 32];
+  extern __shared__ uint4 staged[];  // the rows' slots, then the weight's
+  uint4* x_slots = staged;                           // the current row
+  uint4* x_next = staged + (kBuffers - 1) * kSlots;  // where the next row goes
+  uint4* const weight_slots = staged + kBuffers * kSlots;
   const int cols = static_cast<int>(p.cols);  // bounded by the host
   const int first = threadIdx.x * kVec;
   const auto in_row = [&](int i) { return first + i * kStride < cols; };
   const auto slot = [&](int i) { return i * kThreads + int(threadIdx.x); };
-  // Copies this thread's accesses of `src` (a row of x, or the weight) to its slots.
-  const auto copy = [&](uint4* slots, const T* src) {
+  // Copies this thread's first `accesses` accesses of `src` (a row of x, or the weight).
+  const auto copy = [&](uint4* slots, const T* src, int accesses) {
 #pragma unroll
     for (int i = 0; i < kVecsPerThread; ++i)
-      if (in_row(i)) cp_async_zfill<16>(&slots[slot(i)], src + first + i * kStride, 16);
+      if (i < accesses && in_row(i)) cp_async_zfill<16>(&slots[slot(i)], src + first + i * kStride, 16);
     cp_async_commit();
   };
   const auto read_slot = [&](const uint4* slots, int i) {
@@ -748,25 +750,59 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_rmsnorm_staged_kernel(con
   const auto x_row = [&](int64_t row) { return static_cast<const T*>(p.x) + p.x_rows.row_offset(row); };
   const T* w = static_cast<const T*>(p.weight);
 
-  if constexpr (kStageWeight) copy(weight_slots, w);
-  if (blockIdx.x < p.rows) copy(x_slots, x_row(blockIdx.x));
+  wait_for_prior_grids();
+  allow_dependent_grids();
+  if constexpr (kWeightSlots > 0) copy(weight_slots, w, kWeightSlots);
+  if (blockIdx.x < p.rows) copy(x_slots, x_row(blockIdx.x), kVecsPerThread);
   for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
     cp_async_wait<0>();             // this row (and the weight) has landed
     asm volatile("" ::: "memory");  // the slots are read after the wait, not before
     const int64_t next = row + gridDim.x;
-    softmax_rmsnorm_row_values<false, T, kVec, kThreads, kVecsPerThread, 1, (sizeof(T) < 4)>(
-        p, row, first, [&](int i) { return read_slot(x_slots, i); },
+    if constexpr (kBuffers == 2) {
+      if (next < p.rows) copy(x_next, x_row(next), kVecsPerThread);
+    }
+
+    float v[kVecsPerThread][kVec];  // x * w, then e
+    float max_xw;
+    float sumsq = products_and_sum_squares(
+        [&](int i) { return read_slot(x_slots, i); },
         [&](int i) {
-          if constexpr (kStageWeight) {
-            return read_slot(weight_slots, i);
-          } else {
-            return load_raw<false, kVec>(w, first + i * kStride, cols, /*neg_inf=*/false);
-          }
+          return i < kWeightSlots ? read_slot(weight_slots, i)
+                                  : load_raw<false, kVec>(w, first + i * kStride, cols, false);
         },
-        [&] {
-          if (next < p.rows) copy(x_slots, x_row(next));
-        },
-        scratch_m, scratch_s, ClusterPart{});
+        [&](int i, int) { return in_row(i); }, v, max_xw);
+    group_sum_max_one_barrier<kThreads>(sumsq, max_xw, scratch_sumsq, scratch_max);
+    if constexpr (kBuffers == 1) {
+      if (next < p.rows) copy(x_next, x_row(next), kVecsPerThread);  // the slots are read
+    } else {
+      uint4* const read = x_slots;
+      x_slots = x_next;
+      x_next = read;
+    }
+
+    const float inv_rms = rsqrtf(sumsq / float(cols) + p.eps);
+    // A row with no value above -inf keeps M = -inf (not -inf * 0 = NaN when inv_rms is 0).
+    const float m = max_xw == -INFINITY ? -INFINITY : max_xw * inv_rms;
+    const float scale = inv_rms * kLog2e, offset = softmax_offset(m) * kLog2e;
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < kVecsPerThread; ++i)
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        const float e = exp2_approx(fmaf(v[i][j], scale, -offset));
+        v[i][j] = in_row(i) ? e : 0.f;  // past the row's end: 0, not 2^(0 * scale)
+        s += v[i][j];
+      }
+    s = group_reduce_one_barrier<kThreads>(s, SumOp{}, scratch_sum);
+    // NaN everywhere when M is not finite or S is NaN (see the top of the file).
+    const float inv_sum = softmax_inv_sum(m, s);
+    T* y = static_cast<T*>(p.y) + p.y_rows.row_offset(row);
+#pragma unroll
+    for (int i = 0; i < kVecsPerThread; ++i) {
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) v[i][j] *= inv_sum;
+      store_values<false, kVec>(y, first + i * kStride, cols, v[i]);
+    }
   }
 }
 
