@@ -9,6 +9,8 @@ tensors); the CUDA cases skip and run on the GPU machine.
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -184,6 +186,35 @@ def test_empty(name, fn, shape):
     x = torch.empty(shape, device=DEVICE)
     y = fn(x, torch.ones(shape[-1], device=DEVICE), 1e-6)
     assert y.shape == x.shape and y.dtype == x.dtype
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("n", [16384, 20000, 32768])
+@pytest.mark.parametrize("layout", ["contiguous", "strided"])
+def test_triton_persistent_rows(dtype, n, layout):
+    # The Triton kernel for long one-pass rows: one program an SM walks rows and loads the
+    # next row's quarters while it reduces and stores the current one. More rows than
+    # programs and a count that does not divide evenly (a program's last row loads itself
+    # again), special rows among ordinary ones (a NaN row must not leak into the next),
+    # masked and unmasked rows, a row view with a stride between rows.
+    softmax_mod = importlib.import_module("gks.triton.softmax")
+    if softmax_mod._fused_rows_plan(softmax_mod.next_pow2(n), dtype.itemsize, n == softmax_mod.next_pow2(n)) is None:
+        pytest.skip("rows of this length and dtype run one program a row")
+    programs = softmax_mod._sm_count(0) if DEVICE == "cuda" else softmax_mod.INTERPRETER_PROGRAMS
+    m = 2 * programs + 3
+    seed = seed_for("tri-persistent", str(dtype), n, layout)
+    if layout == "contiguous":
+        x = _rand((m, n), dtype, seed, scale=2.0)
+    else:
+        x = _rand((m, 2, n + 8), dtype, seed, scale=2.0)[:, 1, :n]
+    special = _special_rows(n, dtype, seed_for("tri-persistent-special", str(dtype), n))
+    for i, row in enumerate(range(1, m, max(m // 6, 1))):
+        x[row] = special[i % len(special)]
+    w = _rand((n,), dtype, seed_for("tri-persistent-w", str(dtype), n), mean=1.0, scale=0.5)
+    y = gks.triton.softmax_rmsnorm(x, w, 1e-6)
+    ref = SPEC.reference(x, w, 1e-6, precise=True)
+    assert torch.equal(torch.isnan(y), torch.isnan(ref)), "NaN pattern differs"
+    assert_matches(y, ref, _name(dtype), TOL, f"triton persistent {layout} {tuple(x.shape)}")
 
 
 # ---------------------------------------------------------------- bad input

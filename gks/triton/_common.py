@@ -69,14 +69,13 @@ def row_num_warps(block_n: int, elem_bytes: int, max_warps: int = 16) -> int:
     return max(1, min(max_warps, block_n * elem_bytes // (32 * 64)))
 
 
-def long_row_max_warps(elem_bytes: int, fused: bool = False) -> int:
+def long_row_max_warps(elem_bytes: int) -> int:
     """The warp cap for the one-pass row kernels (softmax, quantize). 16-bit rows of 32768
     take 32 warps (32 values a thread): measured on an H200 at 8192x32768, fp16 fused
     softmax(rmsnorm) 387 vs 434 us at 16 warps, quantize 226 vs 230, softmax even; fp32
-    rows stay at 16 (quantize 323 vs 329 at 32; softmax 518 vs 550), except the fused op's,
-    which holds the weight beside the row (a persistent variant at 32 warps ran 721 us vs
-    the 16-warp kernel's 794: 104 registers a thread at 16 warps, 53 at 32)."""
-    return 32 if elem_bytes < 4 or fused else 16
+    rows stay at 16 (quantize 323 vs 329 at 32; softmax 518 vs 550). (The fused op's fp32
+    rows of 16384+ run a kernel of their own: gks.triton.softmax._fused_rows_plan.)"""
+    return 32 if elem_bytes < 4 else 16
 
 
 # ---------------------------------------------------------------------------------------

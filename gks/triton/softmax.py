@@ -6,7 +6,9 @@ sum, one write (softmax's 16-bit rows held as loaded, two values an int32: see "
 pairs" in gks.triton._common). A longer row is walked in CHUNK-sized pieces: an online max and rescaled sum
 kept per lane, then a second pass that normalizes and writes (mostly from L2). The fused op
 computes x * inv_rms * weight in fp32 and never stores it; its long-row path walks the row
-once more first, for the sum of squares.
+once more first, for the sum of squares. Its one-pass rows of 16384 and more (see
+_fused_rows_plan) run on one program an SM that walks rows and loads the next row while
+the current one is reduced and stored.
 
 Non-finite input gives torch.softmax's result, as in the CUDA kernels (see
 csrc/include/gks/kernels/softmax.cuh): a NaN anywhere makes the sum NaN; a row max of +inf
@@ -15,6 +17,8 @@ the max reduction ignores NaN (GPU) or propagates it (the interpreter).
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 import triton
@@ -44,7 +48,16 @@ CHUNK = 4096
 # sweep (three block reductions become two). On an H200 (8192x32768, µs): fp32 746 -> 716,
 # fp16 374 -> 338, bf16 368 -> 340; at 32768x4096 fp32 lost (262 -> 279), 16-bit tied.
 FUSED_ONE_REDUCTION_MIN = 16384
+# Programs of the persistent fused kernel where there are no SMs to count (the interpreter).
+INTERPRETER_PROGRAMS = 4
 LOG2E = tl.constexpr(1.4426950408889634)
+
+
+@triton.jit
+def _row_start(ptr, row, inner, outer_stride, inner_stride):
+    """Where row `row` of a row view starts (see gks._rows.row_layout); the offsets in
+    int64, whatever row's type."""
+    return ptr + tl.cast(row // inner, tl.int64) * outer_stride + tl.cast(row % inner, tl.int64) * inner_stride
 
 
 @triton.jit
@@ -103,8 +116,8 @@ def _softmax_kernel(
     IS_BF16: tl.constexpr, NEG_INF_PAIR: tl.constexpr, ONE_REDUCTION: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
-    x_row = x_ptr + (row // x_inner) * x_outer_stride + (row % x_inner) * x_inner_stride
-    y_row = y_ptr + (row // y_inner) * y_outer_stride + (row % y_inner) * y_inner_stride
+    x_row = _row_start(x_ptr, row, x_inner, x_outer_stride, x_inner_stride)
+    y_row = _row_start(y_ptr, row, y_inner, y_outer_stride, y_inner_stride)
     cols = tl.arange(0, BLOCK_N)
     nan = float("nan")
     if PAIRS:
@@ -169,6 +182,134 @@ def _softmax_kernel(
             tl.store(y_row + start + cols, y.to(y_ptr.dtype.element_ty), mask=start + cols < N)
 
 
+# ---------------------------------------------------------------------------------------
+# The fused op's long one-pass rows, persistent.
+#
+# One program a row holds its row in registers and, at 32 warps, fills an SM alone: its loads
+# wait on nothing but also overlap nothing, and the row's reductions and stores leave the
+# memory system idle (1.25x the CUDA kernel's time at 8192x32768). Here one program an SM
+# walks rows, the row split in four quarters, and loads the next row's quarters (as stored)
+# while the current row is reduced and stored: EARLY of them right after the first
+# reduction, each other one once a quarter of the current row has been stored and its
+# registers are free. EARLY is what fits beside the row's fp32 products x * w without
+# spilling (sm_90, ptxas): fp32 two at 16 warps; 16-bit all four at 32 warps, three when
+# the row is masked (its masks take registers). The row index stays int32 and only the
+# offsets are int64: an int64 loop counter cost the 16-bit kernel 56 bytes of spills. H200,
+# µs, one process, the one-program-a-row kernel first: 8192x32768 fp32 724 -> 592, fp16
+# 341 -> 284, bf16 341 -> 286; 4096x20000 fp32 241 -> 183, fp16 148 -> 135, bf16 151 -> 129;
+# 8192x16384 fp32 297 -> 284. 16-bit rows of 16384 stay one program a row (two share an SM
+# there; persistent took 144 -> 167 µs).
+# ---------------------------------------------------------------------------------------
+
+
+def _fused_rows_plan(block_n: int, elem_bytes: int, even: bool) -> tuple[int, int] | None:
+    """(EARLY, num_warps) for the persistent fused kernel, or None where one program a row
+    is faster."""
+    if elem_bytes == 4 and block_n >= 16384:
+        return 2, 16
+    if elem_bytes == 2 and block_n == MAX_ONE_PASS:
+        return (4 if even else 3), 32
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+@triton.jit
+def _load_part(ptr, mask, EVEN: tl.constexpr):
+    if EVEN:
+        return tl.load(ptr)
+    else:
+        return tl.load(ptr, mask=mask, other=0.0)
+
+
+@triton.jit
+def _store_part(ptr, value, mask, EVEN: tl.constexpr):
+    if EVEN:
+        tl.store(ptr, value)
+    else:
+        tl.store(ptr, value, mask=mask)
+
+
+@triton.jit
+def _where_part(mask, value, fill, EVEN: tl.constexpr):
+    if EVEN:
+        return value
+    else:
+        return tl.where(mask, value, fill)
+
+
+@triton.jit
+def _fused_rows_kernel(
+    x_ptr, w_ptr, y_ptr, M, N, eps,
+    x_inner, x_outer_stride, x_inner_stride,
+    y_inner, y_outer_stride, y_inner_stride,
+    Q: tl.constexpr, EARLY: tl.constexpr, EVEN: tl.constexpr,
+):
+    """Rows first, first + step, ... of softmax(rmsnorm(x) * w), each as four quarters of Q
+    values; EVEN: the row fills the four (N == 4 * Q), no masks."""
+    first = tl.program_id(0)
+    step = tl.num_programs(0)
+    c = tl.arange(0, Q)
+    m0 = c < N
+    m1 = c + Q < N
+    m2 = c + 2 * Q < N
+    m3 = c + 3 * Q < N
+    x_row = _row_start(x_ptr, first, x_inner, x_outer_stride, x_inner_stride)
+    x0 = _load_part(x_row + c, m0, EVEN)
+    x1 = _load_part(x_row + Q + c, m1, EVEN)
+    x2 = _load_part(x_row + 2 * Q + c, m2, EVEN)
+    x3 = _load_part(x_row + 3 * Q + c, m3, EVEN)
+    for row in range(first, M, step):
+        # A program's last row loads itself again as the next (from L2) rather than every
+        # load taking one more mask.
+        x_next = _row_start(x_ptr, tl.where(row + step < M, row + step, row),
+                            x_inner, x_outer_stride, x_inner_stride)
+        y_row = _row_start(y_ptr, row, y_inner, y_outer_stride, y_inner_stride)
+        f0 = x0.to(tl.float32)
+        f1 = x1.to(tl.float32)
+        f2 = x2.to(tl.float32)
+        f3 = x3.to(tl.float32)
+        xw0 = f0 * _load_part(w_ptr + c, m0, EVEN).to(tl.float32)
+        xw1 = f1 * _load_part(w_ptr + Q + c, m1, EVEN).to(tl.float32)
+        xw2 = f2 * _load_part(w_ptr + 2 * Q + c, m2, EVEN).to(tl.float32)
+        xw3 = f3 * _load_part(w_ptr + 3 * Q + c, m3, EVEN).to(tl.float32)
+        # As in _softmax_kernel's ONE_REDUCTION rows: the sum of squares and the max of
+        # x * w in one reduction, then exp2 in log2 units.
+        max_xw = tl.maximum(
+            tl.maximum(_where_part(m0, xw0, float("-inf"), EVEN), _where_part(m1, xw1, float("-inf"), EVEN)),
+            tl.maximum(_where_part(m2, xw2, float("-inf"), EVEN), _where_part(m3, xw3, float("-inf"), EVEN)))
+        sumsq, max_xw = tl.reduce(((f0 * f0 + f1 * f1) + (f2 * f2 + f3 * f3), max_xw), 0, _sum_and_max)
+        x0 = _load_part(x_next + c, m0, EVEN)
+        x1 = _load_part(x_next + Q + c, m1, EVEN)
+        if EARLY >= 3:
+            x2 = _load_part(x_next + 2 * Q + c, m2, EVEN)
+        if EARLY >= 4:
+            x3 = _load_part(x_next + 3 * Q + c, m3, EVEN)
+        inv_rms = tl.rsqrt(sumsq / N + eps)
+        m = tl.where(max_xw == float("-inf"), float("-inf"), max_xw * inv_rms)
+        scale = inv_rms * LOG2E
+        off = _offset(m) * LOG2E
+        e0 = _where_part(m0, tl.exp2(xw0 * scale - off), 0.0, EVEN)
+        e1 = _where_part(m1, tl.exp2(xw1 * scale - off), 0.0, EVEN)
+        e2 = _where_part(m2, tl.exp2(xw2 * scale - off), 0.0, EVEN)
+        e3 = _where_part(m3, tl.exp2(xw3 * scale - off), 0.0, EVEN)
+        inv_sum = tl.where(tl.abs(m) < float("inf"), 1.0 / tl.sum((e0 + e1) + (e2 + e3), axis=0), float("nan"))
+        out = y_ptr.dtype.element_ty
+        _store_part(y_row + c, (e0 * inv_sum).to(out), m0, EVEN)
+        if EARLY == 2:
+            x2 = _load_part(x_next + 2 * Q + c, m2, EVEN)
+        if EARLY == 3:
+            x3 = _load_part(x_next + 3 * Q + c, m3, EVEN)
+        _store_part(y_row + Q + c, (e1 * inv_sum).to(out), m1, EVEN)
+        if EARLY == 2:
+            x3 = _load_part(x_next + 3 * Q + c, m3, EVEN)
+        _store_part(y_row + 2 * Q + c, (e2 * inv_sum).to(out), m2, EVEN)
+        _store_part(y_row + 3 * Q + c, (e3 * inv_sum).to(out), m3, EVEN)
+
+
 def _launch(op: str, x: torch.Tensor, xr, weight, eps: float) -> torch.Tensor:
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if xr.rows == 0 or xr.cols == 0:
@@ -176,6 +317,19 @@ def _launch(op: str, x: torch.Tensor, xr, weight, eps: float) -> torch.Tensor:
     yr = row_layout(y, op, "y")
     one_pass = xr.cols <= MAX_ONE_PASS
     block_n = next_pow2(xr.cols) if one_pass else CHUNK
+    plan = _fused_rows_plan(block_n, x.element_size(), xr.cols == block_n) if (
+        weight is not None and one_pass) else None
+    if plan is not None:
+        early, num_warps = plan
+        programs = _sm_count(x.device.index if x.device.index is not None else torch.cuda.current_device()) if (
+            x.is_cuda) else INTERPRETER_PROGRAMS
+        _fused_rows_kernel[(min(xr.rows, programs),)](
+            x, weight, y, xr.rows, xr.cols, eps,
+            xr.inner, xr.outer_stride, xr.inner_stride,
+            yr.inner, yr.outer_stride, yr.inner_stride,
+            Q=block_n // 4, EARLY=early, EVEN=xr.cols == block_n, num_warps=num_warps,
+        )
+        return y
     # Softmax's one-pass 16-bit rows are held as pairs. (The fused op's are not: it needs
     # the weight beside x at three uses, and held or re-read at each, it spilled registers
     # and ran 1.5-2x slower on an H200.)
@@ -184,8 +338,7 @@ def _launch(op: str, x: torch.Tensor, xr, weight, eps: float) -> torch.Tensor:
     if pairs:
         launch = pairs_launch(block_n)
     else:
-        launch = {"num_warps": row_num_warps(block_n, x.element_size(),
-                                             long_row_max_warps(x.element_size(), fused=weight is not None))}
+        launch = {"num_warps": row_num_warps(block_n, x.element_size(), long_row_max_warps(x.element_size()))}
     _softmax_kernel[(xr.rows,)](
         x, weight if weight is not None else x, y, xr.cols, eps, 0,
         xr.inner, xr.outer_stride, xr.inner_stride,
