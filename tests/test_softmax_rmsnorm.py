@@ -200,8 +200,7 @@ def test_triton_persistent_rows(dtype, n, layout):
     softmax_mod = importlib.import_module("gks.triton.softmax")
     if softmax_mod._fused_rows_plan(softmax_mod.next_pow2(n), dtype.itemsize, n == softmax_mod.next_pow2(n)) is None:
         pytest.skip("rows of this length and dtype run one program a row")
-    programs = softmax_mod._sm_count(0) if DEVICE == "cuda" else softmax_mod.INTERPRETER_PROGRAMS
-    m = 2 * programs + 3
+    m = 2 * softmax_mod._persistent_programs(torch.device(DEVICE)) + 3
     seed = seed_for("tri-persistent", str(dtype), n, layout)
     if layout == "contiguous":
         x = _rand((m, n), dtype, seed, scale=2.0)

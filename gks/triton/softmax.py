@@ -217,6 +217,13 @@ def _sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
+def _persistent_programs(device: torch.device) -> int:
+    """Programs of the persistent kernel: one an SM (INTERPRETER_PROGRAMS off the GPU)."""
+    if device.type != "cuda":
+        return INTERPRETER_PROGRAMS
+    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+
+
 @triton.jit
 def _load_part(ptr, mask, EVEN: tl.constexpr):
     if EVEN:
@@ -321,9 +328,7 @@ def _launch(op: str, x: torch.Tensor, xr, weight, eps: float) -> torch.Tensor:
         weight is not None and one_pass) else None
     if plan is not None:
         early, num_warps = plan
-        programs = _sm_count(x.device.index if x.device.index is not None else torch.cuda.current_device()) if (
-            x.is_cuda) else INTERPRETER_PROGRAMS
-        _fused_rows_kernel[(min(xr.rows, programs),)](
+        _fused_rows_kernel[(min(xr.rows, _persistent_programs(x.device)),)](
             x, weight, y, xr.rows, xr.cols, eps,
             xr.inner, xr.outer_stride, xr.inner_stride,
             yr.inner, yr.outer_stride, yr.inner_stride,
