@@ -47,6 +47,8 @@ CHUNK = 4096
 # The fused op's one-pass rows from this long reduce the sum of squares and the max in one
 # sweep (three block reductions become two). On an H200 (8192x32768, µs): fp32 746 -> 716,
 # fp16 374 -> 338, bf16 368 -> 340; at 32768x4096 fp32 lost (262 -> 279), 16-bit tied.
+# (Those rows now run _fused_rows_kernel, which does the same; here it is 16-bit rows of
+# 16384 that take it.)
 FUSED_ONE_REDUCTION_MIN = 16384
 # Programs of the persistent fused kernel where there are no SMs to count (the interpreter).
 INTERPRETER_PROGRAMS = 4
