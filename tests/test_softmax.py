@@ -140,7 +140,6 @@ def test_triton_holds_16bit_rows_as_pairs_only_where_it_can():
         assert torch.isneginf(word).all() and word.view(torch.int16)[0].item() & 0xFFFF == bits
 
 
-
 @pytest.mark.parametrize("name,fn", _backends())
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_strided_row_views(name, fn, dtype):

@@ -63,6 +63,13 @@ def next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
+@triton.jit
+def row_start(ptr, row, inner, outer_stride, inner_stride):
+    """Where row `row` of a row view starts (gks._rows.row_layout: row -> (row // inner) *
+    outer_stride + (row % inner) * inner_stride), the offsets in int64 whatever row's type."""
+    return ptr + tl.cast(row // inner, tl.int64) * outer_stride + tl.cast(row % inner, tl.int64) * inner_stride
+
+
 def row_num_warps(block_n: int, elem_bytes: int, max_warps: int = 16) -> int:
     """Warps for a program that holds a block of block_n elements: about 64 bytes of it a
     thread (16 bytes x 4 accesses), between 1 and max_warps."""

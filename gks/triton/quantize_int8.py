@@ -34,6 +34,7 @@ from gks.triton._common import (
     pairs_launch,
     pairs_pay_off,
     row_num_warps,
+    row_start,
     unpack_pairs,
 )
 
@@ -105,8 +106,9 @@ def _quantize_kernel(
     PAIRS: tl.constexpr, IS_BF16: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
-    x_row = x_ptr + (row // x_inner) * x_outer_stride + (row % x_inner) * x_inner_stride
-    q_row = q_ptr + (row // q_inner) * q_outer_stride + (row % q_inner) * q_inner_stride
+    x_row = row_start(x_ptr, row, x_inner, x_outer_stride, x_inner_stride)
+    q_row = row_start(q_ptr, row, q_inner, q_outer_stride, q_inner_stride)
+    # The scale's place as an offset (row_start's pointer moved ptxas's register allocation).
     s_off = (row // s_inner) * s_outer_stride + (row % s_inner) * s_inner_stride
     cols = tl.arange(0, BLOCK_N)
     if PAIRS:
@@ -162,9 +164,9 @@ def _dequantize_kernel(
     BLOCK_N: tl.constexpr, BF16_BY_HAND: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
-    q_row = q_ptr + (row // q_inner) * q_outer_stride + (row % q_inner) * q_inner_stride
-    o_row = o_ptr + (row // o_inner) * o_outer_stride + (row % o_inner) * o_inner_stride
-    scale = tl.load(s_ptr + (row // s_inner) * s_outer_stride + (row % s_inner) * s_inner_stride)
+    q_row = row_start(q_ptr, row, q_inner, q_outer_stride, q_inner_stride)
+    o_row = row_start(o_ptr, row, o_inner, o_outer_stride, o_inner_stride)
+    scale = tl.load(row_start(s_ptr, row, s_inner, s_outer_stride, s_inner_stride))
     cols = tl.program_id(1).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = cols < N
     y = tl.load(q_row + cols, mask=mask, other=0).to(tl.float32) * scale

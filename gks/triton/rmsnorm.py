@@ -9,7 +9,15 @@ import triton
 import triton.language as tl
 
 from gks._rows import row_layout
-from gks.triton._common import check_device, check_float, check_norm_weight, check_same, next_pow2, row_num_warps
+from gks.triton._common import (
+    check_device,
+    check_float,
+    check_norm_weight,
+    check_same,
+    next_pow2,
+    row_num_warps,
+    row_start,
+)
 
 # Rows up to this many elements are held whole in one program (one read of the row).
 MAX_ONE_PASS = 32768
@@ -24,8 +32,8 @@ def _rmsnorm_kernel(
     BLOCK_N: tl.constexpr, ONE_PASS: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
-    x_row = x_ptr + (row // x_inner) * x_outer_stride + (row % x_inner) * x_inner_stride
-    y_row = y_ptr + (row // y_inner) * y_outer_stride + (row % y_inner) * y_inner_stride
+    x_row = row_start(x_ptr, row, x_inner, x_outer_stride, x_inner_stride)
+    y_row = row_start(y_ptr, row, y_inner, y_outer_stride, y_inner_stride)
     cols = tl.arange(0, BLOCK_N)
     if ONE_PASS:
         mask = cols < N

@@ -38,6 +38,7 @@ from gks.triton._common import (
     pairs_launch,
     pairs_pay_off,
     row_num_warps,
+    row_start,
     unpack_pairs,
 )
 
@@ -53,13 +54,6 @@ FUSED_ONE_REDUCTION_MIN = 16384
 # Programs of the persistent fused kernel where there are no SMs to count (the interpreter).
 INTERPRETER_PROGRAMS = 4
 LOG2E = tl.constexpr(1.4426950408889634)
-
-
-@triton.jit
-def _row_start(ptr, row, inner, outer_stride, inner_stride):
-    """Where row `row` of a row view starts (see gks._rows.row_layout); the offsets in
-    int64, whatever row's type."""
-    return ptr + tl.cast(row // inner, tl.int64) * outer_stride + tl.cast(row % inner, tl.int64) * inner_stride
 
 
 @triton.jit
@@ -118,8 +112,8 @@ def _softmax_kernel(
     IS_BF16: tl.constexpr, NEG_INF_PAIR: tl.constexpr, ONE_REDUCTION: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
-    x_row = _row_start(x_ptr, row, x_inner, x_outer_stride, x_inner_stride)
-    y_row = _row_start(y_ptr, row, y_inner, y_outer_stride, y_inner_stride)
+    x_row = row_start(x_ptr, row, x_inner, x_outer_stride, x_inner_stride)
+    y_row = row_start(y_ptr, row, y_inner, y_outer_stride, y_inner_stride)
     cols = tl.arange(0, BLOCK_N)
     nan = float("nan")
     if PAIRS:
@@ -266,7 +260,7 @@ def _fused_rows_kernel(
     m1 = c + Q < N
     m2 = c + 2 * Q < N
     m3 = c + 3 * Q < N
-    x_row = _row_start(x_ptr, first, x_inner, x_outer_stride, x_inner_stride)
+    x_row = row_start(x_ptr, first, x_inner, x_outer_stride, x_inner_stride)
     x0 = _load_part(x_row + c, m0, EVEN)
     x1 = _load_part(x_row + Q + c, m1, EVEN)
     x2 = _load_part(x_row + 2 * Q + c, m2, EVEN)
@@ -274,9 +268,9 @@ def _fused_rows_kernel(
     for row in range(first, M, step):
         # A program's last row loads itself again as the next (from L2) rather than every
         # load taking one more mask.
-        x_next = _row_start(x_ptr, tl.where(row + step < M, row + step, row),
+        x_next = row_start(x_ptr, tl.where(row + step < M, row + step, row),
                             x_inner, x_outer_stride, x_inner_stride)
-        y_row = _row_start(y_ptr, row, y_inner, y_outer_stride, y_inner_stride)
+        y_row = row_start(y_ptr, row, y_inner, y_outer_stride, y_inner_stride)
         f0 = x0.to(tl.float32)
         f1 = x1.to(tl.float32)
         f2 = x2.to(tl.float32)
