@@ -122,6 +122,26 @@ def test_each_config(config, dtype, out_f32, shape):
 @requires_sm90
 @requires_native
 @pytest.mark.parametrize("config", range(len(CONFIG_NAMES)), ids=CONFIG_NAMES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_each_config_tma_store_epilogue(config, dtype):
+    # Enough tiles that no config splits K on a 132-SM GPU, so a 16-bit c aligned to 16
+    # bytes goes out through TMA stores (where the config has room for their buffers):
+    # several tiles a CTA reuse the buffers, and the last tile column ends 24 columns into
+    # a sub-tile, the last row 76 rows into a tile. Guard rows and columns around c.
+    m, n, k = 1100, 2008, 136
+    inputs = _inputs((m, n, k), dtype, seed_for("hopper-tma-store", config, dtype))
+    a, b = inputs["a"], inputs["b"]
+    c, buf = _poisoned_out(m, n, a.dtype, pad_rows=2, pad_cols=16)
+    gks.cuda.gemm_out(a, b, c, config)
+    torch.cuda.synchronize()
+    _check(c, a, b, dtype, f"{CONFIG_NAMES[config]} TMA store")
+    _assert_guard_untouched(buf, m, n, pad_rows=2, pad_cols=16)
+
+
+@requires_gpu
+@requires_sm90
+@requires_native
+@pytest.mark.parametrize("config", range(len(CONFIG_NAMES)), ids=CONFIG_NAMES)
 def test_each_config_long_k(config):
     # Many laps of the ring within one tile, K not a multiple of 64.
     shape = (257, 264, 4104)

@@ -45,8 +45,9 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 }
 
 // A 2-D tensor map over a row-major [rows, cols] matrix of 16-bit or 8-bit elements, read
-// in boxes of [box_rows, 128 bytes] with the 128-byte swizzle the wgmma descriptors expect.
-// Elements outside the matrix read as zero.
+// (or, for c, written) in boxes of [box_rows, 128 bytes] with the 128-byte swizzle the wgmma
+// descriptors and the epilogue's stmatrix use. Elements outside the matrix read as zero and
+// are not written.
 CUtensorMap make_tensor_map(const void* data, DType dtype, int64_t rows, int64_t cols, int64_t ld,
                             int box_rows, const char* op, const char* arg) {
   CUtensorMap map;
@@ -133,6 +134,13 @@ void launch_config(const HopperGemmLaunch& L, cudaStream_t stream) {
   p.num_units = int(units);
   p.c_kind = gemm_c_kind(L.c_dtype);
   p.c_vec = L.c_vec ? 1 : 0;
+  // A 16-bit c is written by TMA stores where the config has room for their buffers and c's
+  // rows are 16-byte aligned (what a tensor map needs); split-K writes partial sums instead.
+  p.c_tma = Cfg::kTmaStore && L.c_vec && L.c_dtype != DType::kFloat32 && p.k_splits == 1;
+  CUtensorMap map_c;
+  std::memset(&map_c, 0, sizeof(map_c));
+  // Its boxes are the epilogue's 64 x 64 sub-tiles (128 bytes of a row, as for a and b).
+  if (p.c_tma) map_c = make_tensor_map(L.c, L.c_dtype, L.m, L.n, L.ldc, 64, op, "c");
   p.a_scale = L.a_scale;
   p.b_scale = L.b_scale;
   p.a_scale_stride = L.a_scale_stride;
@@ -160,7 +168,7 @@ void launch_config(const HopperGemmLaunch& L, cudaStream_t stream) {
   // the tail of the kernel before it.
   const LaunchConfig launch(dim3(unsigned(clusters * Cfg::kClusterM)), dim3(hk::kThreads),
                             size_t(Cfg::kSmemBytes), stream, Cfg::kClusterM, /*early_start=*/true);
-  cudaError_t err = cudaLaunchKernelEx(&launch.config, kernel, map_a, map_b, p);
+  cudaError_t err = cudaLaunchKernelEx(&launch.config, kernel, map_a, map_b, map_c, p);
   GKS_CHECK(err == cudaSuccess, kCudaError)
       << op << ": launching the Hopper kernel (config " << kConfig.name
       << ") failed: " << cudaGetErrorString(err);
