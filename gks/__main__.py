@@ -1,10 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The gks command line: `python -m gks {list,bench,test,autotune} ...` (also `gks ...`).
+"""The gks command line: `python -m gks {list,bench,test,autotune,roofline,profile} ...`
+(also `gks ...`).
 
   list      ops x backends x supported architectures (``--format json``: see FORMAT_JSON)
   bench     time backends and peers on the H200 (see gks.profile.bench)
   test      run the test suite (pytest) of a source checkout, optionally for one op
-  autotune  measure every tile config and store the winners (see gks.profile.autotune)
+  autotune  measure every config of a kernel and store the winners (see gks.profile.autotune)
   roofline  measured ceilings, and a bench JSON placed on the roofline
   profile   one op under Nsight Compute (see gks.profile.ncu)
 """
@@ -30,7 +31,8 @@ FORMAT_JSON = """\
   tolerance     {dtype: [atol, rtol]} against the float64 reference
   bench_shapes  the shapes `gks bench` times by default
   peers         the reference implementations `gks bench --with-references` times beside it
-  configs       tile configs of the CUDA kernel the autotuner chooses among ([] if none)
+  configs       the CUDA kernel's configs (tiles, or a row op's kernel shapes) that the
+                autotuner chooses among ([] if none)
   compute       the unit its FLOPs run on, for the roofline: fp32, tensor or int8"""
 
 

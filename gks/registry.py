@@ -87,7 +87,12 @@ class OpSpec:
     test_shapes: tuple[tuple[int, ...], ...]
     bench_shapes: tuple[tuple[int, ...], ...]
     peers: tuple[Peer, ...] = ()
-    configs: tuple[Mapping[str, Any], ...] = ()  # tile configs the autotuner may try
+    # The CUDA kernel's configs (its `config` argument), in index order: tile configs, or the
+    # kernel shapes of a row op. gks autotune chooses among them (gks.profile.autotune).
+    configs: tuple[Mapping[str, Any], ...] = ()
+    # Shape dims the autotuner's shape bucket keeps exact instead of rounding them up to a
+    # power of two: flags, and dims that pick another kernel.
+    bucket_exact: tuple[str, ...] = ()
     # The unit the FLOPs run on, for the roofline: "fp32" (CUDA cores), "tensor" (FP16/BF16
     # Tensor Cores), "int8" (INT8 Tensor Cores).
     compute: str = "fp32"

@@ -9,14 +9,14 @@
 # Environment: GKS_CUDA_ARCHS (default 90a here, for build time; CI builds 80;90a),
 # GKS_CHECK_STEPS (default "build ctest example pytest sanitize bench"; also available:
 # pyexample (examples/python/transformer_block.py), ceilings (gks roofline --measure),
-# autotune (every tunable GEMM, see GKS_AUTOTUNE below),
+# autotune (every tunable kernel, see GKS_AUTOTUNE below),
 # profile (gks profile under ncu, GKS_PROFILE_ARGS)), GKS_OPS (build only these kernel
 # families, e.g. "rmsnorm"), GKS_PYTEST_ARGS (default "tests"), GKS_SANITIZE_ARGS (arguments
 # of scripts/sanitize_cases.py), GKS_STEP_TIMEOUT (seconds any one step may run, default
 # 3600: a step past it is stopped so the later steps and the summary still run),
 # GKS_BENCH_EACH (e.g. "sgemm gemm": the bench step runs once per op listed, each with the
 # bench args, its own time limit, log bench-OP.log and JSON bench-OP.json), GKS_AUTOTUNE
-# (the "autotune" step's BACKEND:KERNEL list, default every tunable GEMM; the cache goes to
+# (the "autotune" step's BACKEND:KERNEL list, default every tunable kernel; the cache goes to
 # OUTDIR/autotune.json, which is what gks/profile/tuned/nvidia-h200.json is made of).
 # Wheels in .whl/ (e.g. apache-tvm-ffi, absent from the GPU image) are installed first.
 set -uo pipefail
@@ -66,8 +66,12 @@ run_step pytest $PY -m pytest ${GKS_PYTEST_ARGS:-tests} -q -p no:cacheprovider -
 run_step sanitize bash -c "compute-sanitizer --tool memcheck --error-exitcode 1 '$BUILD/examples/cpp/rmsnorm_example' && compute-sanitizer --tool memcheck --error-exitcode 1 $PY scripts/sanitize_cases.py ${GKS_SANITIZE_ARGS:-}"
 run_step pyexample $PY examples/python/transformer_block.py
 run_step ceilings $PY -m gks roofline --measure
-TUNABLES=${GKS_AUTOTUNE:-"cuda:sgemm cuda:wmma_gemm cuda:int8_gemm cuda:gemm triton:sgemm triton:wmma_gemm triton:int8_gemm pallas:sgemm"}
-run_step autotune bash -c "for t in $TUNABLES; do $PY -m gks autotune --backend \${t%%:*} --kernel \${t#*:} --cache '$OUT/autotune.json' || exit 1; done"
+# GKS_AUTOTUNE: backend:op pairs to tune (default: every tunable kernel of every backend).
+if [ -n "${GKS_AUTOTUNE:-}" ]; then
+  run_step autotune bash -c "for t in $GKS_AUTOTUNE; do $PY -m gks autotune --backend \${t%%:*} --kernel \${t#*:} --cache '$OUT/autotune.json' || exit 1; done"
+else
+  run_step autotune bash -c "for b in cuda triton pallas; do $PY -m gks autotune --backend \$b --all --cache '$OUT/autotune.json' || exit 1; done"
+fi
 run_step profile $PY -m gks profile ${GKS_PROFILE_ARGS:---kernel rmsnorm --shape 8192x32768 --dtype bfloat16 --report /tmp/gks-profile-rmsnorm}
 if [ -n "${GKS_BENCH_EACH:-}" ]; then
   case " $STEPS " in *" bench "*) STEPS="$STEPS $(printf 'bench-%s ' $GKS_BENCH_EACH)" ;; esac

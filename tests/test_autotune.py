@@ -15,10 +15,37 @@ IDENTITY = {"gpu": "NVIDIA H200", "cc": "9.0", "driver": "580.159.03", "gks": "0
 
 
 def test_shape_bucket_rounds_each_dim_up_to_a_power_of_two():
-    assert autotune.shape_bucket(4096, 4096, 4096) == (4096, 4096, 4096)
-    assert autotune.shape_bucket(16, 14336, 4097) == (16, 16384, 8192)
-    assert autotune.shape_bucket(1, 0, 3) == (1, 1, 4)
-    assert autotune.shape_bucket(1000, 1024, 1025) == (1024, 1024, 2048)
+    assert autotune.shape_bucket((4096, 4096, 4096)) == (4096, 4096, 4096)
+    assert autotune.shape_bucket((16, 14336, 4097)) == (16, 16384, 8192)
+    assert autotune.shape_bucket((1, 0, 3)) == (1, 1, 4)
+    assert autotune.shape_bucket((1000, 1024, 1025)) == (1024, 1024, 2048)
+    assert autotune.shape_bucket((65536, 1000)) == (65536, 1024)  # any number of dims
+    # dims kept exact: flags (0 stays 0) and sizes that pick another kernel
+    assert autotune.shape_bucket((3, 96, 0), exact=(1, 2)) == (4, 96, 0)
+
+
+def test_kernel_bucket_keeps_the_dims_the_spec_names_exact():
+    from gks import registry
+
+    assert registry.get("flash_attention_fwd").bucket_exact == ("D", "causal")
+    # B, Hq, Hkv, Sq, Sk round up; the head dim and the causal flag stay apart
+    assert autotune.kernel_bucket("flash_attention_fwd", (3, 12, 4, 1000, 1000, 96, 0)) == (
+        4, 16, 4, 1024, 1024, 96, 0)
+    assert autotune.kernel_bucket("flash_attention_fwd", (3, 12, 4, 1000, 1000, 96, 1))[-1] == 1
+    assert autotune.kernel_bucket("rmsnorm", (8000, 4000)) == (8192, 4096)
+    assert autotune.kernel_bucket("triton.sgemm", (100, 120, 129)) == (128, 128, 256)
+
+
+def test_row_and_attention_dims_are_the_specs_dims():
+    import torch
+
+    assert autotune.row_dims(torch.empty(4, 6, 10)) == (24, 10)
+    assert autotune.row_dims(torch.empty(0, 10)) == (0, 10)
+    assert autotune.row_dims(torch.empty(3, 0)) == (0, 0)
+    q, k = torch.empty(2, 8, 100, 64), torch.empty(2, 2, 300, 64)
+    assert autotune.attention_dims(q, k, True) == (2, 8, 2, 100, 300, 64, 1)
+    assert autotune.attention_dims(q, k, False)[-1] == 0
+    assert autotune.attention_dims(q[0], k, False) is None  # the C++ API says what is wrong
 
 
 def test_pick_winner_tie_band_prefers_the_first_config():
@@ -99,11 +126,11 @@ def test_lookup_reads_the_cache_and_misses_on_any_mismatch(tmp_path, monkeypatch
     monkeypatch.setattr(autotune, "_kernel_hash", lambda kernel: "h1")
     key = autotune.cache_key(IDENTITY, "sgemm", "float32", (1024, 4096, 4096), "h1")
     autotune.save_cache({key: {"config": 3, "name": "cfg3"}})
-    assert autotune.lookup("sgemm", "float32", 1000, 4096, 4000, 0) == 3  # same bucket
-    assert autotune.lookup("sgemm", "float32", 1025, 4096, 4000, 0) is None  # next bucket
-    assert autotune.lookup("wmma_gemm", "float32", 1000, 4096, 4000, 0) is None
+    assert autotune.lookup("sgemm", "float32", (1000, 4096, 4000), 0) == 3  # same bucket
+    assert autotune.lookup("sgemm", "float32", (1025, 4096, 4000), 0) is None  # next bucket
+    assert autotune.lookup("wmma_gemm", "float32", (1000, 4096, 4000), 0) is None
     monkeypatch.setattr(autotune, "_kernel_hash", lambda kernel: "h2")  # config list changed
-    assert autotune.lookup("sgemm", "float32", 1000, 4096, 4000, 0) is None
+    assert autotune.lookup("sgemm", "float32", (1000, 4096, 4000), 0) is None
     autotune._entries.cache_clear()
 
 
@@ -122,13 +149,13 @@ def test_resolve_config_follows_a_new_cache_at_once(tmp_path, monkeypatch):
     key = autotune.cache_key(IDENTITY, "sgemm", "float32", (1024, 4096, 4096), "h1")
     try:
         autotune.save_cache({key: {"config": 3}})
-        assert autotune.resolve_config("sgemm", like, 1000, 4096, 4000, -1) == 3
-        assert autotune.resolve_config("sgemm", like, 1000, 4096, 4000, -1) == 3  # remembered
+        assert autotune.resolve_config("sgemm", like, (1000, 4096, 4000), -1) == 3
+        assert autotune.resolve_config("sgemm", like, (1000, 4096, 4000), -1) == 3  # remembered
         autotune.save_cache({key: {"config": 1}})
-        assert autotune.resolve_config("sgemm", like, 1000, 4096, 4000, -1) == 1
+        assert autotune.resolve_config("sgemm", like, (1000, 4096, 4000), -1) == 1
         autotune.save_cache({})
-        assert autotune.resolve_config("sgemm", like, 1000, 4096, 4000, -1) == -1  # heuristic
-        assert autotune.resolve_config("sgemm", like, 1000, 4096, 4000, 2) == 2  # forced
+        assert autotune.resolve_config("sgemm", like, (1000, 4096, 4000), -1) == -1  # heuristic
+        assert autotune.resolve_config("sgemm", like, (1000, 4096, 4000), 2) == 2  # forced
     finally:
         autotune._entries.cache_clear()
         autotune._shipped.cache_clear()
@@ -148,14 +175,14 @@ def test_shipped_tables_apply_across_driver_and_version_after_the_users_cache(tm
                                       (64, 64, 64), "h1"): {"config": 1}}
         autotune.save_cache(shipped, tmp_path / "shipped" / "table.json")
         autotune._shipped.cache_clear()
-        assert autotune.lookup("sgemm", "float32", 1000, 4096, 4000, 0) == 2  # other driver, version
-        assert autotune.lookup("sgemm", "float32", 64, 64, 64, 0) is None  # another GPU's entry
+        assert autotune.lookup("sgemm", "float32", (1000, 4096, 4000), 0) == 2  # other driver, version
+        assert autotune.lookup("sgemm", "float32", (64, 64, 64), 0) is None  # another GPU's entry
         monkeypatch.setattr(autotune, "_kernel_hash", lambda kernel: "h2")  # config list changed
-        assert autotune.lookup("sgemm", "float32", 1000, 4096, 4000, 0) is None
+        assert autotune.lookup("sgemm", "float32", (1000, 4096, 4000), 0) is None
         monkeypatch.setattr(autotune, "_kernel_hash", lambda kernel: "h1")
         own = autotune.cache_key(IDENTITY, "sgemm", "float32", (1024, 4096, 4096), "h1")
         autotune.save_cache({own: {"config": 3}})  # the user's own tuning wins
-        assert autotune.lookup("sgemm", "float32", 1000, 4096, 4000, 0) == 3
+        assert autotune.lookup("sgemm", "float32", (1000, 4096, 4000), 0) == 3
     finally:
         autotune._entries.cache_clear()
         autotune._shipped.cache_clear()
@@ -176,15 +203,15 @@ def test_shipped_tables_match_the_compiled_config_lists():
             assert chash == f"cfg{autotune._kernel_hash(kernel)}", f"{path.name}: {key} is stale"
             names = autotune.kernel_config_names(kernel)
             assert 0 <= entry["config"] < len(names) and entry["name"] == names[entry["config"]], key
-            assert autotune.shape_bucket(*entry["shape"]) == tuple(int(x) for x in bucket.split("x")), key
+            assert autotune.kernel_bucket(kernel, entry["shape"]) == tuple(int(x) for x in bucket.split("x")), key
 
 
 def test_resolve_config_passes_explicit_configs_through():
     import torch
 
     t = torch.zeros(2, 2)
-    assert autotune.resolve_config("sgemm", t, 2, 2, 2, 3) == 3
-    assert autotune.resolve_config("sgemm", t, 2, 2, 2, -1) == -1  # CPU tensor: no lookup
+    assert autotune.resolve_config("sgemm", t, (2, 2, 2), 3) == 3
+    assert autotune.resolve_config("sgemm", t, (2, 2, 2), -1) == -1  # CPU tensor: no lookup
 
 
 def test_cli_without_gpu_or_with_bad_arguments(capsys):
@@ -247,16 +274,63 @@ def test_pallas_sgemm_is_tunable_and_looked_up_by_a_jax_made_identity(tmp_path, 
         chash = autotune._kernel_hash("pallas.sgemm")
         autotune.save_cache({autotune.cache_key(IDENTITY, "pallas.sgemm", "float32", (128, 128, 128), chash):
                              {"config": 2}})
-        assert autotune.lookup_for(IDENTITY, "pallas.sgemm", "float32", 100, 120, 128) == 2
-        assert autotune.lookup_for(IDENTITY, "pallas.sgemm", "float32", 100, 120, 129) is None
-        assert autotune.lookup_for(IDENTITY, "triton.sgemm", "float32", 100, 120, 128) is None
+        assert autotune.lookup_for(IDENTITY, "pallas.sgemm", "float32", (100, 120, 128)) == 2
+        assert autotune.lookup_for(IDENTITY, "pallas.sgemm", "float32", (100, 120, 129)) is None
+        assert autotune.lookup_for(IDENTITY, "triton.sgemm", "float32", (100, 120, 128)) is None
     finally:
         autotune._entries.cache_clear()
 
 
 def test_cli_refuses_a_kernel_the_backend_cannot_tune(capsys):
     assert autotune.main(["--backend", "triton", "--kernel", "gemm"]) == 2
-    assert "the triton backend has no tunable 'gemm'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "the triton backend has no configs of 'gemm' to tune" in err
+    assert "Tunable with --backend triton: sgemm, wmma_gemm, int8_gemm" in err
+    # every registry op is accepted and answered: tuned, or told why not
+    assert autotune.main(["--kernel", "quantize_int8"]) == 2
+    assert "no configs of 'quantize_int8' to tune: its launch plan" in capsys.readouterr().err
+
+
+def test_every_registry_op_is_tunable_or_has_a_reason():
+    from gks import registry
+
+    for spec in registry.ops():
+        for backend in spec.backends:
+            if spec.name in autotune.BACKEND_KERNELS[backend.name]:
+                continue
+            assert spec.name in autotune.untunable_reason(backend.name, spec.name)
+
+
+def test_cuda_row_ops_and_attention_tune_their_specs_configs():
+    from gks import registry
+
+    for op in ("rmsnorm", "softmax", "softmax_rmsnorm", "flash_attention_fwd"):
+        assert op in autotune.BACKEND_KERNELS["cuda"]
+        names = autotune.kernel_config_names(op)
+        assert names == tuple(c["name"] for c in registry.get(op).configs) and len(names) >= 2
+
+
+def test_cli_argument_errors_come_before_any_gpu_check(capsys):
+    with pytest.raises(SystemExit) as e:
+        autotune.main(["--kernel", "rmsnorm", "--shapes", "4096x4096x4096"])
+    assert e.value.code == 2
+    assert "argument --shapes: '4096x4096x4096' is not a shape of rmsnorm, whose dims are MxN" in (
+        capsys.readouterr().err)
+    with pytest.raises(SystemExit):
+        autotune.main(["--kernel", "rmsnorm", "--shapes", "4096xN"])
+    assert "not like 4096x4096x4096" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        autotune.main(["--kernel", "sgemm", "--dtype", "float16"])
+    assert "argument --dtype: sgemm has no dtype 'float16' (it has float32)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        autotune.main(["--all", "--shapes", "64x64"])
+    assert "needs one --kernel" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        autotune.main([])
+    assert "one of the arguments --kernel, --all or --show is required" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        autotune.main(["--kernel", "gemm", "--all"])
+    assert "not allowed with argument" in capsys.readouterr().err
 
 
 @requires_gpu
@@ -273,7 +347,7 @@ def test_tune_triton_writes_an_entry_its_launch_then_uses(tmp_path, monkeypatch)
                               "--iters", "3", "--reps", "2"]) == 0
         (key, entry), = autotune.load_cache().items()
         assert "|triton.sgemm|float32|256x512x512|" in key
-        assert autotune.lookup("triton.sgemm", "float32", 200, 300, 400, torch.cuda.current_device()) == entry["config"]
+        assert autotune.lookup("triton.sgemm", "float32", (200, 300, 400), torch.cuda.current_device()) == entry["config"]
         a = torch.randn(200, 400, device="cuda")
         b = torch.randn(400, 300, device="cuda")
         # The launch takes the tuned block shape and split (a split-K config's result may
@@ -324,7 +398,7 @@ def test_tune_writes_an_entry_the_op_then_uses(tmp_path, monkeypatch):
     assert len(entries) == 1
     (key, entry), = entries.items()
     assert "|sgemm|float32|256x512x512|" in key
-    assert autotune.lookup("sgemm", "float32", 200, 300, 400, torch.cuda.current_device()) == entry["config"]
+    assert autotune.lookup("sgemm", "float32", (200, 300, 400), torch.cuda.current_device()) == entry["config"]
     a = torch.randn(200, 400, device="cuda")
     b = torch.randn(400, 300, device="cuda")
     torch.testing.assert_close(gks.sgemm(a, b), gks.sgemm(a, b, config=entry["config"]), rtol=0, atol=0)
@@ -357,3 +431,41 @@ def test_gemm_dims_reads_m_n_k_and_names_a_bad_operand():
         autotune.gemm_dims("gks.int8_gemm", a, b[None], "a_q", "b_q")
     with pytest.raises(TypeError, match=r"gks.sgemm: argument 'b' must be a torch.Tensor, got list"):
         autotune.gemm_dims("gks.sgemm", a, [[1.0]])
+
+
+@requires_gpu
+@requires_native
+@pytest.mark.parametrize("op, shape, launcher", [
+    ("rmsnorm", "300x1000", "rmsnorm_out"),
+    ("softmax", "300x1000", "softmax_out"),
+    ("softmax_rmsnorm", "300x1000", "softmax_rmsnorm_out"),
+    ("flash_attention_fwd", "1x2x2x128x128x64x1", "flash_attention_fwd_out"),
+])
+def test_tune_a_row_op_or_attention_writes_an_entry_the_op_then_uses(tmp_path, monkeypatch, op, shape,
+                                                                     launcher):
+    import torch
+
+    import gks
+    from gks import registry
+
+    monkeypatch.setenv("GKS_CACHE_DIR", str(tmp_path))
+    autotune._entries.cache_clear()
+    try:
+        spec = registry.get(op)
+        dtype = spec.dtypes[-1]
+        assert autotune.main(["--kernel", op, "--dtype", dtype, "--shapes", shape, "--reps", "2",
+                              "--iters", "3"]) == 0
+        (key, entry), = autotune.load_cache().items()
+        dims = tuple(int(d) for d in shape.split("x"))
+        bucket = "x".join(map(str, autotune.kernel_bucket(op, dims)))
+        assert f"|{op}|{dtype}|{bucket}|" in key
+        assert sum(t is not None for t in entry["times_ms"]) >= 1
+        # The op's call with config=-1 hands the tuned config to the library.
+        seen = []
+        real = getattr(gks.cuda, launcher)
+        monkeypatch.setattr(gks.cuda, launcher, lambda *args: seen.append(args[-1]) or real(*args))
+        getattr(gks, op)(**spec.make_inputs(dims, dtype, "cuda", 1))
+        torch.cuda.synchronize()
+        assert seen == [entry["config"]]
+    finally:
+        autotune._entries.cache_clear()

@@ -7,6 +7,7 @@ import torch
 
 from gks import cuda
 from gks._torch_ops._eager import gks_op
+from gks.profile import autotune
 
 
 def _aligned16(t: torch.Tensor) -> bool:
@@ -43,9 +44,12 @@ def _flash_attention_fwd(
     [B, Hq, Sq, D] (contiguous, q's dtype) and lse [B, Hq, Sq] (float32, natural log;
     -inf for a row that sees no key, whose o is 0). Runs on the current CUDA stream.
     On an sm_90 GPU (library built for sm_90a) head dims 64 and 128 run the wgmma kernel,
-    everything else the mma.sync kernel; config 0 or 1 forces one (see
-    gks.cuda.flash_attention_fwd_out).
+    everything else the mma.sync kernel, unless the tuned table picks the other for this
+    shape; config 0 or 1 forces one (see gks.cuda.flash_attention_fwd_out).
     """
+    dims = autotune.attention_dims(q, k, causal)
+    if dims is not None:
+        config = autotune.resolve_config("flash_attention_fwd", q, dims, config)
     o = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = q.new_empty(q.shape[:-1], dtype=torch.float32)
     cuda.flash_attention_fwd_out(

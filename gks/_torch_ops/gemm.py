@@ -40,7 +40,7 @@ def _gemm(
     """
     m, n, k = autotune.gemm_dims("gks.gemm", a, b)
     c = a.new_empty((m, n), dtype=_out_dtype(a, out_dtype))
-    cuda.gemm_out(a, b, c, autotune.resolve_config("gemm", a, m, n, k, config))
+    cuda.gemm_out(a, b, c, autotune.resolve_config("gemm", a, (m, n, k), config))
     return c
 
 

@@ -62,7 +62,7 @@ def _int8_gemm(
     k_major = b_q.stride(0) == 1 and b_q.stride(1) != 1 and min(k, n) > 1
     cfg = config
     if k_major:
-        cfg = resolve_config("int8_gemm", a_q, m, n, k, config, dtype=c.dtype)
+        cfg = resolve_config("int8_gemm", a_q, (m, n, k), config, dtype=c.dtype)
     cuda.int8_gemm_out(a_q, b_q, a_scale, b_scale, c, cfg)
     return c
 

@@ -22,7 +22,7 @@ def _sgemm(a: torch.Tensor, b: torch.Tensor, config: int = -1) -> torch.Tensor:
     """
     m, n, k = gemm_dims("gks.sgemm", a, b)
     c = a.new_empty((m, n), dtype=torch.float32)
-    cuda.sgemm_out(a, b, c, resolve_config("sgemm", a, m, n, k, config))
+    cuda.sgemm_out(a, b, c, resolve_config("sgemm", a, (m, n, k), config))
     return c
 
 

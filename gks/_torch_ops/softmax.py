@@ -8,6 +8,7 @@ import torch
 
 from gks import cuda
 from gks._torch_ops._eager import gks_op
+from gks.profile import autotune
 
 
 def _softmax(x: torch.Tensor, config: int = -1) -> torch.Tensor:
@@ -15,11 +16,11 @@ def _softmax(x: torch.Tensor, config: int = -1) -> torch.Tensor:
 
     x: fp32/fp16/bf16 CUDA tensor, last dim contiguous, any leading strides. Non-finite
     input gives torch.softmax's result (a row with NaN or +inf, or all -inf, is all NaN).
-    Runs on the current CUDA stream. config: the kernel shape (-1: heuristic; see
-    gks.cuda.softmax_out).
+    Runs on the current CUDA stream. config: the kernel shape (-1: the tuned table's pick
+    for this shape if any, else the heuristic; see gks.cuda.softmax_out).
     """
     y = torch.empty_like(x, memory_format=torch.contiguous_format)
-    cuda.softmax_out(x, y, config)
+    cuda.softmax_out(x, y, autotune.resolve_config("softmax", x, autotune.row_dims(x), config))
     return y
 
 
@@ -38,6 +39,7 @@ def _softmax_rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, c
     is. weight: [N], x's dtype. Runs on the current CUDA stream. config: as for softmax.
     """
     y = torch.empty_like(x, memory_format=torch.contiguous_format)
+    config = autotune.resolve_config("softmax_rmsnorm", x, autotune.row_dims(x), config)
     cuda.softmax_rmsnorm_out(x, weight, y, eps, config)
     return y
 

@@ -31,7 +31,7 @@ def _wmma_gemm(
     """
     m, n, k = gemm_dims("gks.wmma_gemm", a, b)
     c = a.new_empty((m, n), dtype=_out_dtype(a, out_dtype))
-    cuda.wmma_gemm_out(a, b, c, resolve_config("wmma_gemm", a, m, n, k, config))
+    cuda.wmma_gemm_out(a, b, c, resolve_config("wmma_gemm", a, (m, n, k), config))
     return c
 
 

@@ -76,7 +76,7 @@ def _tuned_config(a: jax.Array, m: int, n: int, k: int) -> int:
 
     device = next(iter(a.devices()))
     identity = autotune.make_identity(device.device_kind, str(getattr(device, "compute_capability", "?")))
-    tuned = autotune.lookup_for(identity, "pallas.sgemm", "float32", m, n, k)
+    tuned = autotune.lookup_for(identity, "pallas.sgemm", "float32", (m, n, k))
     return 0 if tuned is None else tuned
 
 

@@ -1,7 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Autotuning of the GEMMs' tile configs: ``python -m gks autotune --kernel NAME`` for the
-CUDA kernels, ``--backend triton`` for the Triton ones and ``--backend pallas`` for the
+"""Autotuning of the kernels' configs: ``python -m gks autotune --kernel NAME`` for the CUDA
+kernels (the GEMMs' tile configs; the row ops' kernel shapes; FlashAttention's mma.sync and
+wgmma kernels), ``--backend triton`` for the Triton GEMMs and ``--backend pallas`` for the
 Pallas SGEMM (their block shapes; the cache names them ``triton.NAME``, ``pallas.NAME``).
+``--all`` tunes every tunable kernel of the backend. Every other op of the registry is
+accepted too and answered with why it has nothing to tune (its kernel shape follows from
+the input's; see UNTUNABLE).
 
 For each dtype and shape it runs every compiled config of the kernel, checks its output
 against the float64 reference (a config that fails may not win), times it, and stores the
@@ -18,14 +22,15 @@ a deterministic tie band, so timing noise between near-equal configs does not fl
 
 The cache (``$GKS_CACHE_DIR/autotune.json``, else ``~/.cache/gks/autotune.json``) is keyed on
 everything that can change the answer: GPU name, compute capability, driver version, gks
-version, kernel, dtype, shape bucket (M, N and K each rounded up to a power of two) and a
-hash of the kernel's config names. An entry made under any other value of these is simply
+version, kernel, dtype, shape bucket (each dim rounded up to a power of two, but for the
+dims the op's spec keeps exact, ``OpSpec.bucket_exact``: FlashAttention's head dim and
+causal flag) and a hash of the kernel's config names. An entry made under any other value of these is simply
 never matched (``--prune`` deletes such entries for the current GPU).
 
 Tables measured this way ship with gks in ``gks/profile/tuned/`` (``nvidia-h200.json``: the
-H200, every tunable GEMM of every backend at its bench shapes; regenerate with ``python -m gks
-autotune --backend B --kernel K --cache gks/profile/tuned/nvidia-h200.json`` for each on that
-GPU). A shipped entry applies to the same GPU model and compute capability, kernel, dtype,
+H200, every tunable kernel of every backend at its bench shapes; regenerate with ``python -m
+gks autotune --backend B --all --cache gks/profile/tuned/nvidia-h200.json`` for each backend
+on that GPU). A shipped entry applies to the same GPU model and compute capability, kernel, dtype,
 shape bucket and config list whatever the driver and gks version (the config-list hash still
 guards against changed configs); an entry of the user's own cache takes precedence.
 
@@ -52,10 +57,30 @@ from typing import Any
 CACHE_FORMAT = 1
 TIE_BAND = 0.02
 
-# The tunable GEMMs per backend; each is also the registry op that describes it (inputs,
-# reference, check, shapes).
-KERNELS = ("sgemm", "wmma_gemm", "int8_gemm", "gemm")
-BACKEND_KERNELS = {"cuda": KERNELS, "triton": ("sgemm", "wmma_gemm", "int8_gemm"), "pallas": ("sgemm",)}
+# The tunable kernels per backend, each named by the registry op that describes it (inputs,
+# reference, check, shapes): those whose backend compiles several configs and takes a
+# `config` argument. The CUDA GEMMs list theirs in the library (gks.cuda.gemm_config_names);
+# the other CUDA ops in their spec's `configs`.
+GEMMS = ("sgemm", "wmma_gemm", "int8_gemm", "gemm")
+BACKEND_KERNELS = {
+    "cuda": GEMMS + ("rmsnorm", "softmax", "softmax_rmsnorm", "flash_attention_fwd"),
+    "triton": ("sgemm", "wmma_gemm", "int8_gemm"),
+    "pallas": ("sgemm",),
+}
+# Why the other (backend, op) pairs have nothing to tune: what picks their kernel shape.
+UNTUNABLE = {
+    "cuda": "its launch plan (chunks a thread, threads a row) follows from the row length",
+    "triton": "its block size and warps follow from the input's shape (one compiled kernel a "
+              "shape, no config list)",
+    "pallas": "its block sizes follow from the input's shape (no config list)",
+}
+
+
+def untunable_reason(backend: str, op: str) -> str:
+    """What gks autotune says for an op the backend cannot tune."""
+    return (f"gks autotune: the {backend} backend has no configs of '{op}' to tune: "
+            f"{UNTUNABLE[backend]}. Tunable with --backend {backend}: "
+            f"{', '.join(BACKEND_KERNELS[backend])}")
 
 
 def cache_kernel(backend: str, op: str) -> str:
@@ -79,9 +104,24 @@ def next_pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
-def shape_bucket(m: int, n: int, k: int) -> tuple[int, int, int]:
-    """M, N and K each rounded up to a power of two (0 and 1 stay 1)."""
-    return next_pow2(max(m, 1)), next_pow2(max(n, 1)), next_pow2(max(k, 1))
+def shape_bucket(shape: Sequence[int], exact: Sequence[int] = ()) -> tuple[int, ...]:
+    """Each dim rounded up to a power of two (0 and 1 stay 1), but for the dims at the
+    indices in `exact`, which stay as they are (flags, and dims that pick another kernel)."""
+    return tuple(int(d) if i in exact else next_pow2(max(int(d), 1)) for i, d in enumerate(shape))
+
+
+@functools.cache
+def bucket_exact_dims(kernel: str) -> tuple[int, ...]:
+    """The indices of the shape dims that `kernel`'s op keeps exact in its bucket."""
+    from gks import registry
+
+    spec = registry.get(split_kernel(kernel)[1])
+    return tuple(spec.shape_names.index(name) for name in spec.bucket_exact)
+
+
+def kernel_bucket(kernel: str, shape: Sequence[int]) -> tuple[int, ...]:
+    """The shape bucket of `kernel`'s cache keys."""
+    return shape_bucket(shape, bucket_exact_dims(kernel))
 
 
 def config_hash(names: Sequence[str]) -> str:
@@ -246,9 +286,13 @@ def kernel_config_names(kernel: str) -> tuple[str, ...]:
         from gks import pallas
 
         return tuple(getattr(pallas, f"{op}_config_names")())
-    from gks import cuda
+    if op in GEMMS:
+        from gks import cuda
 
-    return tuple(cuda.gemm_config_names(op))
+        return tuple(cuda.gemm_config_names(op))
+    from gks import registry
+
+    return tuple(c["name"] for c in registry.get(op).configs)
 
 
 @functools.cache
@@ -256,18 +300,18 @@ def _kernel_hash(kernel: str) -> str:
     return config_hash(kernel_config_names(kernel))
 
 
-def lookup(kernel: str, dtype: str, m: int, n: int, k: int, device_index: int) -> int | None:
+def lookup(kernel: str, dtype: str, shape: Sequence[int], device_index: int) -> int | None:
     """The tuned config for CUDA device `device_index` (as torch numbers it), this dtype and
-    shape bucket (the user's cache first, then the shipped tables), or None."""
-    return lookup_for(device_identity(device_index), kernel, dtype, m, n, k)
+    shape's bucket (the user's cache first, then the shipped tables), or None."""
+    return lookup_for(device_identity(device_index), kernel, dtype, shape)
 
 
-def lookup_for(identity: dict[str, str], kernel: str, dtype: str, m: int, n: int, k: int) -> int | None:
+def lookup_for(identity: dict[str, str], kernel: str, dtype: str, shape: Sequence[int]) -> int | None:
     """lookup() for a device identity the caller made (JAX callers, without torch)."""
     entries, shipped = _entries(), _shipped()
     if not entries and not shipped:
         return None
-    key = cache_key(identity, kernel, dtype, shape_bucket(m, n, k), _kernel_hash(kernel))
+    key = cache_key(identity, kernel, dtype, kernel_bucket(kernel, shape), _kernel_hash(kernel))
     entry = entries.get(key) or shipped.get(shipped_key(key))
     return int(entry["config"]) if entry else None
 
@@ -288,18 +332,19 @@ def table_generation() -> int:
 _RESOLVED: dict[tuple, int] = {}
 
 
-def resolve_config(kernel: str, like, m: int, n: int, k: int, config: int, dtype=None) -> int:
+def resolve_config(kernel: str, like, shape: tuple[int, ...], config: int, dtype=None) -> int:
     """config if >= 0 (or < -1: the C++ API rejects it with a clear message); for -1 the
-    tuned entry if any, else -1 (the C++ heuristic). `like` gives the device and, unless
-    `dtype` is given, the dtype of the key."""
+    tuned entry for this shape (in the op's spec's shape_names order, e.g. (M, N, K)) if
+    any, else -1 (the C++ heuristic). `like` gives the device and, unless `dtype` is given,
+    the dtype of the key."""
     # is_cuda and get_device(), not like.device: each .device builds a torch.device object.
     if config != -1 or not like.is_cuda:
         return config
     index = like.get_device()
-    key = (kernel, dtype or like.dtype, m, n, k, index, table_generation())
+    key = (kernel, dtype or like.dtype, shape, index, table_generation())
     found = _RESOLVED.get(key)
     if found is None:
-        tuned = lookup(kernel, _dtype_name(dtype or like.dtype), m, n, k, index)
+        tuned = lookup(kernel, _dtype_name(dtype or like.dtype), shape, index)
         found = -1 if tuned is None else tuned
         if len(_RESOLVED) >= 4096:
             _RESOLVED.clear()
@@ -332,6 +377,22 @@ def gemm_dims(op: str, a, b, a_name: str = "a", b_name: str = "b") -> tuple[int,
     check_matrix(a, op, a_name)
     check_matrix(b, op, b_name)
     raise AssertionError("unreachable: check_matrix raised")
+
+
+def row_dims(x) -> tuple[int, int]:
+    """(M, N) of x [..., N] taken as M rows: the row ops' spec dims, their tables' key."""
+    shape = x.shape
+    n = shape[-1] if len(shape) else 1
+    return (x.numel() // n if n else 0), n
+
+
+def attention_dims(q, k, causal) -> tuple[int, ...] | None:
+    """(B, Hq, Hkv, Sq, Sk, D, causal) of q [B, Hq, Sq, D] and k [B, Hkv, Sk, D], the
+    attention spec's dims; None unless both are 4-D (the C++ API then says what is wrong)."""
+    qs, ks = q.shape, k.shape
+    if len(qs) != 4 or len(ks) != 4:
+        return None
+    return qs[0], qs[1], ks[1], qs[2], ks[2], qs[3], int(bool(causal))
 
 
 # ---------------------------------------------------------------------------------------
@@ -428,9 +489,10 @@ def tune_one(kernel: str, dtype: str, shape: Sequence[int], *, warmup: int, iter
     if on_torch_stream and timing == "bench" and checked:
         for i, t in zip(checked, time_like_bench(spec, op, shape, dtype, inputs, checked, reps)):
             times[i] = t
-    flops = spec.flops(tuple(shape))
+    flops, moved = spec.flops(tuple(shape)), spec.bytes_moved(tuple(shape), dtype)
     for i in checked:
-        progress(f"    {names[i]:<26} {times[i] * 1e3:10.1f} us  {flops / times[i] / 1e9:8.1f} TFLOP/s")
+        progress(f"    {names[i]:<26} {times[i] * 1e3:10.1f} us  {flops / times[i] / 1e9:8.1f} TFLOP/s"
+                 f"  {moved / times[i] / 1e6:8.1f} GB/s")
     winner = pick_winner(times, band)
     progress(f"  -> {names[winner]}")
     return {"config": winner, "name": names[winner], "shape": list(shape), "timing": timing,
@@ -450,27 +512,45 @@ def time_like_bench(spec, op, shape: Sequence[int], dtype: str, inputs: dict,
     return [v.median_ms for v in variants]
 
 
-def _parse_shapes(text: str) -> list[tuple[int, int, int]]:
+def _parse_shapes(text: str) -> list[tuple[int, ...]]:
+    """AxBx...[,AxB...]: non-negative ints (main checks the count against the op's dims)."""
     shapes = []
     for item in text.split(","):
-        dims = tuple(int(x) for x in item.lower().split("x"))
-        if len(dims) != 3 or min(dims) < 1:
-            raise argparse.ArgumentTypeError(f"shape '{item}' is not MxNxK with positive dims")
+        try:
+            dims = tuple(int(x) for x in item.lower().split("x"))
+        except ValueError:
+            dims = ()
+        if not dims or min(dims) < 0:
+            raise argparse.ArgumentTypeError(f"shape '{item}' is not like 4096x4096x4096 "
+                                             f"(non-negative integers joined by 'x')")
         shapes.append(dims)
     return shapes
+
+
+def _op_names() -> tuple[str, ...]:
+    from gks import registry
+
+    return tuple(spec.name for spec in registry.ops())
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gks autotune", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--kernel", required=True, choices=KERNELS, help="the GEMM to tune")
+    target = p.add_mutually_exclusive_group()
+    target.add_argument("--kernel", choices=_op_names(), metavar="OP",
+                        help="the op to tune (any registry op: %(choices)s; those the backend "
+                             "cannot tune are answered with why)")
+    target.add_argument("--all", action="store_true",
+                        help="every kernel the backend can tune, one after the other")
+    p.add_argument("--show", action="store_true", help="print the cache's entries and exit")
     p.add_argument("--backend", choices=tuple(BACKEND_KERNELS), default="cuda",
-                   help="whose configs: the CUDA tile configs, the Triton block shapes "
-                        "(sgemm, wmma_gemm, int8_gemm) or the Pallas ones (sgemm)")
+                   help="whose configs: " + "; ".join(
+                       f"{b}: {', '.join(ops)}" for b, ops in BACKEND_KERNELS.items()))
     p.add_argument("--dtype", action="append",
                    help="dtype(s) to tune (repeat or comma-separate); default: all of the spec's")
     p.add_argument("--shapes", type=_parse_shapes,
-                   help="MxNxK[,MxNxK...]; default: the spec's bench shapes")
+                   help="shapes in the op's dims (e.g. MxNxK for a GEMM, MxN for a row op), "
+                        "comma-separated; default: the spec's bench shapes")
     p.add_argument("--timing", choices=TIMINGS, default="bench",
                    help="bench: per call as gks bench times it (host included, cold L2); "
                         "graph: GPU time alone, by CUDA-graph replay (CUDA and Triton configs)")
@@ -484,64 +564,86 @@ def build_parser() -> argparse.ArgumentParser:
                    default=None)
     p.add_argument("--prune", action="store_true",
                    help="also delete this GPU's entries that can no longer match")
-    p.add_argument("--show", action="store_true", help="print the cache's entries and exit")
     return p
 
 
+def _plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[tuple[str, list[str], list]]:
+    """(op, dtypes, shapes) for each op to tune, after every argument check (no GPU needed):
+    argument errors exit with status 2 and say what was expected."""
+    from gks import registry
+
+    if not (args.kernel or args.all):
+        parser.error("one of the arguments --kernel, --all or --show is required")
+    if args.all and args.shapes:
+        parser.error("argument --shapes: needs one --kernel (each op has its own dims)")
+    wanted = [d for item in (args.dtype or []) for d in item.split(",") if d]
+    plan = []
+    for op in (BACKEND_KERNELS[args.backend] if args.all else (args.kernel,)):
+        spec = registry.get(op)
+        for d in wanted:
+            if d not in spec.dtypes and not args.all:
+                parser.error(f"argument --dtype: {op} has no dtype '{d}' "
+                             f"(it has {', '.join(spec.dtypes)})")
+        dtypes = [d for d in wanted if d in spec.dtypes] if wanted else list(spec.dtypes)
+        for shape in args.shapes or ():
+            if len(shape) != len(spec.shape_names):
+                parser.error(f"argument --shapes: '{'x'.join(map(str, shape))}' is not a shape of "
+                             f"{op}, whose dims are {'x'.join(spec.shape_names)}")
+        shapes = list(args.shapes or (tuple(s) for s in spec.bench_shapes))
+        if dtypes:
+            plan.append((op, dtypes, shapes))
+    if not plan:
+        parser.error(f"argument --dtype: no tunable op of the {args.backend} backend has "
+                     f"dtype(s) {', '.join(wanted)}")
+    return plan
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     path = args.cache or cache_path()
     if args.show:
         for key, entry in sorted(load_cache(path).items()):
             print(f"{key}  ->  {entry.get('name')} (config {entry.get('config')})")
         return 0
+    if args.kernel and args.kernel not in BACKEND_KERNELS[args.backend]:
+        print(untunable_reason(args.backend, args.kernel), file=sys.stderr)
+        return 2
+    plan = _plan(args, parser)
     import torch
 
-    from gks import registry
-
-    if args.kernel not in BACKEND_KERNELS[args.backend]:
-        print(f"gks autotune: the {args.backend} backend has no tunable '{args.kernel}' (it has "
-              f"{', '.join(BACKEND_KERNELS[args.backend])})", file=sys.stderr)
-        return 2
     if not torch.cuda.is_available():
         print("gks autotune: needs a CUDA GPU; none is visible", file=sys.stderr)
         return 2
-    spec = registry.get(args.kernel)
-    dtypes = [d for item in (args.dtype or [",".join(spec.dtypes)]) for d in item.split(",") if d]
-    for d in dtypes:
-        if d not in spec.dtypes:
-            print(f"gks autotune: {args.kernel} has no dtype '{d}' (it has {', '.join(spec.dtypes)})",
-                  file=sys.stderr)
-            return 2
-    shapes = args.shapes or [tuple(s) for s in spec.bench_shapes]
-    kernel = cache_kernel(args.backend, args.kernel)
     device = torch.cuda.current_device()
     identity = device_identity(device)
-    chash = config_hash(kernel_config_names(kernel))
     entries = load_cache(path)
-    if args.prune:
-        for key in stale_keys(entries, identity, {kernel: chash}):
-            del entries[key]
 
     def progress(msg: str) -> None:
         print(msg, flush=True)
 
-    progress(f"gks autotune {kernel} on {identity['gpu']} (cc {identity['cc']}, driver "
-             f"{identity['driver']}); {len(kernel_config_names(kernel))} configs; cache {path}")
-    for dtype in dtypes:
-        for shape in shapes:
-            bucket = shape_bucket(*shape)
-            progress(f"  {dtype} {'x'.join(map(str, shape))} (bucket {'x'.join(map(str, bucket))})")
-            try:
-                entry = tune_one(kernel, dtype, shape, warmup=args.warmup, iters=args.iters,
-                                 band=args.band, progress=progress, timing=args.timing,
-                                 reps=args.reps)
-            except ValueError as e:
-                progress(f"  skipped: {e}")
-                continue
-            entries[cache_key(identity, kernel, dtype, bucket, chash)] = entry
-            save_cache(entries, path)  # after every shape: an interrupted run keeps its work
-            torch.cuda.empty_cache()
+    for op, dtypes, shapes in plan:
+        kernel = cache_kernel(args.backend, op)
+        chash = config_hash(kernel_config_names(kernel))
+        if args.prune:
+            for key in stale_keys(entries, identity, {kernel: chash}):
+                del entries[key]
+        progress(f"gks autotune {kernel} on {identity['gpu']} (cc {identity['cc']}, driver "
+                 f"{identity['driver']}); {len(kernel_config_names(kernel))} configs; cache {path}")
+        for dtype in dtypes:
+            for shape in shapes:
+                bucket = kernel_bucket(kernel, shape)
+                progress(f"  {dtype} {'x'.join(map(str, shape))} (bucket {'x'.join(map(str, bucket))})")
+                try:
+                    entry = tune_one(kernel, dtype, shape, warmup=args.warmup, iters=args.iters,
+                                     band=args.band, progress=progress, timing=args.timing,
+                                     reps=args.reps)
+                except ValueError as e:
+                    progress(f"  skipped: {e}")
+                    continue
+                entries[cache_key(identity, kernel, dtype, bucket, chash)] = entry
+                save_cache(entries, path)  # after every shape: an interrupted run keeps its work
+                torch.cuda.empty_cache()
     return 0
 
 

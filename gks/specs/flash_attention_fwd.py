@@ -190,6 +190,8 @@ SPEC = register(
         # GPU and head dim; wgmma for D = 64 and 128 on sm_90 (elsewhere it gives way).
         configs=({"name": "mma.sync"}, {"name": "wgmma"}),
         shape_names=("B", "Hq", "Hkv", "Sq", "Sk", "D", "causal"),
+        # The head dim picks the kernel's tiles; causal is a flag, not a size.
+        bucket_exact=("D", "causal"),
         dtypes=("float16", "bfloat16"),
         make_inputs=make_inputs,
         reference=_reference,

@@ -267,7 +267,7 @@ def tuned_config(op: str, a: torch.Tensor, c: torch.Tensor, m: int, n: int, k: i
 
     # The autotune key's dtype: the output's for int8 (as the CUDA op), else the inputs'.
     key_dtype = c.dtype if op == "int8_gemm" else a.dtype
-    config = autotune.resolve_config(f"triton.{op}", a, m, n, k, -1, dtype=key_dtype)
+    config = autotune.resolve_config(f"triton.{op}", a, (m, n, k), -1, dtype=key_dtype)
     if config >= 0 and CONFIGS[MODE_OF[op]][config].split > 1 and \
             torch.are_deterministic_algorithms_enabled():
         return -1
