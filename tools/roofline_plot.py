@@ -20,6 +20,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 from gks.profile import roofline  # noqa: E402
 
 
+# Marker per gks backend; a peer's points are crosses.
+MARKERS = {"cuda": "o", "triton": "s", "pallas": "^"}
+
+
+def variant_label(variant: str) -> tuple[str | None, str]:
+    """(backend, label) of a bench row's variant: "gks.cuda" -> ("cuda", "cuda"),
+    "gks.cuda[mma.sync]" -> ("cuda", "cuda[mma.sync]") (a config's name may hold dots, so the
+    backend is what precedes the bracket, not the last dotted part), a peer's name such as
+    "torch.compile" -> (None, "torch.compile")."""
+    if not variant.startswith("gks."):
+        return None, variant
+    label = variant.removeprefix("gks.")
+    return label.split("[", 1)[0], label
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("bench_json", type=Path)
@@ -49,11 +64,12 @@ def main(argv=None) -> int:
                               ("FP16/BF16 Tensor Cores", max(ceil["fp16_tflops"], ceil["bf16_tflops"]), "-"),
                               ("INT8 Tensor Cores (TOP/s)", ceil["int8_tops"], "--")):
         ax.loglog(ai, np.minimum(peak, ai * bw), style, color="gray", lw=1.2, label=f"{name}: {peak:.0f}")
-    markers = {"cuda": "o", "triton": "s", "pallas": "^"}
     for r in rows:
-        backend = r["variant"].split(".")[-1].split("[")[0]
-        ax.loglog(r["intensity"], r["tflops"], markers.get(backend, "x"), ms=6, alpha=0.8)
-        ax.annotate(f"{r['op']} {backend} {'x'.join(map(str, r['shape']))} {r['dtype'][:4]}",
+        if r["intensity"] is None:  # a shape that moves no bytes has no place on the plot
+            continue
+        backend, label = variant_label(r["variant"])
+        ax.loglog(r["intensity"], r["tflops"], MARKERS.get(backend, "x"), ms=6, alpha=0.8)
+        ax.annotate(f"{r['op']} {label} {'x'.join(map(str, r['shape']))} {r['dtype'][:4]}",
                     (r["intensity"], r["tflops"]), fontsize=5, alpha=0.7, xytext=(3, 2),
                     textcoords="offset points")
     ax.set_xlabel("arithmetic intensity (FLOP / byte)")

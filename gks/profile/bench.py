@@ -1,17 +1,70 @@
 # SPDX-License-Identifier: Apache-2.0
 """`python -m gks bench`: time every backend of an op (and its peers) over the spec's bench
 shapes and dtypes; report median and spread, GB/s and TFLOP/s from the spec's formulas, the
-fraction of the device copy bandwidth measured in the same run, and ratios against each
+fraction of the device copy bandwidth measured in the same run, the place on the roofline
+(when `gks roofline --measure` has cached this device's ceilings), and ratios against each
 peer. Without a GPU it says so and runs the interpreter correctness sweep instead.
 
-JSON schema (``--json PATH``), one object:
-  device:   {name, capability, sms, l2_bytes, driver, clocks_start, clocks_end}
-  versions: {gks, torch, triton, jax, cuda}
-  copy_gbps: measured device copy bandwidth (bytes read + written per second, 1e9)
-  ceilings: the roofline ceilings cached by `gks roofline --measure` on this device, or null
-  rows: list of {op, variant, kind ("gks" | "peer"), shape, dtype, median_us, p20_us, p80_us,
-        gbps, tflops, frac_copy_bw, checked ("ok" | "FAILED: ..." | "n/a"),
-        vs_peers: {peer name: peer median / this median (> 1: this is faster)}}
+JSON schema (``--json PATH``; :func:`bench_document` assembles it): one object. Each key is
+listed as "name: type", an object's keys indented under it; "| null" marks a value that may
+be null. tests/test_bench_schema.py reads this list and holds the JSON to it.
+
+  device: object
+    name: str                     e.g. "NVIDIA H200"
+    capability: str               e.g. "9.0"
+    sms: int
+    l2_bytes: int
+    driver: str                   from nvidia-smi ("" or "unknown" without it)
+    clocks_start: dict[str, str]  gks.profile.timing.gpu_clocks() before the first op
+    clocks_end: dict[str, str]    the same after the last
+  versions: object                a failed import reads "unavailable (<error type>)"
+    gks: str
+    python: str
+    torch: str
+    triton: str
+    jax: str
+    cuda: str                     torch.version.cuda
+  copy_gbps: float                device copy bandwidth measured in this run (bytes read +
+                                  written per second, 1e9)
+  ceilings: object | null         the ceilings `gks roofline --measure` cached for this device
+                                  (gks.profile.roofline), or null when none are cached
+    source: str                   "measured"
+    device: str                   the cache key: "<name>|sm_<cc>|<cuda>"
+    copy_gbps: float
+    fp32_tflops: float
+    fp16_tflops: float
+    bf16_tflops: float
+    int8_tops: float
+  rows: list[object]              one per op x variant x shape x dtype, in the order run
+    op: str
+    variant: str                  "gks.<backend>", "gks.cuda[<config name>]" (--configs) or
+                                  the peer's name
+    kind: str                     "gks" | "peer"
+    shape: list[int]              in the order of the spec's shape_names
+    dtype: str
+    checked: str                  "ok" | "FAILED: <why>" (output wrong) | "n/a" (peers) |
+                                  "FAILED to run: <why>" (then none of the keys below)
+    Keys of a row whose variant ran (absent from a "FAILED to run" row):
+    median_us: float
+    p20_us: float
+    p80_us: float
+    gbps: float                   the spec's bytes_moved / median
+    tflops: float                 the spec's flops / median (TOP/s for int8 GEMM)
+    frac_copy_bw: float           gbps / copy_gbps
+    vs_peers: dict[str, float]    peer name -> peer median / this median (> 1: this is
+                                  faster); every peer of the op but the row itself
+    intensity: float | null       flops / bytes_moved (FLOP/byte); null if no bytes move
+    binding_ceiling: str | null   the ceiling that binds at that intensity: "copy_gbps", or
+                                  the op's compute ceiling ("fp32_tflops", "fp16_tflops",
+                                  "bf16_tflops", "int8_tops")
+    bound: str | null             "memory" | "compute"
+    roof_tflops: float | null     attainable rate at that intensity: min(compute ceiling,
+                                  intensity x ceilings.copy_gbps / 1e3)
+    frac_roof: float | null       tflops / roof_tflops
+  The last four are null when `ceilings` is null or the intensity is (frac_roof also when
+  roof_tflops is 0). gks.profile.roofline.place computes the five, as for `gks roofline
+  --bench` and tools/roofline_plot.py, against the ceilings' copy bandwidth (not this run's
+  copy_gbps). Without a GPU nothing is timed and no JSON is written.
 """
 
 from __future__ import annotations
@@ -91,6 +144,43 @@ def _pallas_call(spec):
     return fn, convert, to_torch, jax.block_until_ready
 
 
+def failed_row(spec, variant: str, kind: str, shape, dtype: str, why: str) -> dict:
+    """The row of a variant that failed to run: no timing keys (see the schema above)."""
+    return {"op": spec.name, "variant": variant, "kind": kind, "shape": list(shape), "dtype": dtype,
+            "checked": why}
+
+
+def timed_row(spec, v, kind: str, shape, dtype: str, checked: str, peer_medians_ms: dict) -> dict:
+    """The row of a timed Variant `v`, before :func:`bench_document` adds what needs the whole
+    run (frac_copy_bw, the roofline fields)."""
+    t = v.median_ms * 1e-3
+    return {
+        "op": spec.name, "variant": v.name, "kind": kind, "shape": list(shape), "dtype": dtype,
+        "checked": checked, "median_us": v.median_ms * 1e3, "p20_us": v.quantile_ms(0.2) * 1e3,
+        "p80_us": v.quantile_ms(0.8) * 1e3,
+        "gbps": spec.bytes_moved(shape, dtype) / t / 1e9, "tflops": spec.flops(shape) / t / 1e12,
+        "vs_peers": {p: pt / v.median_ms for p, pt in peer_medians_ms.items() if p != v.name},
+    }
+
+
+def bench_document(rows: list[dict], *, device: dict, versions: dict, copy_gbps: float,
+                   ceilings: dict | None) -> dict:
+    """The --json document (schema above): each timed row gets its fraction of `copy_gbps`
+    and its place on the roofline of `ceilings` (null fields when they are None). Pure: the
+    rows given are not changed."""
+    from gks.profile import roofline
+
+    out = []
+    for r in rows:
+        if "median_us" in r:
+            spec = registry.get(r["op"])
+            r = {**r, "frac_copy_bw": r["gbps"] / copy_gbps,
+                 **roofline.place(spec, tuple(r["shape"]), r["dtype"], r["tflops"], ceilings)}
+        out.append(dict(r))
+    return {"device": device, "versions": versions, "copy_gbps": copy_gbps, "ceilings": ceilings,
+            "rows": out}
+
+
 def bench_op(spec, *, backends, dtypes, shapes, with_references, reps, progress, configs=False) -> list[dict]:
     import torch
 
@@ -137,7 +227,6 @@ def bench_op(spec, *, backends, dtypes, shapes, with_references, reps, progress,
                     variants.remove(v)
             time_interleaved(variants, reps=reps)
             peers = {v.name: v.median_ms for v in variants if kinds[v.name] == "peer"}
-            flops, nbytes = spec.flops(shape), spec.bytes_moved(shape, dtype)
             for v in variants:
                 checked = "n/a"
                 if kinds[v.name] == "gks":
@@ -147,19 +236,9 @@ def bench_op(spec, *, backends, dtypes, shapes, with_references, reps, progress,
                         checked = "ok"
                     except AssertionError as e:
                         checked = f"FAILED: {str(e).splitlines()[0][:200]}"
-                t = v.median_ms * 1e-3
-                rows.append({
-                    "op": spec.name, "variant": v.name, "kind": kinds[v.name],
-                    "shape": list(shape), "dtype": dtype,
-                    "median_us": v.median_ms * 1e3, "p20_us": v.quantile_ms(0.2) * 1e3,
-                    "p80_us": v.quantile_ms(0.8) * 1e3,
-                    "gbps": nbytes / t / 1e9, "tflops": flops / t / 1e12,
-                    "checked": checked,
-                    "vs_peers": {p: pt / v.median_ms for p, pt in peers.items() if p != v.name},
-                })
+                rows.append(timed_row(spec, v, kinds[v.name], shape, dtype, checked, peers))
             for name, why in failed.items():
-                rows.append({"op": spec.name, "variant": name, "kind": kinds[name], "shape": list(shape),
-                             "dtype": dtype, "checked": why})
+                rows.append(failed_row(spec, name, kinds[name], shape, dtype, why))
             del sets, variants
             torch.cuda.empty_cache()
     return rows
@@ -201,22 +280,24 @@ def interpreter_sweep(specs, dtypes_filter, max_elements: int = 4096) -> int:
 def print_table(rows: list[dict], copy_gbps: float | None) -> None:
     try:
         from rich.console import Console
+        from rich.markup import escape
         from rich.table import Table
     except ImportError:
         Console = None  # noqa: N806
     header = ["op", "variant", "shape", "dtype", "median µs", "p20-p80 µs", "GB/s", "TFLOP/s",
-              "% copy BW", "fastest peer ×", "check"]
+              "% copy BW", "% roof", "fastest peer ×", "check"]
     lines = []
     for r in rows:
         if "median_us" not in r:
             lines.append([r["op"], r["variant"], "x".join(map(str, r["shape"])), r["dtype"],
-                          "-", "-", "-", "-", "-", "-", r["checked"]])
+                          "-", "-", "-", "-", "-", "-", "-", r["checked"]])
             continue
         best_peer = max(r["vs_peers"].values()) if r["kind"] == "gks" and r["vs_peers"] else None
         lines.append([
             r["op"], r["variant"], "x".join(map(str, r["shape"])), r["dtype"],
             f"{r['median_us']:.1f}", f"{r['p20_us']:.1f}-{r['p80_us']:.1f}", f"{r['gbps']:.0f}",
             f"{r['tflops']:.2f}", f"{100 * r['frac_copy_bw']:.0f}%" if r.get("frac_copy_bw") else "-",
+            f"{100 * r['frac_roof']:.0f}%" if r.get("frac_roof") is not None else "-",
             # ratio to the FASTEST peer: fastest peer time / ours = min over peers of ratio
             f"{min(r['vs_peers'].values()):.2f}" if best_peer is not None else "-",
             r["checked"],
@@ -230,7 +311,8 @@ def print_table(rows: list[dict], copy_gbps: float | None) -> None:
     for h in header:
         table.add_column(h, justify="right" if h not in ("op", "variant", "check") else "left")
     for line in lines:
-        table.add_row(*line)
+        # Escaped, or rich takes a config's "[looped]" in "gks.cuda[looped]" for markup and drops it.
+        table.add_row(*map(escape, line))
     Console(width=200).print(table)
 
 
@@ -299,6 +381,8 @@ def run(args: argparse.Namespace) -> int:
         print("gks bench: no CUDA GPU on this machine, so nothing can be timed. Running the "
               "interpreter correctness sweep (Triton interpreter, Pallas interpret mode) on small "
               "shapes instead.")
+        if args.json:
+            print(f"gks bench: nothing timed, so no {args.json} written")
         failures = interpreter_sweep(specs, dtypes)
         print(f"interpreter sweep: {'all ok' if not failures else f'{failures} FAILED'}")
         return 1 if failures else 0
@@ -329,17 +413,12 @@ def run(args: argparse.Namespace) -> int:
     device["clocks_end"] = gpu_clocks()
     from gks.profile import roofline
 
-    cached = roofline.cache_path()
-    ceil = json.loads(cached.read_text()).get(roofline.device_key()) if cached.is_file() else None
-    for r in rows:
-        if "gbps" in r:
-            r["frac_copy_bw"] = r["gbps"] / copy_gbps
-    print_table(rows, copy_gbps)
+    doc = bench_document(rows, device=device, versions=_versions(), copy_gbps=copy_gbps,
+                         ceilings=roofline.cached_ceilings())
+    print_table(doc["rows"], copy_gbps)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(
-            {"device": device, "versions": _versions(), "copy_gbps": copy_gbps, "ceilings": ceil,
-             "rows": rows}, indent=1))
+        args.json.write_text(json.dumps(doc, indent=1))
         print(f"wrote {args.json}")
     bad = [r for r in rows if r["kind"] == "gks" and r["checked"] != "ok"]
     return 1 if bad else 0

@@ -2,9 +2,10 @@
 """Roofline ceilings and analysis (`python -m gks roofline`).
 
 Ceilings are measured on the device (``--measure``) and cached per device; datasheet
-values are used only when asked (``--datasheet``). Every bench row then gets its
+values are used only when asked (``--datasheet``). Every timed bench row then gets its
 arithmetic intensity (the spec's FLOP over byte formulas) and its fraction of the binding
-ceiling: min(compute peak, intensity x copy bandwidth).
+ceiling: min(compute peak, intensity x copy bandwidth). :func:`place` computes these, for
+the bench JSON's rows (against the cached ceilings) and for :func:`analyse` alike.
 
 Ceilings (all per second, 1e9 / 1e12 units):
   copy_gbps       device-to-device copy, bytes read + written
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 from pathlib import Path
@@ -109,11 +109,23 @@ def ceilings(*, remeasure: bool = False, datasheet: bool = False, device_name: s
     return cache[key]
 
 
+def cached_ceilings() -> dict | None:
+    """This device's cached measured ceilings, or None if `--measure` never ran here (never
+    measures: the bench records what is there)."""
+    path = cache_path()
+    return json.loads(path.read_text()).get(device_key()) if path.is_file() else None
+
+
+def compute_ceiling(compute: str, dtype: str) -> str:
+    """The ceiling key of the unit an op's FLOPs run on (OpSpec.compute), e.g. "bf16_tflops"."""
+    if compute == "tensor":
+        return "bf16_tflops" if dtype == "bfloat16" else "fp16_tflops"
+    return COMPUTE_CEILING[compute]
+
+
 def compute_peak(ceil: dict, compute: str, dtype: str) -> float:
     """Peak FLOP/s (1e12 units) of the unit an op runs on."""
-    if compute == "tensor":
-        return ceil["bf16_tflops"] if dtype == "bfloat16" else ceil["fp16_tflops"]
-    return ceil[COMPUTE_CEILING[compute]]
+    return ceil[compute_ceiling(compute, dtype)]
 
 
 def attainable_tflops(intensity: float, peak_tflops: float, copy_gbps: float) -> float:
@@ -121,32 +133,66 @@ def attainable_tflops(intensity: float, peak_tflops: float, copy_gbps: float) ->
     return min(peak_tflops, intensity * copy_gbps / 1e3)
 
 
-def analyse(rows: list[dict], ceil: dict) -> list[dict]:
-    """Adds intensity, binding ceiling and fraction of it to each timed bench row."""
-    from gks import registry
+# The fields `place` gives a timed row (the bench JSON's schema documents them).
+PLACE_FIELDS = ("intensity", "binding_ceiling", "bound", "roof_tflops", "frac_roof")
 
-    out = []
-    for r in rows:
-        if "median_us" not in r:
-            continue
-        spec = registry.get(r["op"])
-        shape, dtype = tuple(r["shape"]), r["dtype"]
-        ai = spec.arithmetic_intensity(shape, dtype)
-        peak = compute_peak(ceil, spec.compute, dtype)
-        roof = attainable_tflops(ai, peak, ceil["copy_gbps"])
-        bound = "memory" if ai * ceil["copy_gbps"] / 1e3 < peak else "compute"
-        out.append({**r, "intensity": ai, "roof_tflops": roof, "bound": bound,
-                    "frac_roof": r["tflops"] / roof if roof > 0 else math.nan})
+
+def place(spec, shape: tuple[int, ...], dtype: str, tflops: float, ceil: dict | None) -> dict:
+    """Where a row timed at `tflops` sits on the roofline of `ceil`: its arithmetic intensity
+    (FLOP/byte), the ceiling that binds there (``copy_gbps`` or a compute ceiling's key),
+    "memory" or "compute" bound, the attainable TFLOP/s and the fraction of it achieved.
+    Without ceilings (None) all but the intensity are None; a shape that moves no bytes has
+    no intensity either, so all are None."""
+    nbytes = spec.bytes_moved(shape, dtype)
+    ai = spec.flops(shape) / nbytes if nbytes > 0 else None
+    out = dict.fromkeys(PLACE_FIELDS)
+    out["intensity"] = ai
+    if ceil is None or ai is None:
+        return out
+    peak_name = compute_ceiling(spec.compute, dtype)
+    peak = ceil[peak_name]
+    roof = attainable_tflops(ai, peak, ceil["copy_gbps"])
+    memory_bound = ai * ceil["copy_gbps"] / 1e3 < peak
+    out.update(binding_ceiling="copy_gbps" if memory_bound else peak_name,
+               bound="memory" if memory_bound else "compute", roof_tflops=roof,
+               # None rather than NaN: JSON has no NaN
+               frac_roof=tflops / roof if roof > 0 else None)
     return out
 
 
+def analyse(rows: list[dict], ceil: dict) -> list[dict]:
+    """Each timed bench row with its place on the roofline of `ceil` (see :func:`place`)."""
+    from gks import registry
+
+    return [{**r, **place(registry.get(r["op"]), tuple(r["shape"]), r["dtype"], r["tflops"], ceil)}
+            for r in rows if "median_us" in r]
+
+
+def format_table(header: list[str], lines: list[list[str]], left: set[str]) -> list[str]:
+    """Columns as wide as their widest cell (a 7-dim attention shape, a config's variant name
+    included), two spaces apart; the `left` columns left-aligned, the rest right-aligned."""
+    widths = [max(len(cell) for cell in column) for column in zip(header, *lines)]
+    return ["  ".join(cell.ljust(w) if h in left else cell.rjust(w)
+                      for h, cell, w in zip(header, line, widths)).rstrip()
+            for line in [header, *lines]]
+
+
+def analysis_lines(rows: list[dict]) -> list[str]:
+    """The table print_analysis prints, one string per line (header first)."""
+    header = ["op", "variant", "shape", "dtype", "FLOP/B", "TFLOP/s", "roof", "bound", "% roof"]
+
+    def number(x, fmt):
+        return "-" if x is None else format(x, fmt)
+
+    lines = [[r["op"], r["variant"], "x".join(map(str, r["shape"])), r["dtype"],
+              number(r["intensity"], ".2f"), f"{r['tflops']:.2f}", number(r["roof_tflops"], ".1f"),
+              r["bound"] or "-", number(r["frac_roof"], ".0%")]
+             for r in rows]
+    return format_table(header, lines, left={"op", "variant", "shape", "dtype"})
+
+
 def print_analysis(rows: list[dict]) -> None:
-    print(f"{'op':<20}{'variant':<22}{'shape':<20}{'dtype':<10}{'FLOP/B':>9}{'TFLOP/s':>10}"
-          f"{'roof':>9}{'bound':>9}{'% roof':>8}")
-    for r in rows:
-        print(f"{r['op']:<20}{r['variant']:<22}{'x'.join(map(str, r['shape'])):<20}{r['dtype']:<10}"
-              f"{r['intensity']:>9.2f}{r['tflops']:>10.2f}{r['roof_tflops']:>9.1f}{r['bound']:>9}"
-              f"{100 * r['frac_roof']:>7.0f}%")
+    print("\n".join(analysis_lines(rows)))
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
