@@ -10,6 +10,10 @@ speed, and is reported last.
 
     python tools/dump_sass.py [--lib build/libgks_tvm_ffi.so] [--kernel rmsnorm] [--sass-out DIR]
 
+--kernel takes a registry op (rmsnorm, softmax_rmsnorm, int8_gemm, ...: exactly the CUDA
+kernels that op launches, as OP_KERNELS lists them) or, for any other word, a substring of
+the demangled kernel names (e.g. hopper_gemm_kernel, split_k, Int8Operands).
+
 Runs without a GPU (cuobjdump from the CUDA toolkit, or the one Triton ships).
 """
 
@@ -21,11 +25,100 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 COUNTED = ("HGMMA", "IGMMA", "HMMA", "IMMA", "LDGSTS", "UTMALDG", "UTMASTG", "LDSM", "STSM", "SHFL", "BAR",
            "FFMA", "MUFU")
 WIDTHS = ("LDS", "STS", "LDG", "STG")
+
+
+def _any(args: tuple[str, ...]) -> bool:
+    return True
+
+
+def _arg(i: int, value: str) -> Callable[[tuple[str, ...]], bool]:
+    """Template argument i is `value`."""
+    return lambda args: len(args) > i and args[i] == value
+
+
+def _arg_of(i: int, template: str) -> Callable[[tuple[str, ...]], bool]:
+    """Template argument i is an instance of class template `template`."""
+    return lambda args: len(args) > i and args[i].startswith(template + "<")
+
+
+# The CUDA kernels each registry op launches: (kernel function, test of its template
+# arguments, namespaces dropped), for `--kernel OP`. Every kernel of the library belongs to
+# one op (tests/test_ir_tools.py checks that on the built library). Names alone would not
+# do: several templates serve two ops, and one op's name is inside another's.
+OP_KERNELS: dict[str, tuple[tuple[str, Callable[[tuple[str, ...]], bool]], ...]] = {
+    # Not softmax_rmsnorm_*: "rmsnorm" is a substring of those.
+    "rmsnorm": (("rmsnorm_registers_kernel", _any), ("rmsnorm_looped_kernel", _any)),
+    # softmax.cuh's row kernels serve the fused op too; their bool kFused tells which: the
+    # 6th template argument of the registers kernel, the 4th of the looped one.
+    "softmax": (("softmax_registers_kernel", _arg(5, "false")),
+                ("softmax_looped_kernel", _arg(3, "false"))),
+    # ... and the fused op's longest rows have kernels of their own (staged, cluster).
+    "softmax_rmsnorm": (("softmax_registers_kernel", _arg(5, "true")),
+                        ("softmax_looped_kernel", _arg(3, "true")),
+                        ("softmax_rmsnorm_staged_kernel", _any),
+                        ("softmax_rmsnorm_cluster_kernel", _any)),
+    # Not dequantize_int8_kernel: "quantize_int8" is a substring of it.
+    "quantize_int8": (("quantize_int8_registers_kernel", _any), ("quantize_int8_looped_kernel", _any)),
+    "dequantize_int8": (("dequantize_int8_kernel", _any),),
+    "sgemm": (("sgemm_kernel", _any),),
+    "wmma_gemm": (("wmma_gemm_kernel", _any),),
+    # The Hopper GEMM template (hopper_gemm.cuh) and its split-K reduction serve gemm and
+    # int8_gemm; the operand type Op, the first template argument, tells which. Where the
+    # Hopper kernel cannot run, gemm falls back to wmma_gemm's kernels (--kernel wmma_gemm).
+    "gemm": (("hopper_gemm_kernel", _arg_of(0, "HalfOperands")),
+             ("split_k_reduce_kernel", _arg_of(0, "HalfOperands"))),
+    # mma.sync (sm_80) and wgmma (sm_90a) kernels, and the transpose of a b_q given in the
+    # layout the chosen kernel does not read (int8_gemm.cu).
+    "int8_gemm": (("int8_gemm_kernel", _any),
+                  ("hopper_gemm_kernel", _arg(0, "Int8Operands")),
+                  ("split_k_reduce_kernel", _arg(0, "Int8Operands")),
+                  ("transpose_int8_kernel", _any)),
+    "flash_attention_fwd": (("flash_attention_fwd_kernel", _any),
+                            ("flash_attention_fwd_hopper_kernel", _any)),
+}
+
+
+def parse_kernel(demangled: str) -> tuple[str, tuple[str, ...]]:
+    """'void ns::f<ns::A<x>, 1, true>(ns::P)' -> ('f', ('A<x>', '1', 'true')): the function's
+    unqualified name and its top-level template arguments, namespaces dropped."""
+    text = demangled.removeprefix("void ")
+    end = next((i for i, ch in enumerate(text) if ch in "<("), len(text))
+    name = text[:end].rsplit("::", 1)[-1]
+    args, depth, start = [], 0, end + 1
+    if end < len(text) and text[end] == "<":
+        for i in range(end, len(text)):
+            ch = text[i]
+            if ch in "<(":
+                depth += 1
+            elif ch in ">)":
+                depth -= 1
+            if (ch == "," and depth == 1) or depth == 0:
+                args.append(re.sub(r"\b\w+::", "", text[start:i]).strip())
+                start = i + 1
+            if depth == 0:
+                break
+    return name, tuple(args)
+
+
+def op_of(demangled: str) -> str | None:
+    """The registry op whose kernel this is (OP_KERNELS), or None."""
+    name, args = parse_kernel(demangled)
+    return next((op for op, rules in OP_KERNELS.items()
+                 if any(name == kernel and test(args) for kernel, test in rules)), None)
+
+
+def select_kernels(kernel: str, names: Iterable[str]) -> list[str]:
+    """The demangled names `--kernel kernel` selects: an op's kernels (OP_KERNELS) where
+    `kernel` is an op, else those that contain it."""
+    if kernel in OP_KERNELS:
+        return [n for n in names if op_of(n) == kernel]
+    return [n for n in names if kernel in n]
 
 
 def find_cuobjdump() -> str:
@@ -111,32 +204,69 @@ def parse_resources(text: str) -> dict[tuple[str, str], dict[str, int]]:
     return res
 
 
+def list_kernels(tool: str, lib: Path) -> tuple[dict[tuple[str, str], dict[str, int]], dict[str, str]]:
+    """The library's kernels: (arch, mangled name) -> resources, and mangled -> demangled name.
+    From the resource usage, which cuobjdump prints in a second, so that --kernel and --arch
+    are checked before the SASS is dumped (about a minute for the whole library)."""
+    usage = subprocess.run([tool, "--dump-resource-usage", str(lib)], capture_output=True, text=True)
+    if usage.returncode != 0:
+        sys.exit(f"dump_sass: cuobjdump failed on {lib}: {usage.stderr.strip()}")
+    resources = parse_resources(usage.stdout)
+    return resources, demangle(sorted({f for _, f in resources}))
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--lib", type=Path, help="library or object to read (default: the built gks library)")
-    p.add_argument("--kernel", help="only kernels whose demangled name contains this (e.g. rmsnorm)")
+    p.add_argument("--kernel", help="a registry op: the CUDA kernels it launches (" + ", ".join(OP_KERNELS)
+                   + "); any other word: the kernels whose demangled name contains it")
     p.add_argument("--arch", help="only this architecture, e.g. sm_90a")
-    p.add_argument("--sass-out", type=Path, help="also write the full SASS here")
+    p.add_argument("--sass-out", type=Path,
+                   help="also write the SASS here (with --kernel: at least the selected kernels')")
     args = p.parse_args(argv)
     lib = args.lib or find_library()
     tool = find_cuobjdump()
-    sass = subprocess.run([tool, "--dump-sass", str(lib)], capture_output=True, text=True)
+    resources, names = list_kernels(tool, lib)
+    selected = set(names)  # mangled
+    if args.kernel:
+        if args.kernel in OP_KERNELS and not shutil.which("c++filt"):
+            sys.exit(f"dump_sass: --kernel {args.kernel} needs c++filt (binutils) to read the kernels' "
+                     "template arguments; a substring of the mangled names works without it")
+        chosen = set(select_kernels(args.kernel, names.values()))
+        selected = {f for f, name in names.items() if name in chosen}
+        if not selected and args.kernel in OP_KERNELS:
+            kernels = ", ".join(k for k, _ in OP_KERNELS[args.kernel])
+            p.error(f"argument --kernel: op '{args.kernel}' has no kernels in {lib} "
+                    f"(its kernels: {kernels})")
+        if not selected:
+            p.error(f"argument --kernel: '{args.kernel}' is not a registry op ({', '.join(OP_KERNELS)}) "
+                    f"and no kernel name in {lib} contains it")
+    if args.arch and not any(arch == args.arch for arch, f in resources if f in selected):
+        archs = sorted({arch for arch, f in resources if f in selected})
+        p.error(f"argument --arch: no selected kernel is built for {args.arch} "
+                f"(they are for: {', '.join(archs)})")
+    cmd = [tool, "--dump-sass", str(lib)]
+    # cuobjdump takes about half a second a listed function (gemm's 26: 15 s), so a large
+    # selection is faster from the whole library's SASS, filtered below.
+    if args.kernel and len(selected) <= 64:
+        cmd[2:2] = ["--function", ",".join(sorted(selected))]
+    sass = subprocess.run(cmd, capture_output=True, text=True)
     if sass.returncode != 0:
         sys.exit(f"dump_sass: cuobjdump failed on {lib}: {sass.stderr.strip()}")
-    resources = parse_resources(
-        subprocess.run([tool, "--dump-resource-usage", str(lib)], capture_output=True, text=True).stdout)
     if args.sass_out:
         args.sass_out.mkdir(parents=True, exist_ok=True)
         (args.sass_out / (lib.name + ".sass")).write_text(sass.stdout)
     counts = parse_sass(sass.stdout)
-    names = demangle(sorted({f for _, f in counts}))
+
+    def order(item):  # by name, then arch; "void " is only on templates' names
+        (arch, func), _ = item
+        return names.get(func, func).removeprefix("void "), arch
+
     rows, serialized = [], []
-    for (arch, func), c in sorted(counts.items(), key=lambda kv: (names[kv[0][1]], kv[0][0])):
-        name = names[func]
-        if args.kernel and args.kernel not in name:
+    for (arch, func), c in sorted(counts.items(), key=order):
+        if (args.kernel and func not in selected) or (args.arch and arch != args.arch):
             continue
-        if args.arch and arch != args.arch:
-            continue
+        name = names.get(func, func)
         r = resources.get((arch, func), {})
         short = re.sub(r"\(.*", "", name).replace("void ", "").replace("gks::kernels::", "")
         instr = " ".join(f"{k}={v}" for k, v in sorted(c.items()))

@@ -144,11 +144,48 @@ def compile_and_write(launches: list[dict], arch: int, out: Path) -> None:
         print(line)
 
 
+def resolve(p: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[str, tuple[int, ...]]:
+    """The dtype and shape to run the op with, the arguments checked against the op's spec
+    first: a wrong one ends in argparse's error (status 2) naming it, before anything runs."""
+    from gks import registry
+
+    triton_ops = ", ".join(s.name for s in registry.ops() if any(b.name == "triton" for b in s.backends))
+    try:
+        spec = registry.get(args.kernel)
+    except KeyError:
+        p.error(f"argument --kernel: unknown op '{args.kernel}' (ops with a Triton backend: {triton_ops})")
+    if not any(b.name == "triton" for b in spec.backends):
+        have = ", ".join(b.name for b in spec.backends)
+        p.error(f"argument --kernel: op '{spec.name}' has no Triton backend (it has: {have}); "
+                f"ops with one: {triton_ops}")
+    dtype = args.dtype or ("float16" if "float16" in spec.dtypes else spec.dtypes[0])
+    if dtype not in spec.dtypes:
+        p.error(f"argument --dtype: {spec.name} takes {', '.join(spec.dtypes)}, not '{dtype}'")
+    # Small enough for the interpreter's CPU run, and no size 0 (which launches nothing).
+    default = next((s for s in reversed(spec.test_shapes) if all(s) and max(s) <= 4096), None)
+    if not args.shape:
+        if default is None:
+            p.error(f"argument --shape: {spec.name} has no test shape to default to; give one "
+                    f"({'x'.join(spec.shape_names)})")
+        return dtype, default
+    try:
+        shape = tuple(int(d) for d in args.shape.split("x"))
+    except ValueError:
+        shape = ()
+    if len(shape) != len(spec.shape_names) or min(shape) < 0:
+        example = f", e.g. {'x'.join(map(str, default))}" if default else ""
+        p.error(f"argument --shape: {spec.name} takes {len(spec.shape_names)} sizes, "
+                f"{'x'.join(spec.shape_names)}{example}; got '{args.shape}'")
+    return dtype, shape
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--kernel", required=True)
-    p.add_argument("--dtype", default="float16")
-    p.add_argument("--shape", help="e.g. 1024x4096 (default: the spec's first test shape that is not empty)")
+    p.add_argument("--kernel", required=True, help="a registry op with a Triton backend, e.g. rmsnorm")
+    p.add_argument("--dtype", help="one of the op's dtypes (default: float16 where the op takes it, "
+                                   "else its first: sgemm float32)")
+    p.add_argument("--shape", help="e.g. 1024x4096, the op's shape_names in order (default: the spec's "
+                                   "last test shape with no size 0 and none above 4096)")
     p.add_argument("--arch", type=int, default=90, help="compute capability x10 (80, 90, ...)")
     p.add_argument("--out", type=Path, default=Path("ir"))
     p.add_argument("--config", type=int,
@@ -156,18 +193,13 @@ def main(argv=None) -> int:
                         "as a GPU runs it (default: the interpreter's one small block shape)")
     p.add_argument("--capture-only", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    dtype, shape = resolve(p, args)
     if args.capture_only:
-        from gks import registry
-
-        spec = registry.get(args.kernel)
-        shape = tuple(int(d) for d in args.shape.split("x")) if args.shape else next(
-            s for s in reversed(spec.test_shapes) if all(s) and max(s) <= 4096)
-        print(json.dumps(capture(args.kernel, args.dtype, shape, args.config)))
+        print(json.dumps(capture(args.kernel, dtype, shape, args.config)))
         return 0
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    cmd = [sys.executable, __file__, "--capture-only", "--kernel", args.kernel, "--dtype", args.dtype]
-    if args.shape:
-        cmd += ["--shape", args.shape]
+    cmd = [sys.executable, __file__, "--capture-only", "--kernel", args.kernel, "--dtype", dtype,
+           "--shape", "x".join(map(str, shape))]
     if args.config is not None:
         cmd += ["--config", str(args.config)]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)

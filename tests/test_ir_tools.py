@@ -1,0 +1,259 @@
+# SPDX-License-Identifier: Apache-2.0
+"""tools/dump_sass.py's op -> kernel mapping and tools/dump_triton_ir.py's argument checks.
+None needs a GPU; the tests that read the built library skip where it is not built."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gks import registry
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOLS = ROOT / "tools"
+
+
+def _tool(name: str):
+    sys.path.insert(0, str(TOOLS))
+    try:
+        return __import__(name)
+    finally:
+        sys.path.pop(0)
+
+
+dump_sass = _tool("dump_sass")
+dump_triton_ir = _tool("dump_triton_ir")
+
+# Demangled kernel names as c++filt prints them for the built library (sm_80 and sm_90a),
+# several per op, with the instances that a name alone would give to the wrong op: the
+# fused op's softmax_registers/looped kernels (kFused = true), int8_gemm's Hopper and
+# split-K kernels (Int8Operands), gemm's (HalfOperands), dequantize beside quantize.
+_K = "void gks::kernels::"
+_H = "void gks::kernels::hopper::"
+_HOP = "(CUtensorMap_st, CUtensorMap_st, CUtensorMap_st, gks::kernels::hopper::HopperGemmParams)"
+KERNELS = {
+    "rmsnorm": [
+        _K + "rmsnorm_registers_kernel<__nv_bfloat16, 8, 1024, 4, 1, 2>(gks::kernels::RmsNormParams)",
+        _K + "rmsnorm_registers_kernel<float, 1, 32, 1, 4, 1>(gks::kernels::RmsNormParams)",
+        _K + "rmsnorm_looped_kernel<__half, 8, 512>(gks::kernels::RmsNormParams)",
+    ],
+    "softmax": [
+        _K + "softmax_registers_kernel<__half, 8, 1024, 4, 1, false, false>(gks::kernels::SoftmaxParams)",
+        _K + "softmax_registers_kernel<__nv_bfloat16, 8, 1024, 4, 1, false, true>"
+             "(gks::kernels::SoftmaxParams)",
+        _K + "softmax_registers_kernel<__nv_bfloat16, 1, 32, 2, 4, false, false>"
+             "(gks::kernels::SoftmaxParams)",
+        _K + "softmax_looped_kernel<__nv_bfloat16, 8, 512, false>(gks::kernels::SoftmaxParams)",
+    ],
+    "softmax_rmsnorm": [
+        _K + "softmax_registers_kernel<__half, 8, 1024, 4, 1, true, false>(gks::kernels::SoftmaxParams)",
+        _K + "softmax_registers_kernel<__nv_bfloat16, 8, 1024, 2, 1, true, true>"
+             "(gks::kernels::SoftmaxParams)",
+        _K + "softmax_registers_kernel<__nv_bfloat16, 1, 32, 2, 4, true, false>(gks::kernels::SoftmaxParams)",
+        _K + "softmax_looped_kernel<__nv_bfloat16, 8, 512, true>(gks::kernels::SoftmaxParams)",
+        _K + "softmax_rmsnorm_staged_kernel<__half, 8, 1024, 4, 2, 4>(gks::kernels::SoftmaxParams)",
+        _K + "softmax_rmsnorm_cluster_kernel<__nv_bfloat16, 8, 256, 2, 4>(gks::kernels::SoftmaxParams)",
+    ],
+    "quantize_int8": [
+        _K + "quantize_int8_registers_kernel<__half, 16, 128, 4, 1>(gks::kernels::QuantizeInt8Params)",
+        _K + "quantize_int8_registers_kernel<float, 1, 32, 2, 4>(gks::kernels::QuantizeInt8Params)",
+        _K + "quantize_int8_looped_kernel<__nv_bfloat16, 16, 512>(gks::kernels::QuantizeInt8Params)",
+    ],
+    "dequantize_int8": [
+        _K + "dequantize_int8_kernel<__half, 8, 128, 2, 1>(gks::kernels::DequantizeInt8Params)",
+        _K + "dequantize_int8_kernel<float, 4, 32, 8, 2>(gks::kernels::DequantizeInt8Params)",
+    ],
+    "sgemm": [
+        _K + "sgemm_kernel<gks::kernels::SgemmTile<1, 2, 8, 4, 4, 16, 3, 8, false>, false>"
+             "(gks::kernels::SgemmParams)",
+        _K + "sgemm_kernel<gks::kernels::SgemmTile<1, 2, 8, 4, 4, 16, 3, 8, false>, true>"
+             "(gks::kernels::SgemmParams)",
+    ],
+    "wmma_gemm": [
+        _K + "wmma_gemm_kernel<__half, gks::kernels::WmmaTile<2, 2, 2, 2, 32, 4>, false>"
+             "(gks::kernels::WmmaGemmParams)",
+        _K + "wmma_gemm_kernel<__nv_bfloat16, gks::kernels::WmmaTile<2, 2, 2, 2, 32, 4>, true>"
+             "(gks::kernels::WmmaGemmParams)",
+    ],
+    "gemm": [
+        _H + "hopper_gemm_kernel<gks::kernels::hopper::HalfOperands<__half>, "
+             "gks::kernels::hopper::HopperTile<64, 64, 10, 1, true> >" + _HOP,
+        _H + "hopper_gemm_kernel<gks::kernels::hopper::HalfOperands<__nv_bfloat16>, "
+             "gks::kernels::hopper::HopperTile<128, 256, 4, 1, false> >" + _HOP,
+        _H + "split_k_reduce_kernel<gks::kernels::hopper::HalfOperands<__half> >"
+             "(gks::kernels::hopper::HopperGemmParams)",
+        _H + "split_k_reduce_kernel<gks::kernels::hopper::HalfOperands<__nv_bfloat16> >"
+             "(gks::kernels::hopper::HopperGemmParams)",
+    ],
+    "int8_gemm": [
+        _K + "int8_gemm_kernel<gks::kernels::Int8Tile<2, 2, 2, 4, 128, 4>, false>"
+             "(gks::kernels::Int8GemmParams)",
+        _K + "int8_gemm_kernel<gks::kernels::Int8Tile<2, 2, 2, 4, 128, 4>, true>"
+             "(gks::kernels::Int8GemmParams)",
+        _H + "hopper_gemm_kernel<gks::kernels::hopper::Int8Operands, "
+             "gks::kernels::hopper::HopperTile<128, 128, 6, 1, false> >" + _HOP,
+        _H + "split_k_reduce_kernel<gks::kernels::hopper::Int8Operands>"
+             "(gks::kernels::hopper::HopperGemmParams)",
+        "gks::kernels::transpose_int8_kernel(gks::kernels::TransposeInt8Params)",
+    ],
+    "flash_attention_fwd": [
+        _K + "flash_attention_fwd_kernel<__half, "
+             "gks::kernels::FlashFwdTile<64, 128, 128, 4, false, true>, false>"
+             "(gks::kernels::FlashAttentionFwdParams)",
+        _K + "flash_attention_fwd_kernel<__nv_bfloat16, "
+             "gks::kernels::FlashFwdTile<128, 128, 64, 4, false, false>, true>"
+             "(gks::kernels::FlashAttentionFwdParams)",
+        _K + "flash_attention_fwd_hopper_kernel<__half, gks::kernels::flash_hopper::Tile<128, 64, 2>, true>"
+             "(gks::kernels::FlashAttentionFwdParams)",
+    ],
+}
+ALL = [name for names in KERNELS.values() for name in names]
+
+
+def test_dump_sass_parses_template_arguments():
+    assert dump_sass.parse_kernel(KERNELS["gemm"][0]) == (
+        "hopper_gemm_kernel", ("HalfOperands<__half>", "HopperTile<64, 64, 10, 1, true>"))
+    assert dump_sass.parse_kernel(KERNELS["softmax_rmsnorm"][0]) == (
+        "softmax_registers_kernel", ("__half", "8", "1024", "4", "1", "true", "false"))
+    assert dump_sass.parse_kernel(KERNELS["int8_gemm"][-1]) == ("transpose_int8_kernel", ())
+
+
+def test_dump_sass_has_a_rule_for_every_cuda_op():
+    cuda_ops = {s.name for s in registry.ops() if any(b.name == "cuda" for b in s.backends)}
+    assert set(dump_sass.OP_KERNELS) == cuda_ops == set(KERNELS)
+
+
+@pytest.mark.parametrize("op", sorted(KERNELS))
+def test_dump_sass_selects_exactly_the_ops_kernels(op):
+    assert sorted(dump_sass.select_kernels(op, ALL)) == sorted(KERNELS[op])
+
+
+def test_dump_sass_falls_back_to_a_substring():
+    assert dump_sass.select_kernels("split_k", ALL) == [n for n in ALL if "split_k_reduce_kernel" in n]
+    assert len(dump_sass.select_kernels("split_k", ALL)) == 3
+    assert dump_sass.select_kernels("Int8Operands", ALL) == KERNELS["int8_gemm"][2:4]
+    assert dump_sass.select_kernels("no_such_kernel", ALL) == []
+
+
+@pytest.fixture
+def fake_library(monkeypatch):
+    """dump_sass.main over the fixture names, with nothing run: a --kernel or --arch error
+    must come from the listing alone, before any SASS is dumped."""
+    resources = {(arch, name): {"REG": 32} for name in ALL for arch in ("sm_80", "sm_90a")}
+    monkeypatch.setattr(dump_sass, "find_cuobjdump", lambda: "cuobjdump")
+    monkeypatch.setattr(dump_sass, "list_kernels", lambda tool, lib: (resources, {n: n for n in ALL}))
+
+    def no_run(*args, **kwargs):
+        raise AssertionError(f"ran {args[0]}")
+
+    monkeypatch.setattr(dump_sass.subprocess, "run", no_run)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--kernel", "nonsense"], "argument --kernel: 'nonsense' is not a registry op"),
+    (["--kernel", "rmsnorm", "--arch", "sm_100"], "argument --arch: no selected kernel is built for sm_100"),
+])
+def test_dump_sass_refuses_a_kernel_or_arch_that_matches_nothing(fake_library, capsys, argv, message):
+    if argv[1] in dump_sass.OP_KERNELS and not shutil.which("c++filt"):
+        pytest.skip("--kernel OP needs c++filt")
+    with pytest.raises(SystemExit) as exit_:
+        dump_sass.main(["--lib", "libfake.so", *argv])
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_dump_sass_names_an_op_missing_from_the_library(monkeypatch, capsys):
+    """A library built without sm_90a has none of gemm's kernels: said so, by name."""
+    if not shutil.which("c++filt"):
+        pytest.skip("--kernel OP needs c++filt")
+    names = [n for n in ALL if n not in KERNELS["gemm"]]
+    monkeypatch.setattr(dump_sass, "find_cuobjdump", lambda: "cuobjdump")
+    monkeypatch.setattr(dump_sass, "list_kernels",
+                        lambda tool, lib: ({("sm_80", n): {} for n in names}, {n: n for n in names}))
+    with pytest.raises(SystemExit) as exit_:
+        dump_sass.main(["--lib", "libfake.so", "--kernel", "gemm"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "op 'gemm' has no kernels in libfake.so (its kernels: hopper_gemm_kernel" in err
+
+
+def _built_library() -> Path:
+    from gks import _native
+
+    lib = _native.library_path()
+    if lib is None or not lib.is_file():
+        pytest.skip("the gks CUDA library is not built")
+    if not shutil.which("c++filt"):
+        pytest.skip("needs c++filt to demangle the kernel names")
+    return lib
+
+
+def test_dump_sass_gives_each_built_kernel_to_one_op():
+    """On the built library: every kernel has an op (a new kernel template needs a rule in
+    OP_KERNELS), and, with sm_90a built, every op has kernels."""
+    lib = _built_library()
+    resources, names = dump_sass.list_kernels(dump_sass.find_cuobjdump(), lib)
+    ops = {name: dump_sass.op_of(name) for name in names.values()}
+    assert ops and not [name for name, op in ops.items() if op is None]
+    if any(arch == "sm_90a" for arch, _ in resources):
+        assert set(ops.values()) == set(dump_sass.OP_KERNELS)
+
+
+def test_dump_sass_cli_on_the_built_library():
+    lib = _built_library()
+    tool = [sys.executable, str(TOOLS / "dump_sass.py"), "--lib", str(lib)]
+    out = subprocess.run(tool + ["--kernel", "no_such_kernel"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "'no_such_kernel' is not a registry op" in out.stderr, out.stderr
+    # A substring (not an op) with few kernels: its SASS alone is dumped, in seconds.
+    out = subprocess.run(tool + ["--kernel", "transpose_int8"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "transpose_int8_kernel" in out.stdout and "LDG.128" in out.stdout
+
+
+def _triton_ir_error(capsys, *argv) -> str:
+    with pytest.raises(SystemExit) as exit_:
+        dump_triton_ir.main(list(argv))
+    assert exit_.value.code == 2
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--kernel", "gemm"], "argument --kernel: op 'gemm' has no Triton backend (it has: cuda)"),
+    (["--kernel", "no_such_op"], "argument --kernel: unknown op 'no_such_op' (ops with a Triton backend: "),
+    (["--kernel", "sgemm", "--dtype", "float16"], "argument --dtype: sgemm takes float32, not 'float16'"),
+    (["--kernel", "wmma_gemm", "--dtype", "float32"], "argument --dtype: wmma_gemm takes float16, bfloat16"),
+    (["--kernel", "rmsnorm", "--shape", "4x"], "argument --shape: rmsnorm takes 2 sizes, MxN"),
+    (["--kernel", "rmsnorm", "--shape", "4x256x2"], "argument --shape: rmsnorm takes 2 sizes, MxN"),
+    (["--kernel", "sgemm", "--shape", "64x-64x64"], "argument --shape: sgemm takes 3 sizes, MxNxK"),
+])
+def test_dump_triton_ir_refuses_bad_arguments_before_running(monkeypatch, capsys, argv, message):
+    monkeypatch.setattr(dump_triton_ir, "capture", lambda *a: pytest.fail("captured"))
+    monkeypatch.setattr(dump_triton_ir, "compile_and_write", lambda *a: pytest.fail("compiled"))
+    monkeypatch.setattr(dump_triton_ir.subprocess, "run", lambda *a, **k: pytest.fail("ran a subprocess"))
+    assert message in _triton_ir_error(capsys, *argv)
+
+
+def test_dump_triton_ir_cli_exits_2_for_an_op_without_triton():
+    out = subprocess.run([sys.executable, str(TOOLS / "dump_triton_ir.py"), "--kernel", "gemm"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "op 'gemm' has no Triton backend" in out.stderr
+
+
+def test_dump_triton_ir_defaults_follow_the_spec():
+    """--dtype: float16 where the op takes it, else its first; --shape: as the help says, the
+    last test shape with no size 0 and none above 4096."""
+    import argparse
+
+    p = argparse.ArgumentParser()
+    for op, dtype in (("sgemm", "float32"), ("rmsnorm", "float16"), ("int8_gemm", "float16")):
+        spec = registry.get(op)
+        shape = [s for s in spec.test_shapes if all(s) and max(s) <= 4096][-1]
+        args = argparse.Namespace(kernel=op, dtype=None, shape=None)
+        assert dump_triton_ir.resolve(p, args) == (dtype, shape)
+    args = argparse.Namespace(kernel="rmsnorm", dtype="bfloat16", shape="4x256")
+    assert dump_triton_ir.resolve(p, args) == ("bfloat16", (4, 256))
