@@ -285,7 +285,7 @@ def test_cli_refuses_a_kernel_the_backend_cannot_tune(capsys):
     assert autotune.main(["--backend", "triton", "--kernel", "gemm"]) == 2
     err = capsys.readouterr().err
     assert "the triton backend has no configs of 'gemm' to tune" in err
-    assert "Tunable with --backend triton: sgemm, wmma_gemm, int8_gemm" in err
+    assert "Tunable with --backend triton: sgemm, wmma_gemm, int8_gemm, flash_attention_fwd" in err
     # every registry op is accepted and answered: tuned, or told why not
     assert autotune.main(["--kernel", "quantize_int8"]) == 2
     assert "no configs of 'quantize_int8' to tune: its launch plan" in capsys.readouterr().err
@@ -308,6 +308,16 @@ def test_cuda_row_ops_and_attention_tune_their_specs_configs():
         assert op in autotune.BACKEND_KERNELS["cuda"]
         names = autotune.kernel_config_names(op)
         assert names == tuple(c["name"] for c in registry.get(op).configs) and len(names) >= 2
+
+
+def test_triton_attention_tunes_its_tile_configs():
+    import gks.triton
+
+    names = autotune.kernel_config_names("triton.flash_attention_fwd")
+    assert names == tuple(gks.triton.flash_attention_fwd_config_names()) and len(names) >= 2
+    assert autotune._op("triton.flash_attention_fwd") is gks.triton.flash_attention_fwd
+    assert autotune.kernel_bucket("triton.flash_attention_fwd", (2, 16, 16, 4000, 4000, 128, 1)) == (
+        2, 16, 16, 4096, 4096, 128, 1)
 
 
 def test_cli_argument_errors_come_before_any_gpu_check(capsys):

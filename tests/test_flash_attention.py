@@ -455,3 +455,41 @@ def test_cuda_opcheck_and_compile():
     eager_o, eager_lse = gks.flash_attention_fwd(*args)
     torch.testing.assert_close(o, eager_o, rtol=0, atol=0)
     torch.testing.assert_close(lse, eager_lse, rtol=0, atol=0)
+
+
+# ---- the Triton kernel's configs (gks autotune --backend triton): each on its own ----
+
+TRITON_CONFIG_SHAPES = [
+    (1, 2, 1, 97, 70, 64, 1),    # GQA, causal with Sq > Sk, lengths off every block size
+    (1, 2, 2, 33, 130, 32, 0),   # Sq < Sk, a partial key tile
+]
+
+
+@pytest.mark.parametrize("shape", TRITON_CONFIG_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_triton_every_config(shape):
+    from gks.triton import flash_attention_fwd, flash_attention_fwd_config_names
+
+    names = flash_attention_fwd_config_names()
+    assert len(names) == len(set(names)) >= 2
+    for config, name in enumerate(names):
+        inputs = _inputs(shape, "float16", seed_for("fa-triton-config", config, shape))
+        out = flash_attention_fwd(**inputs, config=config)
+        check(out, reference(**inputs, precise=True), "float16", inputs, f"triton config {name}")
+
+
+def test_triton_bad_config_names_the_argument():
+    from gks.triton import flash_attention_fwd, flash_attention_fwd_config_names
+
+    q = torch.zeros(1, 1, 4, 32, device=DEVICE, dtype=torch.float16)
+    count = len(flash_attention_fwd_config_names())
+    for bad in (count, -2, 1.5):
+        with pytest.raises(ValueError, match=f"argument 'config' must be -1 or an index below {count}"):
+            flash_attention_fwd(q, q, q, config=bad)
+
+
+def test_triton_heuristic_shapes_are_among_the_configs():
+    """The shape a head dim gets without a tuned entry is one gks autotune also times."""
+    from gks.triton.flash_attention_fwd import CONFIGS, _config
+
+    for head_dim in (32, 64, 96, 128, 256):
+        assert _config(head_dim) in CONFIGS

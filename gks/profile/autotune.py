@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Autotuning of the kernels' configs: ``python -m gks autotune --kernel NAME`` for the CUDA
 kernels (the GEMMs' tile configs; the row ops' kernel shapes; FlashAttention's mma.sync and
-wgmma kernels), ``--backend triton`` for the Triton GEMMs and ``--backend pallas`` for the
-Pallas SGEMM (their block shapes; the cache names them ``triton.NAME``, ``pallas.NAME``).
+wgmma kernels), ``--backend triton`` for the Triton GEMMs and FlashAttention and ``--backend
+pallas`` for the Pallas SGEMM (their block shapes; the cache names them ``triton.NAME``, ``pallas.NAME``).
 ``--all`` tunes every tunable kernel of the backend. Every other op of the registry is
 accepted too and answered with why it has nothing to tune (its kernel shape follows from
 the input's; see UNTUNABLE).
@@ -64,7 +64,7 @@ TIE_BAND = 0.02
 GEMMS = ("sgemm", "wmma_gemm", "int8_gemm", "gemm")
 BACKEND_KERNELS = {
     "cuda": GEMMS + ("rmsnorm", "softmax", "softmax_rmsnorm", "flash_attention_fwd"),
-    "triton": ("sgemm", "wmma_gemm", "int8_gemm"),
+    "triton": ("sgemm", "wmma_gemm", "int8_gemm", "flash_attention_fwd"),
     "pallas": ("sgemm",),
 }
 # Why the other (backend, op) pairs have nothing to tune: what picks their kernel shape.
@@ -279,6 +279,10 @@ def device_identity(device_index: int) -> dict[str, str]:
 def kernel_config_names(kernel: str) -> tuple[str, ...]:
     backend, op = split_kernel(kernel)
     if backend == "triton":
+        if op == "flash_attention_fwd":
+            from gks.triton import flash_attention_fwd_config_names
+
+            return tuple(flash_attention_fwd_config_names())
         from gks.triton._gemm import config_names
 
         return tuple(config_names(op))
@@ -454,6 +458,16 @@ def _op(kernel: str):
 TIMINGS = ("bench", "graph")
 
 
+def _compile_errors() -> tuple[type, ...]:
+    """What a Triton config that cannot compile for this GPU raises (too much shared memory,
+    say): such a config is rejected like one whose output is wrong."""
+    try:
+        from triton.errors import TritonError
+    except ImportError:
+        return ()
+    return (TritonError,)
+
+
 def tune_one(kernel: str, dtype: str, shape: Sequence[int], *, warmup: int, iters: int,
              band: float, progress: Callable[[str], None], timing: str = "bench",
              reps: int = 5) -> dict[str, Any]:
@@ -482,8 +496,8 @@ def tune_one(kernel: str, dtype: str, shape: Sequence[int], *, warmup: int, iter
             if not (on_torch_stream and timing == "bench"):
                 times[i] = time_config(lambda: op(**inputs, config=i), warmup, iters,
                                        graph=on_torch_stream)
-        except (AssertionError, RuntimeError, ValueError) as e:
-            progress(f"    {name:<26} REJECTED: {str(e).splitlines()[0][:120]}")
+        except (AssertionError, RuntimeError, ValueError, *_compile_errors()) as e:
+            progress(f"    {name:<26} REJECTED: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
             continue
         checked.append(i)
     if on_torch_stream and timing == "bench" and checked:

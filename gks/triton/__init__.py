@@ -7,6 +7,7 @@ tensors: the kernels then run in Triton's interpreter (that is how CI covers the
 
 
 from gks.triton._gemm import config_names as gemm_config_names
+from gks.triton.flash_attention_fwd import config_names as flash_attention_fwd_config_names
 from gks.triton.flash_attention_fwd import flash_attention_fwd
 from gks.triton.int8_gemm import int8_gemm
 from gks.triton.quantize_int8 import dequantize_int8, quantize_int8
@@ -26,4 +27,5 @@ __all__ = [
     "int8_gemm",
     "flash_attention_fwd",
     "gemm_config_names",
+    "flash_attention_fwd_config_names",
 ]

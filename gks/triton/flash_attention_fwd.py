@@ -161,6 +161,24 @@ def _flash_attention_fwd_kernel(
     tl.store(lse_ptr + batch * lse_sb + head * lse_sh + offs_m, lse, mask=row_ok)
 
 
+# The tile and launch shapes gks autotune may choose among (the `config` argument's index;
+# tuned entries: "triton.flash_attention_fwd"). The heuristic below picks from these same
+# shapes per head dim.
+CONFIGS = (
+    dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3),
+    dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3),
+    dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3),
+    dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3),
+    dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2),
+    dict(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2),
+)
+
+
+def config_names() -> list[str]:
+    """The names of CONFIGS, in index order: m<BLOCK_M>_n<BLOCK_N>_w<warps>_s<stages>."""
+    return [f"m{c['BLOCK_M']}_n{c['BLOCK_N']}_w{c['num_warps']}_s{c['num_stages']}" for c in CONFIGS]
+
+
 def _config(head_dim: int) -> dict:
     """Tile and launch shape per head dim. Timed on an H200 (fp16, 32k tokens, H*D = 2048,
     causal and not; ratio to SDPA's FlashAttention-2 in the same run, 2026-11-30):
@@ -174,14 +192,14 @@ def _config(head_dim: int) -> dict:
     (`python tools/dump_triton_ir.py --kernel flash_attention_fwd --shape 1x2x2x256x256xDx0`
     and the SASS)."""
     if head_dim <= 32:
-        return dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3)
+        return CONFIGS[2]
     if head_dim <= 64:
-        return dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3)
+        return CONFIGS[0]
     if head_dim <= 96:
-        return dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3)
+        return CONFIGS[3]
     if head_dim <= 128:
-        return dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)
-    return dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2)
+        return CONFIGS[1]
+    return CONFIGS[4]
 
 
 def _check_inputs(q, k, v, op):
@@ -211,13 +229,19 @@ def flash_attention_fwd(
     v: torch.Tensor,
     causal: bool = False,
     softmax_scale: float | None = None,
+    config: int = -1,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention forward with lse; the meaning of gks.flash_attention_fwd.
 
     q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D] (fp16/bf16, last dim contiguous, other strides
-    free). Returns o [B, Hq, Sq, D] (q's dtype) and lse [B, Hq, Sq] (float32).
+    free). Returns o [B, Hq, Sq, D] (q's dtype) and lse [B, Hq, Sq] (float32). config: an
+    index into config_names() (the tile and launch shape), or -1: the tuned entry for this
+    GPU and shape if `gks autotune --backend triton` made one, else a shape per head dim.
     """
     op = "gks.triton.flash_attention_fwd"
+    if not isinstance(config, int) or not -1 <= config < len(CONFIGS):
+        raise ValueError(f"{op}: argument 'config' must be -1 or an index below {len(CONFIGS)} "
+                         f"(see gks.triton.flash_attention_fwd_config_names()), got {config!r}")
     _check_inputs(q, k, v, op)
     batch, heads_q, seqlen_q, head_dim = q.shape
     heads_kv, seqlen_k = k.shape[1], k.shape[2]
@@ -228,7 +252,12 @@ def flash_attention_fwd(
         return o, lse
     if seqlen_k == 0:  # no keys: every row sees none (and k, v may have no storage at all)
         return o.zero_(), lse.fill_(float("-inf"))
-    cfg = _config(head_dim)
+    if config == -1:
+        from gks.profile import autotune
+
+        dims = autotune.attention_dims(q, k, causal)
+        config = autotune.resolve_config("triton.flash_attention_fwd", q, dims, -1)
+    cfg = CONFIGS[config] if config >= 0 else _config(head_dim)
     if batch * heads_q > 65535:
         raise ValueError(f"{op}: at most 65535 (batch x query heads) are supported, got {batch * heads_q}")
     grid = (triton.cdiv(seqlen_q, cfg["BLOCK_M"]), batch * heads_q)
