@@ -4,8 +4,9 @@
     python examples/python/transformer_block.py [--tokens 2048] [--dim 2048] [--heads 16]
 
 pre-norm attention + MLP (Llama-style, without rotary embeddings):
-    h = x + W_o · attention(rmsnorm(x) · W_qkv)        gks.rmsnorm, gks.wmma_gemm, gks.flash_attention_fwd
-    y = h + W_down · silu(rmsnorm(h) · W_up)            gks.rmsnorm, gks.wmma_gemm
+    h = x + W_o · attention(rmsnorm(x) · W_qkv)        gks.rmsnorm, gks.gemm, gks.flash_attention_fwd
+    y = h + W_down · silu(rmsnorm(h) · W_up)            gks.rmsnorm, gks.gemm
+(gks.gemm: the Hopper kernel on sm_90, WMMA elsewhere.)
 Needs a CUDA GPU. Prints the relative error of gks's result against PyTorch's (same
 weights, bf16, the same math through torch.nn.functional) and both times.
 """
@@ -24,7 +25,7 @@ import gks
 def block_gks(x, p, heads):
     t, d = x.shape
     hd = d // heads
-    mm = lambda a, b: gks.wmma_gemm(a, b, out_dtype=torch.bfloat16)  # noqa: E731
+    mm = gks.gemm  # bf16 in, fp32 accumulation, bf16 out
     qkv = mm(gks.rmsnorm(x, p["norm1"], 1e-6), p["w_qkv"])
     q, k, v = (qkv[:, i * d:(i + 1) * d].view(1, t, heads, hd).transpose(1, 2) for i in range(3))
     o, _lse = gks.flash_attention_fwd(q, k, v, causal=True)
