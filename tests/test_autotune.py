@@ -320,6 +320,15 @@ def test_triton_attention_tunes_its_tile_configs():
         2, 16, 16, 4096, 4096, 128, 1)
 
 
+def test_pallas_attention_tunes_its_block_shapes():
+    import gks.pallas
+    from gks.pallas import _bridge
+
+    names = autotune.kernel_config_names("pallas.flash_attention_fwd")
+    assert names == tuple(gks.pallas.flash_attention_fwd_config_names()) and len(names) >= 2
+    assert autotune._op("pallas.flash_attention_fwd") is _bridge.flash_attention_fwd
+
+
 def test_cli_argument_errors_come_before_any_gpu_check(capsys):
     with pytest.raises(SystemExit) as e:
         autotune.main(["--kernel", "rmsnorm", "--shapes", "4096x4096x4096"])

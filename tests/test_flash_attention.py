@@ -493,3 +493,36 @@ def test_triton_heuristic_shapes_are_among_the_configs():
 
     for head_dim in (32, 64, 96, 128, 256):
         assert _config(head_dim) in CONFIGS
+
+
+# ---- the Pallas kernel's configs (gks autotune --backend pallas): each on its own ----
+
+
+def test_pallas_every_config():
+    from gks.pallas import _bridge, flash_attention_fwd_config_names
+
+    shape = (1, 2, 1, 70, 45, 64, 1)  # GQA, causal with Sq > Sk, lengths off the block sizes
+    names = flash_attention_fwd_config_names()
+    assert len(names) == len(set(names)) >= 2
+    for config, name in enumerate(names):
+        inputs = _inputs(shape, "float16", seed_for("fa-pallas-config", config))
+        out = _bridge.flash_attention_fwd(**inputs, config=config)
+        check(out, reference(**inputs, precise=True), "float16", inputs, f"pallas config {name}")
+
+
+def test_pallas_bad_config_names_the_argument():
+    from gks.pallas import _bridge, flash_attention_fwd_config_names
+
+    q = torch.zeros(1, 1, 4, 32, dtype=torch.float16)
+    count = len(flash_attention_fwd_config_names())
+    for bad in (count, -2, 1.5):
+        with pytest.raises(ValueError, match=f"argument 'config' must be -1 or an index below {count}"):
+            _bridge.flash_attention_fwd(q, q, q, config=bad)
+
+
+def test_pallas_default_configs_per_head_dim():
+    from gks.pallas.flash_attention_fwd import CONFIGS, _default_config
+
+    # 128-row query blocks up to D = 128 (4 warps to D = 64, 8 beyond), 64 x 32 blocks above.
+    assert [CONFIGS[_default_config(d)] for d in (32, 64, 96, 128, 256)] == [
+        (128, 64, 4, 2), (128, 64, 4, 2), (128, 64, 8, 2), (128, 64, 8, 2), (64, 32, 8, 2)]

@@ -6,6 +6,7 @@ in Pallas interpret mode (chosen automatically, or forced with interpret=True).
 """
 
 
+from gks.pallas.flash_attention_fwd import config_names as flash_attention_fwd_config_names
 from gks.pallas.flash_attention_fwd import flash_attention_fwd
 from gks.pallas.quantize_int8 import dequantize_int8, quantize_int8
 from gks.pallas.rmsnorm import rmsnorm
@@ -22,4 +23,5 @@ __all__ = [
     "sgemm",
     "sgemm_config_names",
     "flash_attention_fwd",
+    "flash_attention_fwd_config_names",
 ]

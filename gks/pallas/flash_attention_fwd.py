@@ -70,19 +70,50 @@ def _fwd_kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, *, scale_log2, causal, bloc
     lse_ref[...] = jnp.where(seen, (m_i + jnp.log2(safe_l)) * LN2, -jnp.inf)
 
 
-def _block_sizes(head_dim: int, seqlen_q: int, seqlen_k: int) -> tuple[int, int]:
-    block_q = 128 if head_dim <= 128 else 64
-    block_k = 64 if head_dim <= 128 else 32
+# The block shapes and launch gks autotune may choose among (`config`'s index; tuned entries:
+# "pallas.flash_attention_fwd"): (block_q, block_k, num_warps, num_stages). The first three
+# are what a head dim gets without a tuned entry (see _default_config).
+CONFIGS = (
+    (128, 64, 4, 2),
+    (128, 64, 8, 2),
+    (64, 32, 8, 2),
+    (64, 64, 4, 2),
+    (128, 128, 8, 2),
+    (64, 64, 4, 3),
+)
+
+
+def config_names() -> list[str]:
+    """Names of CONFIGS, in the order `config` indexes: q<block_q>_k<block_k>_w<warps>_s<stages>."""
+    return [f"q{bq}_k{bk}_w{w}_s{st}" for bq, bk, w, st in CONFIGS]
+
+
+def _default_config(head_dim: int) -> int:
+    """The config a head dim runs without a tuned entry."""
+    return 0 if head_dim <= 64 else 1 if head_dim <= 128 else 2
+
+
+def _block_sizes(config: int, seqlen_q: int, seqlen_k: int) -> tuple[int, int]:
+    block_q, block_k = CONFIGS[config][:2]
     # Short sequences: smaller blocks (16 is the least a dot takes) instead of padding.
     return min(block_q, max(16, next_pow2(seqlen_q))), min(block_k, max(16, next_pow2(seqlen_k)))
 
 
-@functools.partial(jax.jit, static_argnames=("causal", "scale", "interpret"))
-def _flash_attention_fwd(q, k, v, *, causal, scale, interpret):
+def _tuned_config(q: jax.Array, dims: tuple[int, ...]) -> int | None:
+    """The autotuned config for q's GPU, dtype and this shape's bucket, else None."""
+    from gks.profile import autotune
+
+    device = next(iter(q.devices()))
+    identity = autotune.make_identity(device.device_kind, str(getattr(device, "compute_capability", "?")))
+    return autotune.lookup_for(identity, "pallas.flash_attention_fwd", str(q.dtype), dims)
+
+
+@functools.partial(jax.jit, static_argnames=("causal", "scale", "interpret", "config"))
+def _flash_attention_fwd(q, k, v, *, causal, scale, interpret, config):
     batch, heads_q, seqlen_q, head_dim = q.shape
     heads_kv, seqlen_k = k.shape[1], k.shape[2]
     group = heads_q // heads_kv
-    block_q, block_k = _block_sizes(head_dim, seqlen_q, seqlen_k)
+    block_q, block_k = _block_sizes(config, seqlen_q, seqlen_k)
     dim_p = next_pow2(head_dim)
     sq_p = -(-seqlen_q // block_q) * block_q
     sk_p = -(-seqlen_k // block_k) * block_k
@@ -115,23 +146,29 @@ def _flash_attention_fwd(q, k, v, *, causal, scale, interpret):
             jax.ShapeDtypeStruct((batch, heads_q, sq_p), jnp.float32),
         ],
         interpret=interpret,
-        compiler_params=plgpu.CompilerParams(
-            num_warps=4 if head_dim <= 64 else 8, num_stages=2
-        ),
+        compiler_params=plgpu.CompilerParams(num_warps=CONFIGS[config][2],
+                                             num_stages=CONFIGS[config][3]),
         name="gks_flash_attention_fwd",
     )(q, k, v)
     return o[:, :, :seqlen_q, :head_dim], lse[:, :, :seqlen_q]
 
 
 def flash_attention_fwd(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool = False,
-                        softmax_scale: float | None = None, *, interpret: bool | None = None):
+                        softmax_scale: float | None = None, *, interpret: bool | None = None,
+                        config: int = -1):
     """Attention forward with lse on JAX arrays; the meaning of gks.flash_attention_fwd.
 
     q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D] (fp16/bf16, Hq % Hkv == 0, D in
     {32, 64, 96, 128, 256}). Returns o [B, Hq, Sq, D] (q's dtype) and lse [B, Hq, Sq]
-    (float32, natural log; -inf for a row that sees no key, whose o is 0).
+    (float32, natural log; -inf for a row that sees no key, whose o is 0). config: an index
+    into gks.pallas.flash_attention_fwd_config_names() (block shapes and launch), or -1: the
+    tuned entry for this GPU and shape if `gks autotune --backend pallas` made one, else a
+    shape per head dim.
     """
     op = "gks.pallas.flash_attention_fwd"
+    if not isinstance(config, int) or not -1 <= config < len(CONFIGS):
+        raise ValueError(f"{op}: argument 'config' must be -1 or an index below {len(CONFIGS)} "
+                         f"(see gks.pallas.flash_attention_fwd_config_names()), got {config!r}")
     if q.dtype not in (jnp.float16, jnp.bfloat16):
         raise TypeError(f"{op}: argument 'q' must be float16 or bfloat16, got {q.dtype}")
     for name, t in (("k", k), ("v", v)):
@@ -153,4 +190,9 @@ def flash_attention_fwd(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool =
         return jnp.zeros(q.shape, q.dtype), jnp.full(q.shape[:3], -jnp.inf, jnp.float32)
     if interpret is None:
         interpret = default_interpret(q)
-    return _flash_attention_fwd(q, k, v, causal=bool(causal), scale=scale, interpret=interpret)
+    if config == -1:
+        dims = (batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, int(bool(causal)))
+        tuned = None if interpret else _tuned_config(q, dims)
+        config = _default_config(head_dim) if tuned is None else tuned
+    return _flash_attention_fwd(q, k, v, causal=bool(causal), scale=scale, interpret=interpret,
+                                config=config)

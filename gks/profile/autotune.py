@@ -2,7 +2,8 @@
 """Autotuning of the kernels' configs: ``python -m gks autotune --kernel NAME`` for the CUDA
 kernels (the GEMMs' tile configs; the row ops' kernel shapes; FlashAttention's mma.sync and
 wgmma kernels), ``--backend triton`` for the Triton GEMMs and FlashAttention and ``--backend
-pallas`` for the Pallas SGEMM (their block shapes; the cache names them ``triton.NAME``, ``pallas.NAME``).
+pallas`` for the Pallas SGEMM and FlashAttention (their block shapes; the cache names them
+``triton.NAME``, ``pallas.NAME``).
 ``--all`` tunes every tunable kernel of the backend. Every other op of the registry is
 accepted too and answered with why it has nothing to tune (its kernel shape follows from
 the input's; see UNTUNABLE).
@@ -65,7 +66,7 @@ GEMMS = ("sgemm", "wmma_gemm", "int8_gemm", "gemm")
 BACKEND_KERNELS = {
     "cuda": GEMMS + ("rmsnorm", "softmax", "softmax_rmsnorm", "flash_attention_fwd"),
     "triton": ("sgemm", "wmma_gemm", "int8_gemm", "flash_attention_fwd"),
-    "pallas": ("sgemm",),
+    "pallas": ("sgemm", "flash_attention_fwd"),
 }
 # Why the other (backend, op) pairs have nothing to tune: what picks their kernel shape.
 UNTUNABLE = {
