@@ -9,7 +9,10 @@ reason stated.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,6 +26,18 @@ from gks import _native  # noqa: E402
 
 HAS_NATIVE = _native.available()
 DEVICE = "cuda" if HAS_GPU else "cpu"
+
+TOOLS = Path(__file__).resolve().parent.parent / "tools"
+
+
+def import_tool(name: str):
+    """The module tools/<name>.py (the tools are scripts, not a package)."""
+    sys.path.insert(0, str(TOOLS))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.pop(0)
+
 
 requires_gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU; this machine has none")
 requires_native = pytest.mark.skipif(

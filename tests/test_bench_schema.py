@@ -7,11 +7,11 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
+from conftest import import_tool
 from gks import registry
 from gks.profile import bench, roofline, timing
 
@@ -346,12 +346,7 @@ def test_attention_flops_count_the_pairs_the_mask_leaves():
 
 
 def _roofline_plot_module():
-    sys.path.insert(0, str(ROOT / "tools"))
-    try:
-        import roofline_plot
-    finally:
-        sys.path.pop(0)
-    return roofline_plot
+    return import_tool("roofline_plot")
 
 
 @pytest.mark.parametrize("variant, backend, label", [

@@ -11,22 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from conftest import TOOLS, import_tool
 from gks import registry
 
-ROOT = Path(__file__).resolve().parent.parent
-TOOLS = ROOT / "tools"
-
-
-def _tool(name: str):
-    sys.path.insert(0, str(TOOLS))
-    try:
-        return __import__(name)
-    finally:
-        sys.path.pop(0)
-
-
-dump_sass = _tool("dump_sass")
-dump_triton_ir = _tool("dump_triton_ir")
+dump_sass = import_tool("dump_sass")
+dump_triton_ir = import_tool("dump_triton_ir")
 
 # Demangled kernel names as c++filt prints them for the built library (sm_80 and sm_90a),
 # several per op, with the instances that a name alone would give to the wrong op: the
@@ -239,7 +228,7 @@ def test_dump_triton_ir_refuses_bad_arguments_before_running(monkeypatch, capsys
 
 def test_dump_triton_ir_cli_exits_2_for_an_op_without_triton():
     out = subprocess.run([sys.executable, str(TOOLS / "dump_triton_ir.py"), "--kernel", "gemm"],
-                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+                         capture_output=True, text=True, cwd=TOOLS.parent, timeout=120)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "op 'gemm' has no Triton backend" in out.stderr
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import import_tool
 from gks import registry
 from gks.profile import roofline
 
@@ -67,8 +68,7 @@ def test_cli_roofline_without_gpu_asks_for_datasheet():
 
 
 def test_baseline_pins_fastest_peer(tmp_path):
-    sys.path.insert(0, str(ROOT / "tools"))
-    import make_baseline
+    make_baseline = import_tool("make_baseline")
 
     doc = {"device": {"name": "NVIDIA H200", "capability": "9.0", "sms": 132, "driver": "580",
                       "clocks_start": {"sm_mhz": "345"}, "clocks_end": {"sm_mhz": "1980"}},
@@ -209,12 +209,7 @@ def test_dump_triton_ir_without_a_gpu(tmp_path):
 
 
 def _dump_sass_module():
-    sys.path.insert(0, str(ROOT / "tools"))
-    try:
-        import dump_sass
-    finally:
-        sys.path.pop(0)
-    return dump_sass
+    return import_tool("dump_sass")
 
 
 def test_dump_sass_tells_serialized_wgmmas_from_batched():

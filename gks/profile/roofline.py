@@ -22,7 +22,6 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 # Vendor datasheet figures (dense), used only with --datasheet.
 DATASHEET = {
