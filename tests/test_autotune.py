@@ -60,6 +60,40 @@ def test_pick_winner_tie_band_prefers_the_first_config():
         autotune.pick_winner([None, None])
 
 
+def test_pick_winner_prefers_the_heuristic_within_the_band():
+    # The op's own choice (config -1) comes first: a config must beat it by more than the band.
+    assert autotune.pick_winner([1.0, 0.99], default_ms=1.005) == autotune.DEFAULT == -1
+    assert autotune.pick_winner([1.0, 0.97], default_ms=1.0) == 1
+    assert autotune.pick_winner([None, None], default_ms=1.0) == -1  # only the default ran
+    assert autotune.pick_winner([1.0, 2.0], default_ms=None) == 0  # the default failed
+
+
+def test_a_default_entry_leaves_the_op_to_its_heuristic(tmp_path, monkeypatch):
+    import types
+
+    monkeypatch.setenv("GKS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(autotune, "SHIPPED_DIR", tmp_path / "no-shipped-tables")
+    monkeypatch.setattr(autotune, "device_identity", lambda index: IDENTITY)
+    monkeypatch.setattr(autotune, "_kernel_hash", lambda kernel: "h1")
+    autotune._shipped.cache_clear()
+    like = types.SimpleNamespace(is_cuda=True, get_device=lambda: 0, dtype="float32")
+    try:
+        tuned = autotune.cache_key(IDENTITY, "sgemm", "float32", (1024, 4096, 4096), "h1")
+        default = autotune.cache_key(IDENTITY, "sgemm", "float32", (64, 64, 64), "h1")
+        autotune.save_cache({tuned: {"config": 3}, default: {"config": -1, "name": "default"}})
+        assert autotune.lookup_for(IDENTITY, "sgemm", "float32", (64, 64, 64)) is None
+        assert autotune.resolve_config("sgemm", like, (64, 64, 64), -1) == -1
+        assert autotune.resolve_config("sgemm", like, (1000, 4096, 4000), -1) == 3
+        # What tune_one times as the default: the tables ignored, -1 passed on.
+        with autotune.untuned():
+            assert autotune.resolve_config("sgemm", like, (1000, 4096, 4000), -1) == -1
+            assert autotune.lookup_for(IDENTITY, "sgemm", "float32", (1000, 4096, 4000)) is None
+        assert autotune.resolve_config("sgemm", like, (1000, 4096, 4000), -1) == 3
+    finally:
+        autotune._entries.cache_clear()
+        autotune._shipped.cache_clear()
+
+
 def test_cache_key_changes_with_every_component():
     base = autotune.cache_key(IDENTITY, "sgemm", "float32", (4096, 4096, 4096), "abc")
     variants = [
@@ -202,7 +236,10 @@ def test_shipped_tables_match_the_compiled_config_lists():
             assert op in autotune.BACKEND_KERNELS[backend], key
             assert chash == f"cfg{autotune._kernel_hash(kernel)}", f"{path.name}: {key} is stale"
             names = autotune.kernel_config_names(kernel)
-            assert 0 <= entry["config"] < len(names) and entry["name"] == names[entry["config"]], key
+            if entry["config"] == autotune.DEFAULT:
+                assert entry["name"] == autotune.DEFAULT_NAME, key
+            else:
+                assert 0 <= entry["config"] < len(names) and entry["name"] == names[entry["config"]], key
             assert autotune.kernel_bucket(kernel, entry["shape"]) == tuple(int(x) for x in bucket.split("x")), key
 
 
@@ -366,6 +403,8 @@ def test_tune_triton_writes_an_entry_its_launch_then_uses(tmp_path, monkeypatch)
                               "--iters", "3", "--reps", "2"]) == 0
         (key, entry), = autotune.load_cache().items()
         assert "|triton.sgemm|float32|256x512x512|" in key
+        if entry["config"] == autotune.DEFAULT:
+            pytest.skip("the heuristic's own choice won: nothing tuned for the launch to take")
         assert autotune.lookup("triton.sgemm", "float32", (200, 300, 400), torch.cuda.current_device()) == entry["config"]
         a = torch.randn(200, 400, device="cuda")
         b = torch.randn(400, 300, device="cuda")
@@ -417,7 +456,8 @@ def test_tune_writes_an_entry_the_op_then_uses(tmp_path, monkeypatch):
     assert len(entries) == 1
     (key, entry), = entries.items()
     assert "|sgemm|float32|256x512x512|" in key
-    assert autotune.lookup("sgemm", "float32", (200, 300, 400), torch.cuda.current_device()) == entry["config"]
+    expected = None if entry["config"] == autotune.DEFAULT else entry["config"]
+    assert autotune.lookup("sgemm", "float32", (200, 300, 400), torch.cuda.current_device()) == expected
     a = torch.randn(200, 400, device="cuda")
     b = torch.randn(400, 300, device="cuda")
     torch.testing.assert_close(gks.sgemm(a, b), gks.sgemm(a, b, config=entry["config"]), rtol=0, atol=0)
@@ -434,8 +474,8 @@ def test_each_timing_times_every_config_and_records_itself(tmp_path, timing):
     (entry,) = autotune.load_cache(path).values()
     assert entry["timing"] == timing
     assert len(entry["times_ms"]) == len(autotune.kernel_config_names("wmma_gemm"))
-    assert all(t is not None and t > 0 for t in entry["times_ms"])
-    assert entry["config"] == autotune.pick_winner(entry["times_ms"])
+    assert all(t is not None and t > 0 for t in (*entry["times_ms"], entry["default_ms"]))
+    assert entry["config"] == autotune.pick_winner(entry["times_ms"], default_ms=entry["default_ms"])
 
 
 def test_gemm_dims_reads_m_n_k_and_names_a_bad_operand():
@@ -478,8 +518,9 @@ def test_tune_a_row_op_or_attention_writes_an_entry_the_op_then_uses(tmp_path, m
         dims = tuple(int(d) for d in shape.split("x"))
         bucket = "x".join(map(str, autotune.kernel_bucket(op, dims)))
         assert f"|{op}|{dtype}|{bucket}|" in key
-        assert sum(t is not None for t in entry["times_ms"]) >= 1
-        # The op's call with config=-1 hands the tuned config to the library.
+        assert entry["default_ms"] is not None and sum(t is not None for t in entry["times_ms"]) >= 1
+        # The op's call with config=-1 hands the tuned config to the library (-1 where the
+        # heuristic's own choice won).
         seen = []
         real = getattr(gks.cuda, launcher)
         monkeypatch.setattr(gks.cuda, launcher, lambda *args: seen.append(args[-1]) or real(*args))

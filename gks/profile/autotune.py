@@ -8,9 +8,10 @@ pallas`` for the Pallas SGEMM and FlashAttention (their block shapes; the cache 
 accepted too and answered with why it has nothing to tune (its kernel shape follows from
 the input's; see UNTUNABLE).
 
-For each dtype and shape it runs every compiled config of the kernel, checks its output
-against the float64 reference (a config that fails may not win), times it, and stores the
-winner in a JSON cache. The CUDA and Triton configs are timed the way ``gks bench`` times
+For each dtype and shape it runs the op's untuned choice (config=-1 with the tables
+ignored: its heuristic) and every compiled config of the kernel, checks each output against
+the float64 reference (a config that fails may not win), times it, and stores the winner in
+a JSON cache. The CUDA and Triton configs are timed the way ``gks bench`` times
 an op (``--timing bench``, the default): back-to-back calls between CUDA events, rotating
 over enough input sets that the L2 starts cold, the configs interleaved, the median of
 ``--reps`` batches. That is the time a call costs its caller, the host's share included
@@ -18,15 +19,17 @@ where the host is the slower side (a split-K config's workspace and second launc
 ``--timing graph`` times the GPU alone instead (a CUDA graph of ``--iters`` calls, replayed),
 what a caller that captures graphs sees. The Pallas configs are timed with CUDA events
 around each launch. The
-winner is the first config, in the fixed config order, within ``band`` (2%) of the fastest:
-a deterministic tie band, so timing noise between near-equal configs does not flip choices.
+winner is the first, in a fixed order, within ``band`` (2%) of the fastest: the heuristic's
+choice first (an entry of config -1, "default", keeps it), then the configs in list order. A
+deterministic tie band: timing noise between near-equal configs does not flip choices, and
+a table never overrides the heuristic for less than the band.
 
 The cache (``$GKS_CACHE_DIR/autotune.json``, else ``~/.cache/gks/autotune.json``) is keyed on
 everything that can change the answer: GPU name, compute capability, driver version, gks
 version, kernel, dtype, shape bucket (each dim rounded up to a power of two, but for the
 dims the op's spec keeps exact, ``OpSpec.bucket_exact``: FlashAttention's head dim and
-causal flag) and a hash of the kernel's config names. An entry made under any other value of these is simply
-never matched (``--prune`` deletes such entries for the current GPU).
+causal flag) and a hash of the kernel's config names. An entry made under any other value
+of these is simply never matched (``--prune`` deletes such entries for the current GPU).
 
 Tables measured this way ship with gks in ``gks/profile/tuned/`` (``nvidia-h200.json``: the
 H200, every tunable kernel of every backend at its bench shapes; regenerate with ``python -m
@@ -43,6 +46,7 @@ entry the C++ heuristic decides.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -57,6 +61,10 @@ from typing import Any
 
 CACHE_FORMAT = 1
 TIE_BAND = 0.02
+# An entry's config when the op's own choice (config=-1, its heuristic) won: the op then
+# keeps making that choice. Its name in the entry:
+DEFAULT = -1
+DEFAULT_NAME = "default"
 
 # The tunable kernels per backend, each named by the registry op that describes it (inputs,
 # reference, check, shapes): those whose backend compiles several configs and takes a
@@ -141,13 +149,19 @@ def cache_key(identity: dict[str, str], kernel: str, dtype: str, bucket: Sequenc
     return "|".join(parts)
 
 
-def pick_winner(times_ms: Sequence[float | None], band: float = TIE_BAND) -> int:
-    """Index of the first config (in config order) whose time is within `band` of the best.
-    None marks a config that failed its check or did not run; it never wins."""
-    valid = [t for t in times_ms if t is not None]
+def pick_winner(times_ms: Sequence[float | None], band: float = TIE_BAND,
+                default_ms: float | None = None) -> int:
+    """Index of the first config (in config order) whose time is within `band` of the best,
+    or DEFAULT (-1) if `default_ms`, the op's untuned choice (its heuristic), is: the default
+    comes first in the order, so a tuned entry only overrides the heuristic when a config
+    beats it by more than the band. None marks a config that failed its check or did not
+    run; it never wins."""
+    valid = [t for t in (default_ms, *times_ms) if t is not None]
     if not valid:
         raise ValueError("pick_winner: no config produced a correct result")
     best = min(valid)
+    if default_ms is not None and default_ms <= best * (1.0 + band):
+        return DEFAULT
     return next(i for i, t in enumerate(times_ms) if t is not None and t <= best * (1.0 + band))
 
 
@@ -312,13 +326,29 @@ def lookup(kernel: str, dtype: str, shape: Sequence[int], device_index: int) -> 
 
 
 def lookup_for(identity: dict[str, str], kernel: str, dtype: str, shape: Sequence[int]) -> int | None:
-    """lookup() for a device identity the caller made (JAX callers, without torch)."""
+    """lookup() for a device identity the caller made (JAX callers, without torch). None
+    also where the entry says the op's own heuristic won (DEFAULT), and inside untuned()."""
     entries, shipped = _entries(), _shipped()
-    if not entries and not shipped:
+    if _UNTUNED or (not entries and not shipped):
         return None
     key = cache_key(identity, kernel, dtype, kernel_bucket(kernel, shape), _kernel_hash(kernel))
     entry = entries.get(key) or shipped.get(shipped_key(key))
-    return int(entry["config"]) if entry else None
+    return int(entry["config"]) if entry and int(entry["config"]) != DEFAULT else None
+
+
+# Set inside untuned(): every lookup misses, so config=-1 runs the op's own heuristic.
+_UNTUNED = False
+
+
+@contextlib.contextmanager
+def untuned():
+    """Within it the ops ignore the tuned tables (what tune_one times as the default)."""
+    global _UNTUNED
+    was, _UNTUNED = _UNTUNED, True
+    try:
+        yield
+    finally:
+        _UNTUNED = was
 
 
 def _dtype_name(dtype) -> str:
@@ -343,7 +373,7 @@ def resolve_config(kernel: str, like, shape: tuple[int, ...], config: int, dtype
     any, else -1 (the C++ heuristic). `like` gives the device and, unless `dtype` is given,
     the dtype of the key."""
     # is_cuda and get_device(), not like.device: each .device builds a torch.device object.
-    if config != -1 or not like.is_cuda:
+    if config != -1 or not like.is_cuda or _UNTUNED:
         return config
     index = like.get_device()
     key = (kernel, dtype or like.dtype, shape, index, table_generation())
@@ -472,9 +502,10 @@ def _compile_errors() -> tuple[type, ...]:
 def tune_one(kernel: str, dtype: str, shape: Sequence[int], *, warmup: int, iters: int,
              band: float, progress: Callable[[str], None], timing: str = "bench",
              reps: int = 5) -> dict[str, Any]:
-    """Measures every config on one (dtype, shape); returns the cache entry. `timing` as the
-    module docstring says (the Pallas configs are always timed per launch: JAX's runtime is
-    neither capturable by torch nor on torch's stream)."""
+    """Measures the op's untuned choice (config=-1, its heuristic, with the tables ignored)
+    and every config on one (dtype, shape); returns the cache entry (see pick_winner).
+    `timing` as the module docstring says (the Pallas configs are always timed per launch:
+    JAX's runtime is neither capturable by torch nor on torch's stream)."""
     import torch
 
     from gks import registry
@@ -486,32 +517,38 @@ def tune_one(kernel: str, dtype: str, shape: Sequence[int], *, warmup: int, iter
     ref = spec.reference(**inputs, precise=True)
     op = _op(kernel)
     on_torch_stream = split_kernel(kernel)[0] in ("cuda", "triton")
-    times: list[float | None] = [None] * len(names)
+    candidates = [DEFAULT, *range(len(names))]
+    label = {DEFAULT: f"{DEFAULT_NAME} (heuristic)", **dict(enumerate(names))}
+    times: dict[int, float | None] = dict.fromkeys(candidates)
     checked = []
-    for i, name in enumerate(names):
-        try:
-            out = op(**inputs, config=i)
-            torch.cuda.synchronize()
-            check_output(spec, out, inputs, dtype, f"{kernel}[{name}]", ref=ref)
-            del out
-            if not (on_torch_stream and timing == "bench"):
-                times[i] = time_config(lambda: op(**inputs, config=i), warmup, iters,
-                                       graph=on_torch_stream)
-        except (AssertionError, RuntimeError, ValueError, *_compile_errors()) as e:
-            progress(f"    {name:<26} REJECTED: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
-            continue
-        checked.append(i)
-    if on_torch_stream and timing == "bench" and checked:
-        for i, t in zip(checked, time_like_bench(spec, op, shape, dtype, inputs, checked, reps)):
-            times[i] = t
+    with untuned():
+        for i in candidates:
+            try:
+                out = op(**inputs, config=i)
+                torch.cuda.synchronize()
+                check_output(spec, out, inputs, dtype, f"{kernel}[{label[i]}]", ref=ref)
+                del out
+                if not (on_torch_stream and timing == "bench"):
+                    times[i] = time_config(lambda: op(**inputs, config=i), warmup, iters,
+                                           graph=on_torch_stream)
+            except (AssertionError, RuntimeError, ValueError, *_compile_errors()) as e:
+                progress(f"    {label[i]:<26} REJECTED: {type(e).__name__}: "
+                         f"{str(e).splitlines()[0][:120]}")
+                continue
+            checked.append(i)
+        if on_torch_stream and timing == "bench" and checked:
+            for i, t in zip(checked, time_like_bench(spec, op, shape, dtype, inputs, checked, reps)):
+                times[i] = t
     flops, moved = spec.flops(tuple(shape)), spec.bytes_moved(tuple(shape), dtype)
     for i in checked:
-        progress(f"    {names[i]:<26} {times[i] * 1e3:10.1f} us  {flops / times[i] / 1e9:8.1f} TFLOP/s"
+        progress(f"    {label[i]:<26} {times[i] * 1e3:10.1f} us  {flops / times[i] / 1e9:8.1f} TFLOP/s"
                  f"  {moved / times[i] / 1e6:8.1f} GB/s")
-    winner = pick_winner(times, band)
-    progress(f"  -> {names[winner]}")
-    return {"config": winner, "name": names[winner], "shape": list(shape), "timing": timing,
-            "times_ms": times, "when": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    config_times = [times[i] for i in range(len(names))]
+    winner = pick_winner(config_times, band, default_ms=times[DEFAULT])
+    progress(f"  -> {label[winner]}")
+    return {"config": winner, "name": names[winner] if winner != DEFAULT else DEFAULT_NAME,
+            "shape": list(shape), "timing": timing, "times_ms": config_times,
+            "default_ms": times[DEFAULT], "when": time.strftime("%Y-%m-%dT%H:%M:%S")}
 
 
 def time_like_bench(spec, op, shape: Sequence[int], dtype: str, inputs: dict,
