@@ -14,6 +14,24 @@ from gks.profile import autotune
 IDENTITY = {"gpu": "NVIDIA H200", "cc": "9.0", "driver": "580.159.03", "gks": "0.1.0"}
 
 
+@pytest.fixture
+def user_cache_only(tmp_path, monkeypatch):
+    """The user's cache in tmp_path and no shipped tables, for IDENTITY's GPU and config-list
+    hash "h1"; yields a stand-in for a CUDA tensor (what resolve_config reads of one)."""
+    import types
+
+    monkeypatch.setenv("GKS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(autotune, "SHIPPED_DIR", tmp_path / "no-shipped-tables")
+    monkeypatch.setattr(autotune, "device_identity", lambda index: IDENTITY)
+    monkeypatch.setattr(autotune, "_kernel_hash", lambda kernel: "h1")
+    autotune._shipped.cache_clear()
+    try:
+        yield types.SimpleNamespace(is_cuda=True, get_device=lambda: 0, dtype="float32")
+    finally:
+        autotune._entries.cache_clear()
+        autotune._shipped.cache_clear()
+
+
 def test_shape_bucket_rounds_each_dim_up_to_a_power_of_two():
     assert autotune.shape_bucket((4096, 4096, 4096)) == (4096, 4096, 4096)
     assert autotune.shape_bucket((16, 14336, 4097)) == (16, 16384, 8192)
@@ -68,30 +86,19 @@ def test_pick_winner_prefers_the_heuristic_within_the_band():
     assert autotune.pick_winner([1.0, 2.0], default_ms=None) == 0  # the default failed
 
 
-def test_a_default_entry_leaves_the_op_to_its_heuristic(tmp_path, monkeypatch):
-    import types
-
-    monkeypatch.setenv("GKS_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(autotune, "SHIPPED_DIR", tmp_path / "no-shipped-tables")
-    monkeypatch.setattr(autotune, "device_identity", lambda index: IDENTITY)
-    monkeypatch.setattr(autotune, "_kernel_hash", lambda kernel: "h1")
-    autotune._shipped.cache_clear()
-    like = types.SimpleNamespace(is_cuda=True, get_device=lambda: 0, dtype="float32")
-    try:
-        tuned = autotune.cache_key(IDENTITY, "sgemm", "float32", (1024, 4096, 4096), "h1")
-        default = autotune.cache_key(IDENTITY, "sgemm", "float32", (64, 64, 64), "h1")
-        autotune.save_cache({tuned: {"config": 3}, default: {"config": -1, "name": "default"}})
-        assert autotune.lookup_for(IDENTITY, "sgemm", "float32", (64, 64, 64)) is None
-        assert autotune.resolve_config("sgemm", like, (64, 64, 64), -1) == -1
-        assert autotune.resolve_config("sgemm", like, (1000, 4096, 4000), -1) == 3
-        # What tune_one times as the default: the tables ignored, -1 passed on.
-        with autotune.untuned():
-            assert autotune.resolve_config("sgemm", like, (1000, 4096, 4000), -1) == -1
-            assert autotune.lookup_for(IDENTITY, "sgemm", "float32", (1000, 4096, 4000)) is None
-        assert autotune.resolve_config("sgemm", like, (1000, 4096, 4000), -1) == 3
-    finally:
-        autotune._entries.cache_clear()
-        autotune._shipped.cache_clear()
+def test_a_default_entry_leaves_the_op_to_its_heuristic(user_cache_only):
+    like = user_cache_only
+    tuned = autotune.cache_key(IDENTITY, "sgemm", "float32", (1024, 4096, 4096), "h1")
+    default = autotune.cache_key(IDENTITY, "sgemm", "float32", (64, 64, 64), "h1")
+    autotune.save_cache({tuned: {"config": 3}, default: {"config": -1, "name": "default"}})
+    assert autotune.lookup_for(IDENTITY, "sgemm", "float32", (64, 64, 64)) is None
+    assert autotune.resolve_config("sgemm", like, (64, 64, 64), -1) == -1
+    assert autotune.resolve_config("sgemm", like, (1000, 4096, 4000), -1) == 3
+    # What tune_one times as the default: the tables ignored, -1 passed on.
+    with autotune.untuned():
+        assert autotune.resolve_config("sgemm", like, (1000, 4096, 4000), -1) == -1
+        assert autotune.lookup_for(IDENTITY, "sgemm", "float32", (1000, 4096, 4000)) is None
+    assert autotune.resolve_config("sgemm", like, (1000, 4096, 4000), -1) == 3
 
 
 def test_cache_key_changes_with_every_component():
@@ -168,31 +175,19 @@ def test_lookup_reads_the_cache_and_misses_on_any_mismatch(tmp_path, monkeypatch
     autotune._entries.cache_clear()
 
 
-def test_resolve_config_follows_a_new_cache_at_once(tmp_path, monkeypatch):
+def test_resolve_config_follows_a_new_cache_at_once(user_cache_only):
     # resolve_config remembers its answers, per generation of the tables: saving the cache
     # starts a new one, so a fresh tuning applies to the very next call.
-    import types
-
-    monkeypatch.setenv("GKS_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(autotune, "SHIPPED_DIR", tmp_path / "no-shipped-tables")
-    monkeypatch.setattr(autotune, "device_identity", lambda index: IDENTITY)
-    monkeypatch.setattr(autotune, "_kernel_hash", lambda kernel: "h1")
-    autotune._shipped.cache_clear()
-    # A stand-in for a CUDA tensor: what resolve_config reads of one.
-    like = types.SimpleNamespace(is_cuda=True, get_device=lambda: 0, dtype="float32")
+    like = user_cache_only
     key = autotune.cache_key(IDENTITY, "sgemm", "float32", (1024, 4096, 4096), "h1")
-    try:
-        autotune.save_cache({key: {"config": 3}})
-        assert autotune.resolve_config("sgemm", like, (1000, 4096, 4000), -1) == 3
-        assert autotune.resolve_config("sgemm", like, (1000, 4096, 4000), -1) == 3  # remembered
-        autotune.save_cache({key: {"config": 1}})
-        assert autotune.resolve_config("sgemm", like, (1000, 4096, 4000), -1) == 1
-        autotune.save_cache({})
-        assert autotune.resolve_config("sgemm", like, (1000, 4096, 4000), -1) == -1  # heuristic
-        assert autotune.resolve_config("sgemm", like, (1000, 4096, 4000), 2) == 2  # forced
-    finally:
-        autotune._entries.cache_clear()
-        autotune._shipped.cache_clear()
+    autotune.save_cache({key: {"config": 3}})
+    assert autotune.resolve_config("sgemm", like, (1000, 4096, 4000), -1) == 3
+    assert autotune.resolve_config("sgemm", like, (1000, 4096, 4000), -1) == 3  # remembered
+    autotune.save_cache({key: {"config": 1}})
+    assert autotune.resolve_config("sgemm", like, (1000, 4096, 4000), -1) == 1
+    autotune.save_cache({})
+    assert autotune.resolve_config("sgemm", like, (1000, 4096, 4000), -1) == -1  # heuristic
+    assert autotune.resolve_config("sgemm", like, (1000, 4096, 4000), 2) == 2  # forced
 
 
 def test_shipped_tables_apply_across_driver_and_version_after_the_users_cache(tmp_path, monkeypatch):

@@ -20,3 +20,14 @@ def check_float(x, op: str, arg: str) -> None:
 
 def next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
+
+
+def tuned_config(x: jax.Array, kernel: str, dtype: str, shape: tuple[int, ...]) -> int | None:
+    """The autotuned config of `kernel` (e.g. "pallas.sgemm") for the GPU x lives on, this
+    dtype and shape's bucket, else None (gks.profile.autotune.lookup_for, keyed without torch)."""
+    from gks.profile import autotune
+
+    device = next(iter(x.devices()))
+    cc = str(getattr(device, "compute_capability", "?"))
+    identity = autotune.make_identity(device.device_kind, cc)
+    return autotune.lookup_for(identity, kernel, dtype, shape)

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from gks.pallas._common import default_interpret, next_pow2
+from gks.pallas._common import default_interpret, next_pow2, tuned_config
 from gks.reference.flash_attention_fwd import check_attention_shapes, checked_softmax_scale
 
 LOG2E = 1.4426950408889634
@@ -97,15 +97,6 @@ def _block_sizes(config: int, seqlen_q: int, seqlen_k: int) -> tuple[int, int]:
     block_q, block_k = CONFIGS[config][:2]
     # Short sequences: smaller blocks (16 is the least a dot takes) instead of padding.
     return min(block_q, max(16, next_pow2(seqlen_q))), min(block_k, max(16, next_pow2(seqlen_k)))
-
-
-def _tuned_config(q: jax.Array, dims: tuple[int, ...]) -> int | None:
-    """The autotuned config for q's GPU, dtype and this shape's bucket, else None."""
-    from gks.profile import autotune
-
-    device = next(iter(q.devices()))
-    identity = autotune.make_identity(device.device_kind, str(getattr(device, "compute_capability", "?")))
-    return autotune.lookup_for(identity, "pallas.flash_attention_fwd", str(q.dtype), dims)
 
 
 @functools.partial(jax.jit, static_argnames=("causal", "scale", "interpret", "config"))
@@ -192,7 +183,8 @@ def flash_attention_fwd(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool =
         interpret = default_interpret(q)
     if config == -1:
         dims = (batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, int(bool(causal)))
-        tuned = None if interpret else _tuned_config(q, dims)
+        tuned = None if interpret else tuned_config(q, "pallas.flash_attention_fwd", str(q.dtype),
+                                                    dims)
         config = _default_config(head_dim) if tuned is None else tuned
     return _flash_attention_fwd(q, k, v, causal=bool(causal), scale=scale, interpret=interpret,
                                 config=config)

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from gks.pallas._common import default_interpret
+from gks.pallas._common import default_interpret, tuned_config
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages); the first is the default.
 CONFIGS = [(64, 64, 32, 4, 3), (128, 128, 32, 8, 3), (128, 64, 32, 4, 3), (64, 128, 32, 4, 3),
@@ -70,16 +70,6 @@ def _sgemm(a, b, *, interpret, config):
     return c[:m, :n] if (mp, np_) != (m, n) else c
 
 
-def _tuned_config(a: jax.Array, m: int, n: int, k: int) -> int:
-    """The autotuned config for a's GPU and this shape bucket, else 0."""
-    from gks.profile import autotune
-
-    device = next(iter(a.devices()))
-    identity = autotune.make_identity(device.device_kind, str(getattr(device, "compute_capability", "?")))
-    tuned = autotune.lookup_for(identity, "pallas.sgemm", "float32", (m, n, k))
-    return 0 if tuned is None else tuned
-
-
 def sgemm(a: jax.Array, b: jax.Array, *, interpret: bool | None = None, config: int = -1) -> jax.Array:
     """c [M, N] float32 = a [M, K] @ b [K, N] (float32 JAX arrays). config: -1 = the autotuned
     block shape if any, else CONFIGS[0]; i = CONFIGS[i] (names: config_names())."""
@@ -104,5 +94,6 @@ def sgemm(a: jax.Array, b: jax.Array, *, interpret: bool | None = None, config: 
     if interpret is None:
         interpret = default_interpret(a)
     if config == -1:
-        config = 0 if interpret else _tuned_config(a, m, n, k)
+        tuned = None if interpret else tuned_config(a, "pallas.sgemm", "float32", (m, n, k))
+        config = 0 if tuned is None else tuned
     return _sgemm(a, b, interpret=interpret, config=config)
