@@ -103,6 +103,12 @@ def int8_gemm_out(a_q, b_q, a_scale, b_scale, c, config: int = -1) -> None:
     _native.module().int8_gemm(a_q, b_q, a_scale, b_scale, c, int(config))
 
 
+def int8_gemm_alloc(a_q, b_q, a_scale, b_scale, out_dtype, config: int = -1):
+    """int8_gemm_out into a new [M, N] tensor of out_dtype allocated through the caller's
+    framework, as gemm_alloc does."""
+    return _native.module().int8_gemm_alloc(a_q, b_q, a_scale, b_scale, out_dtype, int(config))
+
+
 def int8_gemm_path(a_q, b_q, a_scale, b_scale, c, config: int = -1) -> str:
     """The path int8_gemm_out(..., config) takes on this GPU (after the same argument
     checks): 'hopper' (b_q K-major, read in place), 'hopper+transpose' (row-major b_q
@@ -136,6 +142,15 @@ def gemm_out(a, b, c, config: int = -1) -> None:
     an index into gemm_config_names(), or -1 for the heuristic), else the WMMA fallback;
     see gemm_path."""
     _native.module().gemm(a, b, c, int(config))
+
+
+def gemm_alloc(a, b, out_dtype, config: int = -1):
+    """gemm_out into a new [M, N] tensor of out_dtype (a's dtype or float32) that the
+    library allocates through the caller's framework: tvm-ffi's environment allocator, which
+    PyTorch lends (its caching allocator, current stream). One native call instead of a
+    Python-level allocation plus gemm_out, which is most of a small GEMM's host time a call.
+    Other frameworks get a ValueError saying so; they use gemm_out."""
+    return _native.module().gemm_alloc(a, b, out_dtype, int(config))
 
 
 def gemm_path(a, b, c) -> str:

@@ -337,6 +337,46 @@ def test_side_stream_and_cuda_graph():
     _check(c_graph, a, b, "bfloat16", "graph replay")
 
 
+@requires_native
+def test_alloc_entry_points_check_rank_and_need_a_lending_framework():
+    a, b = torch.randn(4, 8).bfloat16(), torch.randn(8, 3).bfloat16()
+    with pytest.raises(ValueError, match="gks.gemm: argument 'b' must be a 2-D matrix, got 1 dims"):
+        gks.cuda.gemm_alloc(a, b[0], torch.bfloat16)
+    with pytest.raises(ValueError, match="gks.int8_gemm: argument 'a_q' must be a 2-D matrix"):
+        gks.cuda.int8_gemm_alloc(a[0], b, a, b, torch.float16)
+    np = pytest.importorskip("numpy")
+    with pytest.raises(ValueError, match="lends no allocator.*_out entry point"):
+        gks.cuda.gemm_alloc(np.zeros((4, 8), np.float16), np.zeros((8, 3), np.float16), "float16")
+
+
+@requires_gpu
+@requires_native
+@pytest.mark.parametrize("op", ["gemm", "int8_gemm"])
+def test_native_and_python_allocation_give_the_same_output(op, monkeypatch):
+    """The torch ops allocate c in the library (through PyTorch's allocator) where tvm-ffi
+    lends it one, else in Python; both give the same tensor."""
+    import importlib
+
+    module = importlib.import_module(f"gks._torch_ops.{op}")
+    assert module.native_allocates()  # the PyTorch of the test machines lends it
+    m, n, k = 129, 136, 200
+    if op == "gemm":
+        a = torch.randn(m, k, device="cuda").bfloat16()
+        b = torch.randn(k, n, device="cuda").bfloat16()
+        calls = [lambda: gks.gemm(a, b), lambda: gks.gemm(a, b, torch.float32)]
+    else:
+        inputs = _int8_inputs((m, n, k), "float16", seed_for("int8-alloc", m))
+        inputs.pop("out_dtype", None)  # each call below asks for its own
+        calls = [lambda d=d: gks.int8_gemm(**inputs, out_dtype=d)
+                 for d in (torch.float16, torch.bfloat16, torch.float32)]
+    native = [call() for call in calls]
+    monkeypatch.setattr(module, "native_allocates", lambda: False)
+    python = [call() for call in calls]
+    for x, y in zip(native, python):
+        assert type(x) is torch.Tensor and x.is_contiguous() and x.device == y.device
+        assert x.dtype == y.dtype and x.shape == (m, n) and torch.equal(x, y)
+
+
 @requires_gpu
 @requires_native
 def test_opcheck_and_compile():

@@ -8,6 +8,8 @@
 #include <tvm/ffi/extra/c_env_api.h>
 #include <tvm/ffi/function.h>
 
+#include <initializer_list>
+
 #include "gks/gks.h"
 
 namespace gks::ffi {
@@ -61,6 +63,26 @@ void translate_errors(F&& body) {
       default: TVM_FFI_THROW(RuntimeError) << e.what();
     }
   }
+}
+
+// A new contiguous tensor from the caller's framework (tvm-ffi's environment allocator,
+// which a call with PyTorch tensors sets to PyTorch's caching allocator on the current
+// stream). Allocating here rather than in Python saves the framework's Python-level
+// allocation call, a large share of a small kernel's host time. Throws gks::Error when the
+// caller's framework lends no allocator.
+inline tvm::ffi::Tensor new_tensor(std::initializer_list<int64_t> shape, DLDataType dtype,
+                                   DLDevice device, const char* op) {
+  GKS_CHECK(TVMFFIEnvGetDLPackManagedTensorAllocator() != nullptr, kInvalidArgument)
+      << op << ": the caller's framework lends no allocator to tvm-ffi (PyTorch does); "
+      << "allocate the output and call the _out entry point instead";
+  return tvm::ffi::Tensor::FromEnvAlloc(TVMFFIEnvTensorAlloc, tvm::ffi::ShapeView(shape), dtype,
+                                        device);
+}
+
+// Throws unless `t` is 2-D (what a GEMM binding checks before it sizes its output).
+inline void check_matrix(const TensorView& t, const char* op, const char* arg) {
+  GKS_CHECK(t.ndim() == 2, kInvalidArgument)
+      << op << ": argument '" << arg << "' must be a 2-D matrix, got " << t.ndim() << " dims";
 }
 
 // The caller's current stream for the device of `t` (nullptr for non-CUDA tensors, which

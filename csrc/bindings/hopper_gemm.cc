@@ -27,6 +27,21 @@ void gemm(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorView c
   });
 }
 
+// gemm into a new [M, N] tensor of c_dtype (a's dtype or float32) from the caller's
+// framework (see new_tensor). The torch op's eager path.
+tvm::ffi::Tensor gemm_alloc(tvm::ffi::TensorView a, tvm::ffi::TensorView b, DLDataType c_dtype,
+                            int64_t config) {
+  tvm::ffi::Tensor c;
+  gks::ffi::translate_errors([&] {
+    gks::ffi::check_matrix(a, "gks.gemm", "a");
+    gks::ffi::check_matrix(b, "gks.gemm", "b");
+    c = gks::ffi::new_tensor({a.size(0), b.size(1)}, c_dtype, a.device(), "gks.gemm");
+    const gks::GemmArgs args = gemm_args(a, b, c, config);
+    gks::gemm(args, gks::ffi::stream_for(args.a));
+  });
+  return c;
+}
+
 // The names of the Hopper kernel's configs, in index order.
 tvm::ffi::Array<tvm::ffi::String> gemm_configs() {
   tvm::ffi::Array<tvm::ffi::String> names;
@@ -51,6 +66,7 @@ int64_t gemm_heuristic(int64_t m, int64_t n, int64_t k, int64_t num_sms) {
 }  // namespace
 
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(gemm, gemm);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(gemm_alloc, gemm_alloc);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(gemm_configs, gemm_configs);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(gemm_path, gemm_path);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(gemm_heuristic, gemm_heuristic);

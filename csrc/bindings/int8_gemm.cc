@@ -21,6 +21,21 @@ void int8_gemm(tvm::ffi::TensorView a_q, tvm::ffi::TensorView b_q, tvm::ffi::Ten
   });
 }
 
+// int8_gemm into a new [M, N] tensor of c_dtype from the caller's framework (see
+// new_tensor). The torch op's eager path.
+tvm::ffi::Tensor int8_gemm_alloc(tvm::ffi::TensorView a_q, tvm::ffi::TensorView b_q,
+                                 tvm::ffi::TensorView a_scale, tvm::ffi::TensorView b_scale,
+                                 DLDataType c_dtype, int64_t config) {
+  tvm::ffi::Tensor c;
+  gks::ffi::translate_errors([&] {
+    gks::ffi::check_matrix(a_q, "gks.int8_gemm", "a_q");
+    gks::ffi::check_matrix(b_q, "gks.int8_gemm", "b_q");
+    c = gks::ffi::new_tensor({a_q.size(0), b_q.size(1)}, c_dtype, a_q.device(), "gks.int8_gemm");
+  });
+  int8_gemm(a_q, b_q, a_scale, b_scale, c, config);
+  return c;
+}
+
 tvm::ffi::Array<tvm::ffi::String> int8_gemm_configs() {
   tvm::ffi::Array<tvm::ffi::String> names;
   for (const auto& c : gks::detail::int8_gemm_configs())
@@ -51,6 +66,7 @@ tvm::ffi::String int8_gemm_path(tvm::ffi::TensorView a_q, tvm::ffi::TensorView b
 }  // namespace
 
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(int8_gemm, int8_gemm);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(int8_gemm_alloc, int8_gemm_alloc);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(int8_gemm_configs, int8_gemm_configs);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(int8_gemm_heuristic, int8_gemm_heuristic);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(int8_gemm_path, int8_gemm_path);

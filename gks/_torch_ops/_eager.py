@@ -50,3 +50,16 @@ def gks_op(name: str, body: Callable) -> Callable:
 
     call.op = op
     return call
+
+
+@functools.cache
+def native_allocates() -> bool:
+    """True when the native library can allocate an op's output through PyTorch: tvm-ffi's
+    environment allocator, which it takes from ``torch.Tensor.__dlpack_c_exchange_api__``
+    (PyTorch 2.10+, or tvm-ffi's optional extension on older ones). Otherwise the ops
+    allocate in Python and call the ``_out`` entry point."""
+    from gks import _native
+
+    _native.module()  # loading tvm-ffi may add the attribute
+    return hasattr(torch.Tensor, "__dlpack_c_exchange_api__")
+

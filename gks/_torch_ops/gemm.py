@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from gks import cuda
-from gks._torch_ops._eager import gks_op
+from gks._torch_ops._eager import gks_op, native_allocates
 from gks.profile import autotune
 
 
@@ -39,8 +39,12 @@ def _gemm(
     stream.
     """
     m, n, k = autotune.gemm_dims("gks.gemm", a, b)
-    c = a.new_empty((m, n), dtype=_out_dtype(a, out_dtype))
-    cuda.gemm_out(a, b, c, autotune.resolve_config("gemm", a, (m, n, k), config))
+    c_dtype = _out_dtype(a, out_dtype)
+    config = autotune.resolve_config("gemm", a, (m, n, k), config)
+    if native_allocates():  # one native call: c comes from PyTorch's allocator
+        return cuda.gemm_alloc(a, b, c_dtype, config)
+    c = a.new_empty((m, n), dtype=c_dtype)
+    cuda.gemm_out(a, b, c, config)
     return c
 
 
