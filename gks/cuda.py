@@ -2,7 +2,9 @@
 """The CUDA backend's raw entry points, for any framework that speaks DLPack.
 
 These take the output as an argument and return nothing, so they work on PyTorch, CuPy
-and (through jax.dlpack) JAX buffers alike without gks allocating memory. The kernel runs
+and (through jax.dlpack) JAX buffers alike without gks allocating memory. (The two
+``*_alloc`` GEMM entry points, which the torch ops use, allocate the output through the
+caller's framework instead; PyTorch lends them its allocator.) The kernel runs
 on the caller's current stream: PyTorch's current stream for torch tensors; for other
 frameworks, the stream set with ``tvm_ffi.use_raw_stream(device, stream_handle)``, else
 the default stream. PyTorch users want :func:`gks.rmsnorm` instead.
