@@ -150,8 +150,9 @@ def gemm_alloc(a, b, out_dtype, config: int = -1):
     """gemm_out into a new [M, N] tensor of out_dtype (a's dtype or float32) that the
     library allocates through the caller's framework: tvm-ffi's environment allocator, which
     PyTorch lends (its caching allocator, current stream). One native call instead of a
-    Python-level allocation plus gemm_out, which is most of a small GEMM's host time a call.
-    Other frameworks get a ValueError saying so; they use gemm_out."""
+    Python-level allocation plus gemm_out: less host time a call, which is what bounds
+    small GEMMs on a slow host (docs/PERF_NOTES.md, eighteenth check). Other frameworks get
+    a ValueError saying so; they use gemm_out."""
     return _native.module().gemm_alloc(a, b, out_dtype, int(config))
 
 

@@ -68,8 +68,8 @@ void translate_errors(F&& body) {
 // A new contiguous tensor from the caller's framework (tvm-ffi's environment allocator,
 // which a call with PyTorch tensors sets to PyTorch's caching allocator on the current
 // stream). Allocating here rather than in Python saves the framework's Python-level
-// allocation call, a large share of a small kernel's host time. Throws gks::Error when the
-// caller's framework lends no allocator.
+// allocation call, host time that bounds small kernels on a slow host. Throws gks::Error
+// when the caller's framework lends no allocator.
 inline tvm::ffi::Tensor new_tensor(std::initializer_list<int64_t> shape, DLDataType dtype,
                                    DLDevice device, const char* op) {
   GKS_CHECK(TVMFFIEnvGetDLPackManagedTensorAllocator() != nullptr, kInvalidArgument)

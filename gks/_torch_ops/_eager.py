@@ -62,4 +62,3 @@ def native_allocates() -> bool:
 
     _native.module()  # loading tvm-ffi may add the attribute
     return hasattr(torch.Tensor, "__dlpack_c_exchange_api__")
-
