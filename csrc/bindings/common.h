@@ -79,12 +79,6 @@ inline tvm::ffi::Tensor new_tensor(std::initializer_list<int64_t> shape, DLDataT
                                         device);
 }
 
-// Throws unless `t` is 2-D (what a GEMM binding checks before it sizes its output).
-inline void check_matrix(const TensorView& t, const char* op, const char* arg) {
-  GKS_CHECK(t.ndim() == 2, kInvalidArgument)
-      << op << ": argument '" << arg << "' must be a 2-D matrix, got " << t.ndim() << " dims";
-}
-
 // The caller's current stream for the device of `t` (nullptr for non-CUDA tensors, which
 // the C++ API rejects before any launch).
 inline cudaStream_t stream_for(const gks::TensorRef& t) {

@@ -33,8 +33,8 @@ tvm::ffi::Tensor gemm_alloc(tvm::ffi::TensorView a, tvm::ffi::TensorView b, DLDa
                             int64_t config) {
   tvm::ffi::Tensor c;
   gks::ffi::translate_errors([&] {
-    gks::ffi::check_matrix(a, "gks.gemm", "a");
-    gks::ffi::check_matrix(b, "gks.gemm", "b");
+    gks::detail::check_matrix_rank(gks::ffi::to_ref(a), "gks.gemm", "a");
+    gks::detail::check_matrix_rank(gks::ffi::to_ref(b), "gks.gemm", "b");
     c = gks::ffi::new_tensor({a.size(0), b.size(1)}, c_dtype, a.device(), "gks.gemm");
     const gks::GemmArgs args = gemm_args(a, b, c, config);
     gks::gemm(args, gks::ffi::stream_for(args.a));

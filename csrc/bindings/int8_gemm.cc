@@ -28,8 +28,8 @@ tvm::ffi::Tensor int8_gemm_alloc(tvm::ffi::TensorView a_q, tvm::ffi::TensorView 
                                  DLDataType c_dtype, int64_t config) {
   tvm::ffi::Tensor c;
   gks::ffi::translate_errors([&] {
-    gks::ffi::check_matrix(a_q, "gks.int8_gemm", "a_q");
-    gks::ffi::check_matrix(b_q, "gks.int8_gemm", "b_q");
+    gks::detail::check_matrix_rank(gks::ffi::to_ref(a_q), "gks.int8_gemm", "a_q");
+    gks::detail::check_matrix_rank(gks::ffi::to_ref(b_q), "gks.int8_gemm", "b_q");
     c = gks::ffi::new_tensor({a_q.size(0), b_q.size(1)}, c_dtype, a_q.device(), "gks.int8_gemm");
   });
   int8_gemm(a_q, b_q, a_scale, b_scale, c, config);

@@ -9,12 +9,16 @@
 
 namespace gks::detail {
 
-GemmMatrix gemm_matrix(const TensorRef& t, const char* op, const char* arg, int64_t rows,
-                       int64_t cols) {
-  check_cuda(t, op, arg);
+void check_matrix_rank(const TensorRef& t, const char* op, const char* arg) {
   GKS_CHECK(t.ndim == 2, kInvalidArgument)
       << op << ": argument '" << arg << "' must be a 2-D matrix, got " << t.ndim
       << " dims (shape " << t.shape_string() << ")";
+}
+
+GemmMatrix gemm_matrix(const TensorRef& t, const char* op, const char* arg, int64_t rows,
+                       int64_t cols) {
+  check_cuda(t, op, arg);
+  check_matrix_rank(t, op, arg);
   GKS_CHECK(t.shape[0] >= 0 && t.shape[1] >= 0, kInvalidArgument)
       << op << ": argument '" << arg << "' has a negative size " << t.shape_string();
   GKS_CHECK((rows < 0 || t.shape[0] == rows) && (cols < 0 || t.shape[1] == cols),

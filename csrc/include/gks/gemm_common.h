@@ -34,6 +34,10 @@ struct GemmMatrix {
   int64_t ld = 0;  // elements between row starts (>= cols; equal to cols when rows <= 1)
 };
 
+// Checks that `t` is 2-D (gemm_matrix's rank check, on its own for callers that size an
+// output from the operands before validating them). Errors name `op` and `arg`.
+void check_matrix_rank(const TensorRef& t, const char* op, const char* arg);
+
 // Checks that `t` is a 2-D CUDA tensor of shape [rows, cols] (either bound may be -1 for
 // "any"), row-major (stride(1) == 1 when cols > 1, stride(0) >= cols when rows > 1), and
 // returns its view. Errors name `op` and `arg`.
