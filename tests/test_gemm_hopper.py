@@ -150,6 +150,37 @@ def test_each_config_long_k(config):
     _check(out, inputs["a"], inputs["b"], "bfloat16", f"{CONFIG_NAMES[config]} long K")
 
 
+STREAM_K = [i for i, c in enumerate(SPEC.configs) if c.get("stream_k")]
+
+
+@requires_gpu
+@requires_sm90
+@requires_native
+@pytest.mark.parametrize("config", STREAM_K, ids=[CONFIG_NAMES[i] for i in STREAM_K])
+@pytest.mark.parametrize("out_f32", [False, True], ids=["out_in_dtype", "out_f32"])
+@pytest.mark.parametrize("shape", [
+    (128, 1032, 8200),   # 9 tiles of 128 x 128 over up to 132 CTAs: a tile in ~15 pieces
+    (200, 14336, 520),   # 224 tiles: all stream-K, ranges across tile edges, partial last k-block
+    (3000, 3900, 136),   # 744 (384) tiles: whole waves data-parallel, the rest stream-K
+], ids=lambda s: "x".join(map(str, s)))
+def test_stream_k_pieces_add_up_in_a_fixed_order(config, out_f32, shape):
+    # Every piece of a tile is added by the CTA that ends it; the order is fixed, so two
+    # calls give the same bits, and nothing is written outside c.
+    m, n, k = shape
+    inputs = _inputs(shape, "bfloat16", seed_for("hopper-stream-k", config, shape))
+    a, b = inputs["a"], inputs["b"]
+    out_dtype = torch.float32 if out_f32 else a.dtype
+    outs = []
+    for _ in range(2):
+        c, buf = _poisoned_out(m, n, out_dtype)
+        gks.cuda.gemm_out(a, b, c, config)
+        torch.cuda.synchronize()
+        _assert_guard_untouched(buf, m, n)
+        outs.append(c)
+    _check(outs[0], a, b, str(out_dtype).removeprefix("torch."), f"{CONFIG_NAMES[config]} {shape}")
+    assert torch.equal(outs[0], outs[1]), "stream-K results differ between two calls"
+
+
 @requires_gpu
 @requires_sm90
 @requires_native

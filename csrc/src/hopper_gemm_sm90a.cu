@@ -74,19 +74,19 @@ CUtensorMap make_tensor_map(const void* data, DType dtype, int64_t rows, int64_t
 }
 
 // How many clusters of the kernel fit on the GPU at once (the persistent grid), per device.
-template <auto kKernel, int kClusterM>
+template <auto kKernel, int kClusterSize>
 int max_active_clusters(int device, int num_sms, int smem_bytes) {
-  if constexpr (kClusterM == 1) {
+  if constexpr (kClusterSize == 1) {
     return num_sms;
   } else {
     return once_per_device(device, [&](int) {
-      const LaunchConfig launch(dim3(unsigned(num_sms / kClusterM * kClusterM)), dim3(hk::kThreads),
-                                size_t(smem_bytes), nullptr, kClusterM, /*early_start=*/false);
+      const LaunchConfig launch(dim3(unsigned(num_sms / kClusterSize * kClusterSize)), dim3(hk::kThreads),
+                                size_t(smem_bytes), nullptr, kClusterSize, /*early_start=*/false);
       int clusters = 0;
       if (cudaOccupancyMaxActiveClusters(&clusters, kKernel, &launch.config) != cudaSuccess ||
           clusters <= 0) {
         (void)cudaGetLastError();  // not fatal: fall back to what the SM count allows
-        clusters = std::max(1, num_sms / kClusterM);
+        clusters = std::max(1, num_sms / kClusterSize);
       }
       return clusters;
     });
@@ -99,12 +99,14 @@ void launch_config(const HopperGemmLaunch& L, cudaStream_t stream) {
   constexpr HopperGemmConfig kConfig = kTable[kIndex];
   static_assert(kConfig.block_k == hk::kBlockK<Op>, "a k-block is 128 bytes of K");
   using Cfg = hk::HopperTile<kConfig.block_m, kConfig.block_n, kConfig.stages, kConfig.cluster_m,
-                             kConfig.ping_pong>;
+                             kConfig.ping_pong, kConfig.stream_k, kConfig.cluster_n>;
   constexpr auto kernel = hk::hopper_gemm_kernel<Op, Cfg>;
   prepare_smem_kernel<kernel>(Cfg::kSmemBytes, L.device);
   const char* op = Op::kInt8 ? "gks.int8_gemm" : kOp;
 
-  const CUtensorMap map_a = make_tensor_map(L.a, L.dtype, L.m, L.k, L.lda, Cfg::kBlockM, op, "a");
+  // A boxes are a CTA's part of an A tile: all of it, or 1/kClusterN in a cluster along N.
+  const CUtensorMap map_a =
+      make_tensor_map(L.a, L.dtype, L.m, L.k, L.lda, Cfg::kAPartRows, op, "a");
   // B boxes are 64 columns of c by one k-block: [64 k][64 n] of b, or [64 n][128 k] of the
   // transposed int8 b.
   const CUtensorMap map_b =
@@ -120,17 +122,32 @@ void launch_config(const HopperGemmLaunch& L, cudaStream_t stream) {
   p.k_blocks = int(ceil_div(L.k, hk::kBlockK<Op>));
   const int64_t tiles_m = ceil_div(L.m, Cfg::kBlockM);
   const int64_t unit_rows = ceil_div(tiles_m, Cfg::kClusterM);
-  const int64_t tiles_n = ceil_div(L.n, Cfg::kBlockN);
-  // Split-K for outputs too small to fill the GPU; every split gets at least one k-block.
-  p.kb_per_split = int(ceil_div(
-      p.k_blocks, hopper_k_splits(unit_rows * tiles_n, p.k_blocks, L.num_sms / Cfg::kClusterM)));
-  p.k_splits = int(ceil_div(p.k_blocks, p.kb_per_split));
-  const int64_t units = unit_rows * tiles_n * p.k_splits;
+  const int64_t unit_cols = ceil_div(ceil_div(L.n, Cfg::kBlockN), Cfg::kClusterN);
+  const int max_clusters =
+      max_active_clusters<kernel, Cfg::kClusterSize>(L.device, L.num_sms, Cfg::kSmemBytes);
+  int64_t units = 0;
+  int64_t clusters = 0;
+  if constexpr (Cfg::kStreamK) {
+    const StreamKPlan plan = hopper_stream_k_plan(unit_rows * unit_cols, p.k_blocks, max_clusters);
+    units = plan.dp_tiles;
+    p.sk_tiles = int(plan.sk_tiles);
+    clusters = plan.ctas;
+    p.kb_per_split = p.k_blocks;
+    p.k_splits = 1;
+  } else {
+    // Split-K for outputs too small to fill the GPU; every split gets at least one k-block.
+    p.kb_per_split = int(ceil_div(
+        p.k_blocks,
+        hopper_k_splits(unit_rows * unit_cols, p.k_blocks, L.num_sms / Cfg::kClusterSize)));
+    p.k_splits = int(ceil_div(p.k_blocks, p.kb_per_split));
+    units = unit_rows * unit_cols * p.k_splits;
+    clusters = std::min<int64_t>(units, max_clusters);
+  }
   // The unit loop adds the grid to a unit index: keep that sum inside int.
   GKS_CHECK(units <= int64_t(INT_MAX) - 4096, kInvalidArgument)
       << op << ": the output " << L.m << " x " << L.n << " has too many tiles (" << units << ")";
   p.unit_rows = int(unit_rows);
-  p.tiles_n = int(tiles_n);
+  p.unit_cols = int(unit_cols);
   p.num_units = int(units);
   p.c_kind = gemm_c_kind(L.c_dtype);
   p.c_vec = L.c_vec ? 1 : 0;
@@ -146,13 +163,10 @@ void launch_config(const HopperGemmLaunch& L, cudaStream_t stream) {
   p.a_scale_stride = L.a_scale_stride;
   p.b_scale_stride = L.b_scale_stride;
 
-  const int clusters =
-      int(std::min<int64_t>(units, max_active_clusters<kernel, Cfg::kClusterM>(
-                                       L.device, L.num_sms, Cfg::kSmemBytes)));
   // Units in flight form a block of about group_m rows x (clusters / group_m) columns;
   // square it in elements so A rows and B columns are reused equally from L2.
-  const double rows_in_flight =
-      std::sqrt(double(clusters) * Cfg::kBlockN / double(Cfg::kBlockM * Cfg::kClusterM));
+  const double rows_in_flight = std::sqrt(double(clusters) * Cfg::kBlockN * Cfg::kClusterN /
+                                          double(Cfg::kBlockM * Cfg::kClusterM));
   p.group_m = int(std::clamp<int64_t>(std::llround(rows_in_flight), 1, unit_rows));
 
   // The split-K workspace lives until the reduction (freed in stream order after it).
@@ -162,12 +176,27 @@ void launch_config(const HopperGemmLaunch& L, cudaStream_t stream) {
                     "the split-K partial sums");
     p.partial = partial->get<void>();
   }
+  // Stream-K: a slot of raw sums for each consumer warpgroup of each CTA, then one flag a
+  // slot, zeroed in stream order before the kernel.
+  std::optional<StreamBuffer> sk_workspace;
+  if (p.sk_tiles > 0) {
+    const size_t slots = size_t(clusters) * hk::kConsumerWarpgroups;
+    const size_t slot_bytes = size_t(Cfg::kWarpgroupM) * Cfg::kBlockN * 4;
+    sk_workspace.emplace(slots * (slot_bytes + 4), L.device, stream, op,
+                         "the stream-K partial sums");
+    p.sk_partial = sk_workspace->get<void>();
+    p.sk_flags = reinterpret_cast<int*>(sk_workspace->get<uint8_t>() + slots * slot_bytes);
+    const cudaError_t err = cudaMemsetAsync(p.sk_flags, 0, slots * 4, stream);
+    GKS_CHECK(err == cudaSuccess, kCudaError)
+        << op << ": clearing the stream-K flags failed: " << cudaGetErrorString(err);
+  }
 
   // Both kernels start early (programmatic dependent launch; they wait for the previous
   // kernel before touching memory): back to back, a call's launch and set-up then overlap
   // the tail of the kernel before it.
-  const LaunchConfig launch(dim3(unsigned(clusters * Cfg::kClusterM)), dim3(hk::kThreads),
-                            size_t(Cfg::kSmemBytes), stream, Cfg::kClusterM, /*early_start=*/true);
+  const LaunchConfig launch(dim3(unsigned(clusters * Cfg::kClusterSize)), dim3(hk::kThreads),
+                            size_t(Cfg::kSmemBytes), stream, Cfg::kClusterSize,
+                            /*early_start=*/true);
   cudaError_t err = cudaLaunchKernelEx(&launch.config, kernel, map_a, map_b, map_c, p);
   GKS_CHECK(err == cudaSuccess, kCudaError)
       << op << ": launching the Hopper kernel (config " << kConfig.name

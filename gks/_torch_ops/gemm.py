@@ -35,8 +35,8 @@ def _gemm(
     config: -1 = tuned entry if any, else the heuristic; an index into
     gks.cuda.gemm_config_names() forces that Hopper config (ignored by the WMMA fallback).
     Outputs too small to fill the GPU split K over several CTAs (a temporary of at most
-    8 x M x N fp32 partial sums, allocated in stream order). Runs on the current CUDA
-    stream.
+    8 x M x N fp32 partial sums, allocated in stream order); the stream-K config takes a
+    temporary of one tile's fp32 sums per SM instead. Runs on the current CUDA stream.
     """
     m, n, k = autotune.gemm_dims("gks.gemm", a, b)
     c_dtype = _out_dtype(a, out_dtype)

@@ -116,14 +116,20 @@ TEST(HopperGemmConfigs, WellFormedAndUnique) {
                             : (c.block_m == 128 || c.block_m == 256)) << c.name;
     EXPECT_TRUE(c.block_n == 64 || c.block_n == 128 || c.block_n == 256) << c.name;
     EXPECT_TRUE(c.cluster_m == 1 || c.cluster_m == 2) << c.name;
+    EXPECT_TRUE(c.cluster_n == 1 || c.cluster_n == 2 || c.cluster_n == 4) << c.name;
+    EXPECT_TRUE(c.cluster_m == 1 || c.cluster_n == 1) << c.name;  // along M or along N
+    // Stream-K runs single CTAs (its workspace slots are a CTA's).
+    if (c.stream_k) EXPECT_EQ(c.cluster_m * c.cluster_n, 1) << c.name;
     EXPECT_GE(c.stages, 2) << c.name;
     // The stage ring (A + B tiles) must fit in 227 KiB with room for the epilogue buffer.
     EXPECT_LE(c.stages * (c.block_m + c.block_n) * c.block_k * 2, 200 * 1024) << c.name;
     // The name spells the config.
     const std::string expected = std::to_string(c.block_m) + "x" + std::to_string(c.block_n) +
                                  "x" + std::to_string(c.block_k) + "_s" +
-                                 std::to_string(c.stages) + "_c" + std::to_string(c.cluster_m) +
-                                 (c.ping_pong ? "_pp" : "");
+                                 std::to_string(c.stages) +
+                                 (c.cluster_n > 1 ? "_cn" + std::to_string(c.cluster_n)
+                                                  : "_c" + std::to_string(c.cluster_m)) +
+                                 (c.ping_pong ? "_pp" : "") + (c.stream_k ? "_sk" : "");
     EXPECT_EQ(expected, c.name);
   }
 }
@@ -137,7 +143,10 @@ TEST(HopperGemmHeuristic, ValidSingleCtaConfigAndDeterministic) {
         ASSERT_GE(c, 0);
         ASSERT_LT(c, int(configs.size()));
         EXPECT_EQ(configs[c].cluster_m, 1);
+        // Clusters along N only for one row of tiles.
+        EXPECT_TRUE(configs[c].cluster_n == 1 || m <= configs[c].block_m) << m << "x" << n;
         EXPECT_FALSE(configs[c].ping_pong);
+        EXPECT_FALSE(configs[c].stream_k);
         EXPECT_EQ(c, gks::detail::hopper_gemm_heuristic(m, n, 4096, sms));
       }
 }
@@ -156,6 +165,15 @@ TEST(HopperGemmHeuristic, SkinnyMGetsMoreTiles) {
   EXPECT_LT(c.block_m * c.block_n, 128 * 256) << c.name;
 }
 
+TEST(HopperGemmHeuristic, OneWideRowOfTilesSharesAThroughAClusterAlongN) {
+  const auto& configs = gks::detail::hopper_gemm_configs();
+  const auto& wide = configs[gks::detail::hopper_gemm_heuristic(128, 14336, 4096, kH200Sms)];
+  EXPECT_EQ(wide.cluster_n, 4) << wide.name;
+  // Two rows of tiles, or too few tiles to fill the GPU without split-K: single CTAs.
+  EXPECT_EQ(configs[gks::detail::hopper_gemm_heuristic(256, 14336, 4096, kH200Sms)].cluster_n, 1);
+  EXPECT_EQ(configs[gks::detail::hopper_gemm_heuristic(128, 4096, 4096, kH200Sms)].cluster_n, 1);
+}
+
 TEST(HopperGemmSplitK, OnlyWhenTheTilesFillAtMostHalfTheGpu) {
   EXPECT_EQ(gks::detail::hopper_k_splits(67, 64, 132), 1);   // more than half: no split
   EXPECT_EQ(gks::detail::hopper_k_splits(66, 64, 132), 2);   // exactly half: two splits
@@ -164,6 +182,31 @@ TEST(HopperGemmSplitK, OnlyWhenTheTilesFillAtMostHalfTheGpu) {
   EXPECT_EQ(gks::detail::hopper_k_splits(1, 12, 132), 3);    // at least 4 k-blocks a split
   EXPECT_EQ(gks::detail::hopper_k_splits(1, 3, 132), 1);
   EXPECT_EQ(gks::detail::hopper_k_splits(16, 64, 66), 4);    // slots: clusters of 2 on 132 SMs
+}
+
+TEST(HopperGemmStreamK, WholeWavesButTheLastAreDataParallel) {
+  using gks::detail::hopper_stream_k_plan;
+  // 128 x 14336 in 128 x 128 tiles: 112 tiles, all stream-K over every SM.
+  auto plan = hopper_stream_k_plan(112, 64, 132);
+  EXPECT_EQ(plan.dp_tiles, 0);
+  EXPECT_EQ(plan.sk_tiles, 112);
+  EXPECT_EQ(plan.ctas, 132);
+  // 1792 tiles = 13.6 waves: 12 waves data-parallel, the last 1.6 stream-K.
+  plan = hopper_stream_k_plan(1792, 64, 132);
+  EXPECT_EQ(plan.dp_tiles, 12 * 132);
+  EXPECT_EQ(plan.sk_tiles, 1792 - 12 * 132);
+  EXPECT_EQ(plan.ctas, 132);
+  // Exactly two waves: one data-parallel, one stream-K (whose ranges are whole tiles).
+  plan = hopper_stream_k_plan(264, 10, 132);
+  EXPECT_EQ(plan.dp_tiles, 132);
+  EXPECT_EQ(plan.sk_tiles, 132);
+  // Few k-blocks: no CTA gets under 4 of them, and there is always one.
+  plan = hopper_stream_k_plan(30, 16, 132);
+  EXPECT_EQ(plan.dp_tiles, 0);
+  EXPECT_EQ(plan.ctas, 30 * 16 / 4);
+  plan = hopper_stream_k_plan(1, 1, 132);
+  EXPECT_EQ(plan.sk_tiles, 1);
+  EXPECT_EQ(plan.ctas, 1);
 }
 
 // ---- gks::int8_gemm's Hopper path ----

@@ -15,7 +15,8 @@
 // transposed views are rejected (see gemm_common.h). K == 0 gives c = 0.
 // Outputs too small to fill the GPU split K (hopper_k_splits): the partial sums go to a
 // temporary of splits x M x N x 4 bytes from gks's stream-ordered pool (workspace.h), so
-// such a call needs that much free device memory.
+// such a call needs that much free device memory. The stream-K configs instead take a
+// temporary of one tile's fp32 sums per SM (e.g. 64 KiB for 128 x 128 tiles).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -53,6 +54,12 @@ struct HopperGemmConfig {
   // The two consumer warpgroups take whole tiles in turn (ping-pong: one's epilogue runs
   // under the other's MMAs) instead of half of every tile's rows each (cooperative).
   bool ping_pong = false;
+  // Stream-K (single CTAs only): the tiles past the last whole waves but one are shared
+  // out by k-block over the whole grid, so no SM idles in a part-empty last wave; the
+  // pieces of a tile are added through a workspace in L2 (kernels/hopper_gemm.cuh).
+  bool stream_k = false;
+  // CTAs per cluster side by side in N, sharing (multicasting) A tiles; cluster_m is then 1.
+  int cluster_n = 1;
 };
 
 // The compiled configs, in index order (GemmArgs::config); hopper_gemm_sm90a.cu checks
@@ -72,6 +79,13 @@ inline constexpr HopperGemmConfig kHopperGemmConfigs[] = {
     // no split-K, as cuBLAS's 64x64 kernel does there).
     {"64x128x64_s8_c1_pp", 64, 128, 64, 8, 1, true},
     {"64x64x64_s10_c1_pp", 64, 64, 64, 10, 1, true},
+    // Stream-K: for outputs whose tiles leave the last wave part empty.
+    {"128x256x64_s4_c1_sk", 128, 256, 64, 4, 1, false, true},
+    // Clusters along N: outputs of few rows, whose every tile reads all of A.
+    {"128x128x64_s6_cn2", 128, 128, 64, 6, 1, false, false, 2},
+    {"128x128x64_s6_cn4", 128, 128, 64, 6, 1, false, false, 4},
+    {"128x64x64_s8_cn2", 128, 64, 64, 8, 1, false, false, 2},
+    {"128x256x64_s4_cn2", 128, 256, 64, 4, 1, false, false, 2},
 };
 inline constexpr int kNumHopperGemmConfigs =
     int(sizeof(kHopperGemmConfigs) / sizeof(kHopperGemmConfigs[0]));
@@ -102,6 +116,16 @@ int hopper_int8_gemm_heuristic(int64_t m, int64_t n, int64_t k, int num_sms);
 // units the GPU runs at once. 1 unless the tiles fill at most half the slots; then enough
 // splits to fill them, each of at least 4 k-blocks, at most 8.
 int hopper_k_splits(int64_t tile_units, int64_t k_blocks, int64_t slots);
+
+// How a stream-K config shares out `tiles` output tiles of `k_blocks` k-blocks over at
+// most `max_ctas` resident CTAs: whole waves but the last are data-parallel (dp_tiles, a
+// multiple of ctas), the remaining sk_tiles (one to two waves' worth, or all of them) are
+// cut by k-block into ctas equal ranges; ctas falls below max_ctas only where that would
+// leave a CTA under 4 k-blocks.
+struct StreamKPlan {
+  int64_t dp_tiles, sk_tiles, ctas;
+};
+StreamKPlan hopper_stream_k_plan(int64_t tiles, int64_t k_blocks, int64_t max_ctas);
 
 // True when a TMA tensor map can describe the row-major operand `m` with `elem_bytes`-byte
 // elements: base pointer 16-byte aligned, leading dimension in bytes a multiple of 16 (not
