@@ -80,8 +80,9 @@ int max_active_clusters(int device, int num_sms, int smem_bytes) {
     return num_sms;
   } else {
     return once_per_device(device, [&](int) {
-      const LaunchConfig launch(dim3(unsigned(num_sms / kClusterSize * kClusterSize)), dim3(hk::kThreads),
-                                size_t(smem_bytes), nullptr, kClusterSize, /*early_start=*/false);
+      const LaunchConfig launch(dim3(unsigned(num_sms / kClusterSize * kClusterSize)),
+                                dim3(hk::kThreads), size_t(smem_bytes), nullptr, kClusterSize,
+                                /*early_start=*/false);
       int clusters = 0;
       if (cudaOccupancyMaxActiveClusters(&clusters, kKernel, &launch.config) != cudaSuccess ||
           clusters <= 0) {
