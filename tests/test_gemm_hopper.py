@@ -161,7 +161,7 @@ STREAM_K = [i for i, c in enumerate(SPEC.configs) if c.get("stream_k")]
 @pytest.mark.parametrize("shape", [
     (128, 1032, 8200),   # 9 tiles of 128 x 128 over up to 132 CTAs: a tile in ~15 pieces
     (200, 14336, 520),   # 224 tiles: all stream-K, ranges across tile edges, partial last k-block
-    (3000, 3900, 136),   # 744 (384) tiles: whole waves data-parallel, the rest stream-K
+    (3000, 3904, 136),   # 744 (384) tiles: whole waves data-parallel, the rest stream-K
 ], ids=lambda s: "x".join(map(str, s)))
 def test_stream_k_pieces_add_up_in_a_fixed_order(config, out_f32, shape):
     # Every piece of a tile is added by the CTA that ends it; the order is fixed, so two
@@ -173,6 +173,7 @@ def test_stream_k_pieces_add_up_in_a_fixed_order(config, out_f32, shape):
     outs = []
     for _ in range(2):
         c, buf = _poisoned_out(m, n, out_dtype)
+        assert gks.cuda.gemm_path(a, b, c) == "hopper"  # rows TMA can load: no fallback
         gks.cuda.gemm_out(a, b, c, config)
         torch.cuda.synchronize()
         _assert_guard_untouched(buf, m, n)
