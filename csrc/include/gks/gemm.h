@@ -1,8 +1,398 @@
 // SPDX-License-Identifier: Apache-2.0
-// The GEMM family: sgemm (fp32 FFMA), wmma_gemm (fp16/bf16 Tensor Cores), int8_gemm.
+// The GEMM family: sgemm (fp32 FFMA), wmma_gemm (fp16/bf16 on mma.sync), int8_gemm (int8
+// Tensor Cores with a dequantizing epilogue) and gemm (fp16/bf16: the Hopper kernel, TMA +
+// wgmma, on sm_90a; WMMA elsewhere). What they share comes first.
 #pragma once
 
-#include "gks/gemm_common.h"
-#include "gks/int8_gemm.h"
-#include "gks/sgemm.h"
-#include "gks/wmma_gemm.h"
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "gks/tensor.h"
+
+// What the three GEMMs (sgemm, wmma_gemm, int8_gemm) share on the host: the description of
+// a compiled tile config, the validated view of a row-major matrix operand, and the
+// config-selection helpers. Operands are row-major with any leading dimension:
+// stride(1) == 1 and stride(0) >= cols. A transposed view (stride(0) == 1) is rejected with
+// a message that says so; pass a contiguous copy instead.
+
+namespace gks {
+
+// One compiled tile config of a GEMM. `name` is stable (the autotune cache stores indices
+// and a hash of the names, so reordering or renaming configs invalidates old entries).
+struct GemmConfigInfo {
+  const char* name;
+  int block_m;
+  int block_n;
+  int block_k;
+  int threads;
+  int stages;
+};
+
+namespace detail {
+
+// A validated 2-D row-major operand: element (r, c) lives at data + r * ld + c.
+struct GemmMatrix {
+  void* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t ld = 0;  // elements between row starts (>= cols; equal to cols when rows <= 1)
+};
+
+// Checks that `t` is 2-D (gemm_matrix's rank check, on its own for callers that size an
+// output from the operands before validating them). Errors name `op` and `arg`.
+void check_matrix_rank(const TensorRef& t, const char* op, const char* arg);
+
+// Checks that `t` is a 2-D CUDA tensor of shape [rows, cols] (either bound may be -1 for
+// "any"), row-major (stride(1) == 1 when cols > 1, stride(0) >= cols when rows > 1), and
+// returns its view. Errors name `op` and `arg`.
+GemmMatrix gemm_matrix(const TensorRef& t, const char* op, const char* arg, int64_t rows,
+                       int64_t cols);
+
+// True when the matrix's rows can be read with 16-byte accesses: the base pointer is
+// 16-byte aligned and the leading dimension is a multiple of 16 bytes.
+bool gemm_rows_aligned16(const GemmMatrix& m, int64_t elem_bytes);
+
+// The number of multiprocessors of `device`, cached per device (the heuristics need it).
+int device_sm_count(int device);
+
+// Checks `config` against the list (-1 = heuristic) and throws a gks::Error naming the
+// argument otherwise.
+void check_gemm_config(int config, int count, const char* op);
+
+// The largest dims any GEMM accepts: M, N and K must each fit in int32 (offsets are 64-bit).
+void check_gemm_dims(int64_t m, int64_t n, int64_t k, const char* op);
+
+// The operands of c = a @ b once their shapes are checked: a [M, K], b [K, N], c [M, N].
+struct GemmOperands {
+  GemmMatrix a, b, c;
+  int64_t m = 0, n = 0, k = 0;
+};
+
+// The shape checks every GEMM shares (after its own device and dtype checks): each operand
+// a row-major matrix (gemm_matrix), b's rows equal to a's columns, c [M, N], `config` in
+// [-1, config_count), and M, N, K in range. Errors name the arguments as given.
+GemmOperands gemm_operands(const TensorRef& a, const char* a_name, const TensorRef& b,
+                           const char* b_name, const TensorRef& c, int config, int config_count,
+                           const char* op);
+
+// The dtype and device checks of the 16-bit GEMMs (wmma_gemm, gemm), then gemm_operands:
+// a and b float16 or bfloat16, one dtype, on one CUDA device; c float32 or a's dtype.
+GemmOperands half_gemm_operands(const TensorRef& a, const TensorRef& b, const TensorRef& c,
+                                int config, int config_count, const char* op);
+
+// What the heuristic knows about a config beyond its tile shape: how many blocks fit on an
+// SM and how close to peak its inner loop runs once the GPU is full (a relative guess; the
+// autotuner measures the real thing).
+struct GemmConfigTraits {
+  int blocks_per_sm;
+  double efficiency;
+};
+
+// Picks the config with the best estimated throughput for an M x N output: its efficiency
+// x the share of the last wave that is busy x the share of the tiles' area inside the
+// matrix (padding waste). Ties go to the earlier config. Pure, so host tests can check it.
+int pick_gemm_config(const std::vector<GemmConfigInfo>& configs,
+                     const std::vector<GemmConfigTraits>& traits, int64_t m, int64_t n,
+                     int num_sms);
+
+// Tiles a config's block shape needs to cover an M x N output.
+int64_t gemm_tile_count(const GemmConfigInfo& c, int64_t m, int64_t n);
+
+}  // namespace detail
+// --------------------------------------------------------------------------------------
+// SGEMM: c[M, N] = a[M, K] @ b[K, N] in fp32 with fp32 FMA arithmetic (no TF32).
+
+struct SgemmArgs {
+  TensorRef a;  // [M, K] float32, row-major (stride(1) == 1), any leading dimension
+  TensorRef b;  // [K, N] float32, row-major, any leading dimension
+  TensorRef c;  // [M, N] float32, row-major, any leading dimension; overwritten
+  int config = -1;  // index into detail::sgemm_configs(); -1 = heuristic pick by shape
+};
+
+// Validates the arguments (throws gks::Error naming the bad one) and launches on `stream`.
+// Transposed views (stride(0) == 1) are rejected: pass a contiguous copy.
+void sgemm(const SgemmArgs& args, cudaStream_t stream);
+
+namespace detail {
+// The compiled tile configs, in a fixed order (the autotuner's tie band prefers earlier).
+const std::vector<GemmConfigInfo>& sgemm_configs();
+// The config the heuristic picks for an M x N x K problem on a GPU with `num_sms` SMs.
+int sgemm_heuristic(int64_t m, int64_t n, int64_t k, int num_sms);
+}  // namespace detail
+
+// --------------------------------------------------------------------------------------
+// Tensor Core GEMM through nvcuda::wmma (mma.sync): c[M, N] = a[M, K] @ b[K, N] with fp16
+// or bf16 inputs and fp32 accumulation; c is fp32 or the input dtype.
+
+struct WmmaGemmArgs {
+  TensorRef a;  // [M, K] float16 or bfloat16, row-major (stride(1) == 1), any leading dim
+  TensorRef b;  // [K, N] a's dtype, row-major, any leading dimension
+  TensorRef c;  // [M, N] float32 or a's dtype, row-major, any leading dimension
+  int config = -1;  // index into detail::wmma_gemm_configs(); -1 = heuristic pick
+};
+
+// Validates the arguments (throws gks::Error naming the bad one) and launches on `stream`.
+// Transposed views (stride(0) == 1) are rejected: pass a contiguous copy.
+void wmma_gemm(const WmmaGemmArgs& args, cudaStream_t stream);
+
+namespace detail {
+const std::vector<GemmConfigInfo>& wmma_gemm_configs();
+int wmma_gemm_heuristic(int64_t m, int64_t n, int64_t k, int num_sms);
+}  // namespace detail
+
+// --------------------------------------------------------------------------------------
+// INT8 GEMM on Tensor Cores (mma.sync m16n8k32, int32 accumulation) with a dequantizing
+// epilogue: c[m, n] = float(sum_k a_q[m, k] * b_q[k, n]) * a_scale[m] * b_scale[n].
+// a_q and a_scale are what gks.quantize_int8(a) returns (per-row symmetric); b_q, b_scale
+// come from quantizing b column-wise (quantize b.T per row, transpose the results back).
+//
+// b_q comes in either layout:
+//  * row-major [K, N] (stride(1) == 1, stride(0) >= N), or
+//  * K-major: a transposed view of an [N, K] row-major matrix (stride(0) == 1,
+//    stride(1) >= K), e.g. q.t() where q, s = quantize_int8(b.t()), or the .t() of an
+//    nn.Linear-style [N, K] weight. This is the layout the Hopper kernel reads.
+//
+// Which kernel runs (Int8GemmPath):
+//  * On a compute-capability 9.0 GPU, in a build with sm_90a, when TMA can describe a_q
+//    (base pointer and leading dimension 16-byte aligned): the Hopper kernel of gks::gemm
+//    (kernels/gemm/sm90/) with int8 wgmma (IGMMA). wgmma reads 8-bit operands K-major
+//    only: a K-major b_q that TMA can describe is read in place; a row-major b_q is first
+//    transposed into a temporary, which pays off only for M >= kInt8HopperMinRows (below
+//    that the mma.sync kernel runs, unless a Hopper config is forced).
+//  * Otherwise the mma.sync kernel (kernels/gemm/int8.cuh), which reads b row-major: a
+//    K-major b_q is first transposed into a temporary.
+// Temporaries (N x K bytes) come from a per-device stream-ordered memory pool that keeps
+// its memory for reuse (cudaMallocFromPoolAsync on the caller's stream, freed in stream
+// order; cudaMallocAsync while the stream is being captured into a graph).
+// Every path computes the same int32 sums and applies the scales alike: they agree exactly.
+
+struct Int8GemmArgs {
+  TensorRef a;        // [M, K] int8, row-major (stride(1) == 1), any leading dimension
+  TensorRef b;        // [K, N] int8, row-major or K-major (see above), any leading dimension
+  TensorRef a_scale;  // [M, 1] or [M] float32, any stride
+  TensorRef b_scale;  // [1, N] or [N] float32, any stride
+  TensorRef c;        // [M, N] float16, bfloat16 or float32, row-major, any leading dim
+  // Index into detail::int8_gemm_configs(); -1 = heuristic pick (the Hopper kernel where
+  // it can run). The first kInt8MmaConfigs are the mma.sync kernel's, the rest the Hopper
+  // kernel's; a Hopper config where the Hopper path cannot run gives way to the mma.sync
+  // heuristic's pick.
+  int config = -1;
+};
+
+// Validates the arguments (throws gks::Error naming the bad one) and launches on `stream`.
+void int8_gemm(const Int8GemmArgs& args, cudaStream_t stream);
+
+namespace detail {
+inline constexpr int kInt8MmaConfigs = 4;  // mma.sync configs lead int8_gemm_configs()
+const std::vector<GemmConfigInfo>& int8_gemm_configs();
+// The mma.sync config the heuristic picks (an index below kInt8MmaConfigs).
+int int8_gemm_heuristic(int64_t m, int64_t n, int64_t k, int num_sms);
+
+// The smallest M for which the Hopper path transposes a row-major b_q rather than leave
+// the problem to the mma.sync kernel: the copy moves 2 N K bytes, which the faster
+// Tensor Cores win back once M is about this large (measured on an H200).
+inline constexpr int64_t kInt8HopperMinRows = 512;
+
+enum class Int8GemmPath {
+  kHopper,            // the Hopper kernel reads b_q in place (K-major)
+  kHopperTransposed,  // b_q (row-major) transposed into a temporary, then the Hopper kernel
+  kMma,               // the mma.sync kernel reads b_q in place (row-major)
+  kMmaTransposed,     // b_q (K-major) transposed into a temporary, then the mma.sync kernel
+};
+// "hopper", "hopper+transpose", "mma", "mma+transpose"
+const char* int8_gemm_path_name(Int8GemmPath path);
+
+// The facts the choice depends on.
+struct Int8PathFacts {
+  bool device_is_sm90 = false;
+  bool built_with_sm90a = false;
+  GemmMatrix a;          // a_q
+  bool b_k_major = false;
+  GemmMatrix b_storage;  // b_q's storage as a row-major matrix: [K, N], or [N, K] if K-major
+  int64_t n = 0;
+  int config = -1;       // as in Int8GemmArgs
+};
+// Which path int8_gemm takes (pure, for host tests).
+Int8GemmPath choose_int8_gemm_path(const Int8PathFacts& facts);
+// Validates like int8_gemm() and reports which kernel it would run on this machine.
+Int8GemmPath int8_gemm_path(const Int8GemmArgs& args);
+}  // namespace detail
+
+// --------------------------------------------------------------------------------------
+// gks::gemm: c[M, N] = a[M, K] @ b[K, N] for fp16/bf16 with fp32 accumulation, c in a's
+// dtype or float32.
+//
+// Which kernel runs:
+//  * On a compute-capability 9.0 GPU, in a build with sm_90a (GKS_WITH_SM90A, defined by
+//    CMake when 90a is in GKS_CUDA_ARCHS): the Hopper kernel (kernels/gemm/sm90/) —
+//    persistent, warp-specialized, TMA loads into an mbarrier-guarded shared ring, wgmma
+//    with fp32 accumulators.
+//  * Otherwise, or when TMA cannot describe a or b (see tma_can_describe: base pointer not
+//    16-byte aligned, leading-dimension byte stride not a multiple of 16), the WMMA kernel
+//    (gks::wmma_gemm), with its own heuristic config. Both give the same result up to the
+//    order of the fp32 sums. c has no alignment requirement on either path.
+// Operands are row-major (stride(1) == 1) with any leading dimension >= their columns;
+// transposed views are rejected (see gemm_common.h). K == 0 gives c = 0.
+// Outputs too small to fill the GPU split K (hopper_k_splits): the partial sums go to a
+// temporary of splits x M x N x 4 bytes from gks's stream-ordered pool (workspace.h), so
+// such a call needs that much free device memory. The stream-K configs instead take a
+// temporary of one tile's fp32 sums per SM (e.g. 64 KiB for 128 x 128 tiles).
+
+struct GemmArgs {
+  TensorRef a;  // [M, K] float16 or bfloat16, row-major, any leading dimension
+  TensorRef b;  // [K, N] a's dtype, row-major, any leading dimension
+  TensorRef c;  // [M, N] a's dtype or float32, row-major, any leading dimension
+  // Index into detail::hopper_gemm_configs() (-1: heuristic). It forces the Hopper kernel's
+  // tile config; when the WMMA fallback runs instead, it is ignored.
+  int config = -1;
+};
+
+// Validates the arguments (throws gks::Error naming the bad one) and launches on `stream`.
+void gemm(const GemmArgs& args, cudaStream_t stream);
+
+namespace detail {
+
+// One compiled config of the Hopper kernel. `name` is stable (autotune caches key on it).
+struct HopperGemmConfig {
+  const char* name;
+  int block_m;
+  int block_n;
+  int block_k;
+  int stages;     // depth of the shared-memory ring
+  int cluster_m;  // CTAs per cluster, stacked in M, sharing (multicasting) B tiles
+  // The two consumer warpgroups take whole tiles in turn (ping-pong: one's epilogue runs
+  // under the other's MMAs) instead of half of every tile's rows each (cooperative).
+  bool ping_pong = false;
+  // Stream-K (single CTAs only): the tiles past the last whole waves but one are shared
+  // out by k-block over the whole grid, so no SM idles in a part-empty last wave; the
+  // pieces of a tile are added through a workspace in L2 (kernels/gemm/sm90/).
+  bool stream_k = false;
+  // CTAs per cluster side by side in N, sharing (multicasting) A tiles; cluster_m is then 1.
+  int cluster_n = 1;
+};
+
+// The compiled configs, in index order (GemmArgs::config); hopper_gemm_sm90a.cu checks
+// its kernels against this table at compile time.
+inline constexpr HopperGemmConfig kHopperGemmConfigs[] = {
+    {"128x256x64_s4_c1", 128, 256, 64, 4, 1},
+    {"128x256x64_s4_c2", 128, 256, 64, 4, 2},
+    {"256x128x64_s4_c1", 256, 128, 64, 4, 1},
+    {"256x128x64_s4_c2", 256, 128, 64, 4, 2},
+    {"128x128x64_s6_c1", 128, 128, 64, 6, 1},
+    {"128x128x64_s6_c2", 128, 128, 64, 6, 2},
+    {"128x64x64_s8_c1", 128, 64, 64, 8, 1},
+    {"128x128x64_s6_c1_pp", 128, 128, 64, 6, 1, true},
+    {"128x128x64_s6_c2_pp", 128, 128, 64, 6, 2, true},
+    {"64x256x64_s5_c1_pp", 64, 256, 64, 5, 1, true},
+    // Small tiles for outputs of few rows (M = 128: 128 tiles of 64x64 fill the GPU with
+    // no split-K, as cuBLAS's 64x64 kernel does there).
+    {"64x128x64_s8_c1_pp", 64, 128, 64, 8, 1, true},
+    {"64x64x64_s10_c1_pp", 64, 64, 64, 10, 1, true},
+    // Stream-K: for outputs whose tiles leave the last wave part empty.
+    {"128x256x64_s4_c1_sk", 128, 256, 64, 4, 1, false, true},
+    // Clusters along N: outputs of few rows, whose every tile reads all of A.
+    {"128x128x64_s6_cn2", 128, 128, 64, 6, 1, false, false, 2},
+    {"128x128x64_s6_cn4", 128, 128, 64, 6, 1, false, false, 4},
+    {"128x64x64_s8_cn2", 128, 64, 64, 8, 1, false, false, 2},
+    {"128x256x64_s4_cn2", 128, 256, 64, 4, 1, false, false, 2},
+};
+inline constexpr int kNumHopperGemmConfigs =
+    int(sizeof(kHopperGemmConfigs) / sizeof(kHopperGemmConfigs[0]));
+
+// The same kernel's int8 configs (gks::int8_gemm's Hopper path): a k-block is 128 bytes
+// either way, so the int8 tiles are 128 elements deep with the 16-bit tiles' footprint.
+// They follow the mma.sync configs in int8_gemm_configs() (see int8_gemm.h).
+inline constexpr HopperGemmConfig kHopperInt8Configs[] = {
+    {"hopper_128x256x128_s4_c1", 128, 256, 128, 4, 1},
+    {"hopper_128x256x128_s4_c2", 128, 256, 128, 4, 2},
+    {"hopper_256x128x128_s4_c1", 256, 128, 128, 4, 1},
+    {"hopper_128x128x128_s6_c1", 128, 128, 128, 6, 1},
+    {"hopper_128x64x128_s8_c1", 128, 64, 128, 8, 1},
+};
+inline constexpr int kNumHopperInt8Configs =
+    int(sizeof(kHopperInt8Configs) / sizeof(kHopperInt8Configs[0]));
+
+// The same table as a vector. Available in every build.
+const std::vector<HopperGemmConfig>& hopper_gemm_configs();
+
+// The config the heuristic picks for an M x N x K problem on `num_sms` multiprocessors.
+int hopper_gemm_heuristic(int64_t m, int64_t n, int64_t k, int num_sms);
+// The same for the int8 configs: an index into kHopperInt8Configs.
+int hopper_int8_gemm_heuristic(int64_t m, int64_t n, int64_t k, int num_sms);
+
+// Split-K: how many units share each tile's k-blocks, for an output of `tile_units`
+// scheduling units (tiles, or cluster pairs of them), K of `k_blocks` k-blocks, and `slots`
+// units the GPU runs at once. 1 unless the tiles fill at most half the slots; then enough
+// splits to fill them, each of at least 4 k-blocks, at most 8.
+int hopper_k_splits(int64_t tile_units, int64_t k_blocks, int64_t slots);
+
+// How a stream-K config shares out `tiles` output tiles of `k_blocks` k-blocks over at
+// most `max_ctas` resident CTAs: whole waves but the last are data-parallel (dp_tiles, a
+// multiple of ctas), the remaining sk_tiles (one to two waves' worth, or all of them) are
+// cut by k-block into ctas equal ranges; ctas falls below max_ctas only where that would
+// leave a CTA under 4 k-blocks.
+struct StreamKPlan {
+  int64_t dp_tiles, sk_tiles, ctas;
+};
+StreamKPlan hopper_stream_k_plan(int64_t tiles, int64_t k_blocks, int64_t max_ctas);
+
+// True when a TMA tensor map can describe the row-major operand `m` with `elem_bytes`-byte
+// elements: base pointer 16-byte aligned, leading dimension in bytes a multiple of 16 (not
+// needed for a single row) and below 2^40.
+bool tma_can_describe(const GemmMatrix& m, int64_t elem_bytes);
+
+// TMA coordinates are int32: every tile origin (up to 2 tiles of 256 past the edge for a
+// cluster of 2) must stay representable, so no dim of a Hopper operand may exceed this.
+inline constexpr int64_t kMaxTmaDim = INT32_MAX - 1024;
+
+enum class GemmPath { kHopper, kWmma };
+const char* gemm_path_name(GemmPath path);  // "hopper" / "wmma"
+
+// Which kernel gemm() runs, from the facts it depends on (pure, for host tests).
+GemmPath choose_gemm_path(bool device_is_sm90, bool built_with_sm90a, const GemmMatrix& a,
+                          const GemmMatrix& b);
+
+// Validates like gemm() and reports which kernel it would run on this machine.
+GemmPath gemm_path(const GemmArgs& args);
+
+// True when this build contains the sm_90a kernels.
+constexpr bool hopper_gemm_compiled() {
+#if defined(GKS_WITH_SM90A)
+  return true;
+#else
+  return false;
+#endif
+}
+
+// What the sm_90a launcher needs; built by gemm() after validation.
+// (gks::int8_gemm builds it too, with dtype kInt8.)
+struct HopperGemmLaunch {
+  const void* a;
+  int64_t lda;
+  // 16-bit: b [K, N] row-major. int8: b transposed, [N, K] row-major (K-major), with a
+  // leading dimension TMA can describe.
+  const void* b;
+  int64_t ldb;
+  void* c;
+  int64_t ldc;
+  int m, n, k;    // all >= 1
+  DType dtype;    // of a and b: kFloat16, kBFloat16 or kInt8
+  DType c_dtype;  // kFloat32, or a's dtype (16-bit); kFloat32, kFloat16 or kBFloat16 (int8)
+  bool c_vec;     // c's base and leading dimension are 16-byte aligned
+  // int8 only: c = float(a @ b) * a_scale[row * a_scale_stride] * b_scale[col * ...].
+  const float* a_scale = nullptr;
+  const float* b_scale = nullptr;
+  int64_t a_scale_stride = 0, b_scale_stride = 0;
+  int config;  // a valid index into kHopperGemmConfigs (16-bit) or kHopperInt8Configs (int8)
+  int device;
+  int num_sms;
+};
+
+// Defined in hopper_gemm_sm90a.cu, which exists in the library only when GKS_WITH_SM90A is
+// defined; call it only under that macro.
+void launch_hopper_gemm_sm90a(const HopperGemmLaunch& launch, cudaStream_t stream);
+
+}  // namespace detail
+}  // namespace gks
