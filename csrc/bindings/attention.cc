@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// The attention family's entry points.
 #include <tvm/ffi/optional.h>
 
 #include "common.h"

@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+// The GEMM family's entry points: sgemm, wmma_gemm, int8_gemm, gemm (each with its config
+// names and heuristic), the allocating forms and the path queries.
 #include <tvm/ffi/container/array.h>
 #include <tvm/ffi/string.h>
 
@@ -9,11 +11,90 @@
 
 namespace {
 
+int config_arg(int64_t config) { return static_cast<int>(std::clamp<int64_t>(config, INT_MIN, INT_MAX)); }
+
+// The names of a config table, in index order.
+template <class Configs>
+tvm::ffi::Array<tvm::ffi::String> names_of(const Configs& configs) {
+  tvm::ffi::Array<tvm::ffi::String> names;
+  for (const auto& c : configs) names.push_back(tvm::ffi::String(c.name));
+  return names;
+}
+
+// c = a @ b (fp32 FFMA). config: an index into sgemm_configs(), or -1 for the heuristic.
+void sgemm(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorView c,
+           int64_t config) {
+  using namespace gks::ffi;
+  translate_errors([&] {
+    gks::SgemmArgs args{to_ref(a), to_ref(b), to_ref(c)};
+    args.config = config_arg(config);
+    gks::sgemm(args, stream_for(args.a));
+  });
+}
+
+// c = a @ b on Tensor Cores through wmma (fp16/bf16 in, fp32 accumulate, c fp32 or a's dtype).
+void wmma_gemm(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorView c,
+               int64_t config) {
+  using namespace gks::ffi;
+  translate_errors([&] {
+    gks::WmmaGemmArgs args{to_ref(a), to_ref(b), to_ref(c)};
+    args.config = config_arg(config);
+    gks::wmma_gemm(args, stream_for(args.a));
+  });
+}
+
+gks::Int8GemmArgs int8_gemm_args(const tvm::ffi::TensorView& a_q, const tvm::ffi::TensorView& b_q,
+                                 const tvm::ffi::TensorView& a_scale,
+                                 const tvm::ffi::TensorView& b_scale,
+                                 const tvm::ffi::TensorView& c, int64_t config) {
+  using gks::ffi::to_ref;
+  gks::Int8GemmArgs args{to_ref(a_q), to_ref(b_q), to_ref(a_scale), to_ref(b_scale), to_ref(c)};
+  args.config = config_arg(config);
+  return args;
+}
+
+// c = float(a_q @ b_q) * a_scale * b_scale (int8 Tensor Cores, int32 accumulate).
+void int8_gemm(tvm::ffi::TensorView a_q, tvm::ffi::TensorView b_q, tvm::ffi::TensorView a_scale,
+               tvm::ffi::TensorView b_scale, tvm::ffi::TensorView c, int64_t config) {
+  gks::ffi::translate_errors([&] {
+    const gks::Int8GemmArgs args = int8_gemm_args(a_q, b_q, a_scale, b_scale, c, config);
+    gks::int8_gemm(args, gks::ffi::stream_for(args.a));
+  });
+}
+
+// int8_gemm into a new [M, N] tensor of c_dtype from the caller's framework (see
+// new_tensor). The torch op's eager path.
+tvm::ffi::Tensor int8_gemm_alloc(tvm::ffi::TensorView a_q, tvm::ffi::TensorView b_q,
+                                 tvm::ffi::TensorView a_scale, tvm::ffi::TensorView b_scale,
+                                 DLDataType c_dtype, int64_t config) {
+  tvm::ffi::Tensor c;
+  gks::ffi::translate_errors([&] {
+    gks::detail::check_matrix_rank(gks::ffi::to_ref(a_q), "gks.int8_gemm", "a_q");
+    gks::detail::check_matrix_rank(gks::ffi::to_ref(b_q), "gks.int8_gemm", "b_q");
+    c = gks::ffi::new_tensor({a_q.size(0), b_q.size(1)}, c_dtype, a_q.device(), "gks.int8_gemm");
+  });
+  int8_gemm(a_q, b_q, a_scale, b_scale, c, config);
+  return c;
+}
+
+// The path int8_gemm(..., config) would take: "hopper", "hopper+transpose", "mma" or
+// "mma+transpose" (after the same validation).
+tvm::ffi::String int8_gemm_path(tvm::ffi::TensorView a_q, tvm::ffi::TensorView b_q,
+                                tvm::ffi::TensorView a_scale, tvm::ffi::TensorView b_scale,
+                                tvm::ffi::TensorView c, int64_t config) {
+  const char* name = "";
+  gks::ffi::translate_errors([&] {
+    name = gks::detail::int8_gemm_path_name(
+        gks::detail::int8_gemm_path(int8_gemm_args(a_q, b_q, a_scale, b_scale, c, config)));
+  });
+  return tvm::ffi::String(name);
+}
+
 gks::GemmArgs gemm_args(const tvm::ffi::TensorView& a, const tvm::ffi::TensorView& b,
                         const tvm::ffi::TensorView& c, int64_t config) {
   using gks::ffi::to_ref;
   gks::GemmArgs args{to_ref(a), to_ref(b), to_ref(c)};
-  args.config = static_cast<int>(std::clamp<int64_t>(config, INT_MIN, INT_MAX));
+  args.config = config_arg(config);
   return args;
 }
 
@@ -42,13 +123,6 @@ tvm::ffi::Tensor gemm_alloc(tvm::ffi::TensorView a, tvm::ffi::TensorView b, DLDa
   return c;
 }
 
-// The names of the Hopper kernel's configs, in index order.
-tvm::ffi::Array<tvm::ffi::String> gemm_configs() {
-  tvm::ffi::Array<tvm::ffi::String> names;
-  for (const auto& c : gks::detail::hopper_gemm_configs()) names.push_back(tvm::ffi::String(c.name));
-  return names;
-}
-
 // "hopper" or "wmma": the kernel gemm(a, b, c) would run (after the same validation).
 tvm::ffi::String gemm_path(tvm::ffi::TensorView a, tvm::ffi::TensorView b,
                            tvm::ffi::TensorView c) {
@@ -59,14 +133,45 @@ tvm::ffi::String gemm_path(tvm::ffi::TensorView a, tvm::ffi::TensorView b,
   return tvm::ffi::String(name);
 }
 
+// The compiled tile configs' names, in index order, and the config each heuristic picks for
+// an M x N x K problem on a GPU with num_sms SMs.
+tvm::ffi::Array<tvm::ffi::String> sgemm_configs() { return names_of(gks::detail::sgemm_configs()); }
+tvm::ffi::Array<tvm::ffi::String> wmma_gemm_configs() {
+  return names_of(gks::detail::wmma_gemm_configs());
+}
+tvm::ffi::Array<tvm::ffi::String> int8_gemm_configs() {
+  return names_of(gks::detail::int8_gemm_configs());
+}
+tvm::ffi::Array<tvm::ffi::String> gemm_configs() { return names_of(gks::detail::hopper_gemm_configs()); }
+
+int64_t sgemm_heuristic(int64_t m, int64_t n, int64_t k, int64_t num_sms) {
+  return gks::detail::sgemm_heuristic(m, n, k, static_cast<int>(num_sms));
+}
+int64_t wmma_gemm_heuristic(int64_t m, int64_t n, int64_t k, int64_t num_sms) {
+  return gks::detail::wmma_gemm_heuristic(m, n, k, static_cast<int>(num_sms));
+}
+int64_t int8_gemm_heuristic(int64_t m, int64_t n, int64_t k, int64_t num_sms) {
+  return gks::detail::int8_gemm_heuristic(m, n, k, static_cast<int>(num_sms));
+}
 int64_t gemm_heuristic(int64_t m, int64_t n, int64_t k, int64_t num_sms) {
   return gks::detail::hopper_gemm_heuristic(m, n, k, static_cast<int>(num_sms));
 }
 
 }  // namespace
 
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(sgemm, sgemm);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(wmma_gemm, wmma_gemm);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(int8_gemm, int8_gemm);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(int8_gemm_alloc, int8_gemm_alloc);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(int8_gemm_path, int8_gemm_path);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(gemm, gemm);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(gemm_alloc, gemm_alloc);
-TVM_FFI_DLL_EXPORT_TYPED_FUNC(gemm_configs, gemm_configs);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(gemm_path, gemm_path);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(sgemm_configs, sgemm_configs);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(wmma_gemm_configs, wmma_gemm_configs);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(int8_gemm_configs, int8_gemm_configs);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(gemm_configs, gemm_configs);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(sgemm_heuristic, sgemm_heuristic);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(wmma_gemm_heuristic, wmma_gemm_heuristic);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(int8_gemm_heuristic, int8_gemm_heuristic);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(gemm_heuristic, gemm_heuristic);

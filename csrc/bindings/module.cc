@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// apache-tvm-ffi entry points over the C++ API, one file per op family beside this one.
+// apache-tvm-ffi entry points over the C++ API, one file per kernel family beside this one.
 // Tensors arrive as DLPack views (zero-copy from PyTorch, JAX or CuPy); kernels run on the
 // caller's current stream, which tvm-ffi takes from the framework (torch's current stream)
 // or from tvm_ffi.use_raw_stream.

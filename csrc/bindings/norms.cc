@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// The norms family's entry points: rmsnorm and the fused softmax(rmsnorm).
 #include "common.h"
 
 namespace {
@@ -13,6 +14,18 @@ void rmsnorm(tvm::ffi::TensorView x, tvm::ffi::TensorView weight, tvm::ffi::Tens
   });
 }
 
+
+void softmax_rmsnorm(tvm::ffi::TensorView x, tvm::ffi::TensorView weight,
+                     tvm::ffi::TensorView y, double eps, int64_t config) {
+  using namespace gks::ffi;
+  translate_errors([&] {
+    const gks::SoftmaxRmsNormArgs args{to_ref(x), to_ref(weight), to_ref(y),
+                                       static_cast<float>(eps), static_cast<int>(config)};
+    gks::softmax_rmsnorm(args, stream_for(args.x));
+  });
+}
+
 }  // namespace
 
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(rmsnorm, rmsnorm);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(softmax_rmsnorm, softmax_rmsnorm);

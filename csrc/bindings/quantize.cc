@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// The quantize family's entry points: int8 quantize and dequantize.
 #include "common.h"
 
 namespace {

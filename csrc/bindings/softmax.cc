@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// The softmax family's entry points.
 #include "common.h"
 
 namespace {
@@ -11,17 +12,6 @@ void softmax(tvm::ffi::TensorView x, tvm::ffi::TensorView y, int64_t config) {
   });
 }
 
-void softmax_rmsnorm(tvm::ffi::TensorView x, tvm::ffi::TensorView weight,
-                     tvm::ffi::TensorView y, double eps, int64_t config) {
-  using namespace gks::ffi;
-  translate_errors([&] {
-    const gks::SoftmaxRmsNormArgs args{to_ref(x), to_ref(weight), to_ref(y),
-                                       static_cast<float>(eps), static_cast<int>(config)};
-    gks::softmax_rmsnorm(args, stream_for(args.x));
-  });
-}
-
 }  // namespace
 
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(softmax, softmax);
-TVM_FFI_DLL_EXPORT_TYPED_FUNC(softmax_rmsnorm, softmax_rmsnorm);

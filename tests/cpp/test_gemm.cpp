@@ -4,6 +4,7 @@
 // before any launch, and the heuristic takes the SM count as an argument.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <set>
 #include <string>
 #include <vector>
@@ -321,6 +322,367 @@ TEST(GemmHeuristic, PrefersFullWaves) {
   const std::vector<gks::GemmConfigInfo> twins = {{"a", 64, 64, 8, 64, 2},
                                                   {"b", 64, 64, 8, 64, 2}};
   EXPECT_EQ(gks::detail::pick_gemm_config(twins, same, 1000, 1000, 132), 0);
+}
+
+// ---- the Hopper kernel (gks::gemm, and int8_gemm's Hopper path): which operands TMA can
+// describe, the Hopper-or-WMMA decision, the config list and heuristic, validation.
+
+using gks::detail::GemmMatrix;
+using gks::detail::GemmPath;
+
+gks::GemmArgs args_for(void* p, int64_t m, int64_t n, int64_t k,
+                       gks::DType dt = gks::DType::kBFloat16) {
+  gks::GemmArgs a;
+  a.a = mat(p, dt, m, k);
+  a.b = mat(p, dt, k, n);
+  a.c = mat(p, dt, m, n);
+  return a;
+}
+
+alignas(16) char g_buf[256];
+
+// ---- which operands TMA can describe ----
+
+TEST(HopperGemmTma, AlignedRowsAreDescribable) {
+  EXPECT_TRUE(gks::detail::tma_can_describe(GemmMatrix{g_buf, 4, 8, 8}, 2));     // 16-byte rows
+  EXPECT_TRUE(gks::detail::tma_can_describe(GemmMatrix{g_buf, 4, 5, 64}, 2));    // padded ld
+  EXPECT_TRUE(gks::detail::tma_can_describe(GemmMatrix{g_buf + 16, 4, 8, 8}, 2));
+}
+
+TEST(HopperGemmTma, LeadingDimensionMustBeAMultipleOf16Bytes) {
+  EXPECT_FALSE(gks::detail::tma_can_describe(GemmMatrix{g_buf, 4, 7, 7}, 2));    // 14 bytes
+  EXPECT_FALSE(gks::detail::tma_can_describe(GemmMatrix{g_buf, 4, 8, 12}, 2));   // 24 bytes
+  EXPECT_FALSE(gks::detail::tma_can_describe(GemmMatrix{g_buf, 4, 1, 1}, 2));    // K = 1
+}
+
+TEST(HopperGemmTma, BasePointerMustBe16ByteAligned) {
+  EXPECT_FALSE(gks::detail::tma_can_describe(GemmMatrix{g_buf + 2, 4, 8, 8}, 2));
+  EXPECT_FALSE(gks::detail::tma_can_describe(GemmMatrix{g_buf + 8, 1, 8, 8}, 2));
+}
+
+TEST(HopperGemmTma, SingleRowIgnoresItsLeadingDimension) {
+  // One row never steps to the next: any column count works (the launcher pads the stride).
+  EXPECT_TRUE(gks::detail::tma_can_describe(GemmMatrix{g_buf, 1, 7, 7}, 2));
+  EXPECT_TRUE(gks::detail::tma_can_describe(GemmMatrix{g_buf, 1, 1, 1}, 2));
+}
+
+TEST(HopperGemmTma, StrideBelow2To40Bytes) {
+  const int64_t huge = (int64_t(1) << 40) / 2;  // elements: 2^40 bytes
+  EXPECT_FALSE(gks::detail::tma_can_describe(GemmMatrix{g_buf, 2, 8, huge}, 2));
+  EXPECT_TRUE(gks::detail::tma_can_describe(GemmMatrix{g_buf, 2, 8, huge - 8}, 2));
+}
+
+// ---- Hopper or WMMA ----
+
+TEST(HopperGemmPath, HopperOnlyOnSm90WithSm90aCode) {
+  const GemmMatrix a{g_buf, 64, 64, 64}, b{g_buf, 64, 64, 64};
+  EXPECT_EQ(gks::detail::choose_gemm_path(true, true, a, b), GemmPath::kHopper);
+  EXPECT_EQ(gks::detail::choose_gemm_path(false, true, a, b), GemmPath::kWmma);
+  EXPECT_EQ(gks::detail::choose_gemm_path(true, false, a, b), GemmPath::kWmma);
+}
+
+TEST(HopperGemmPath, OperandsTmaCannotLoadFallBackToWmma) {
+  const GemmMatrix good{g_buf, 64, 64, 64};
+  const GemmMatrix odd_ld{g_buf, 64, 64, 65};
+  const GemmMatrix shifted{g_buf + 2, 64, 64, 64};
+  EXPECT_EQ(gks::detail::choose_gemm_path(true, true, odd_ld, good), GemmPath::kWmma);
+  EXPECT_EQ(gks::detail::choose_gemm_path(true, true, good, odd_ld), GemmPath::kWmma);
+  EXPECT_EQ(gks::detail::choose_gemm_path(true, true, shifted, good), GemmPath::kWmma);
+  EXPECT_EQ(gks::detail::choose_gemm_path(true, true, good, shifted), GemmPath::kWmma);
+}
+
+TEST(HopperGemmPath, Names) {
+  EXPECT_STREQ(gks::detail::gemm_path_name(GemmPath::kHopper), "hopper");
+  EXPECT_STREQ(gks::detail::gemm_path_name(GemmPath::kWmma), "wmma");
+}
+
+TEST(HopperGemmPath, BuildFlagMatchesTheMacro) {
+#if defined(GKS_WITH_SM90A)
+  EXPECT_TRUE(gks::detail::hopper_gemm_compiled());
+#else
+  EXPECT_FALSE(gks::detail::hopper_gemm_compiled());
+#endif
+}
+
+// ---- configs and the heuristic ----
+
+TEST(HopperGemmConfigs, WellFormedAndUnique) {
+  const auto& configs = gks::detail::hopper_gemm_configs();
+  ASSERT_EQ(int(configs.size()), gks::detail::kNumHopperGemmConfigs);
+  std::set<std::string> names;
+  for (const auto& c : configs) {
+    EXPECT_TRUE(names.insert(c.name).second) << "duplicate config name " << c.name;
+    EXPECT_EQ(c.block_k, 64) << c.name;
+    // Ping-pong tiles are one warpgroup's: 64 or 128 rows; cooperative ones two's.
+    EXPECT_TRUE(c.ping_pong ? (c.block_m == 64 || c.block_m == 128)
+                            : (c.block_m == 128 || c.block_m == 256)) << c.name;
+    EXPECT_TRUE(c.block_n == 64 || c.block_n == 128 || c.block_n == 256) << c.name;
+    EXPECT_TRUE(c.cluster_m == 1 || c.cluster_m == 2) << c.name;
+    EXPECT_TRUE(c.cluster_n == 1 || c.cluster_n == 2 || c.cluster_n == 4) << c.name;
+    EXPECT_TRUE(c.cluster_m == 1 || c.cluster_n == 1) << c.name;  // along M or along N
+    // Stream-K runs single CTAs (its workspace slots are a CTA's).
+    if (c.stream_k) EXPECT_EQ(c.cluster_m * c.cluster_n, 1) << c.name;
+    EXPECT_GE(c.stages, 2) << c.name;
+    // The stage ring (A + B tiles) must fit in 227 KiB with room for the epilogue buffer.
+    EXPECT_LE(c.stages * (c.block_m + c.block_n) * c.block_k * 2, 200 * 1024) << c.name;
+    // The name spells the config.
+    const std::string expected = std::to_string(c.block_m) + "x" + std::to_string(c.block_n) +
+                                 "x" + std::to_string(c.block_k) + "_s" +
+                                 std::to_string(c.stages) +
+                                 (c.cluster_n > 1 ? "_cn" + std::to_string(c.cluster_n)
+                                                  : "_c" + std::to_string(c.cluster_m)) +
+                                 (c.ping_pong ? "_pp" : "") + (c.stream_k ? "_sk" : "");
+    EXPECT_EQ(expected, c.name);
+  }
+}
+
+TEST(HopperGemmHeuristic, ValidSingleCtaConfigAndDeterministic) {
+  const auto& configs = gks::detail::hopper_gemm_configs();
+  for (int64_t m : {1, 64, 128, 1000, 4096, 8192})
+    for (int64_t n : {1, 64, 4096, 14336})
+      for (int sms : {1, 78, 132}) {
+        const int c = gks::detail::hopper_gemm_heuristic(m, n, 4096, sms);
+        ASSERT_GE(c, 0);
+        ASSERT_LT(c, int(configs.size()));
+        EXPECT_EQ(configs[c].cluster_m, 1);
+        // Clusters along N only for one row of tiles.
+        EXPECT_TRUE(configs[c].cluster_n == 1 || m <= configs[c].block_m) << m << "x" << n;
+        EXPECT_FALSE(configs[c].ping_pong);
+        EXPECT_FALSE(configs[c].stream_k);
+        EXPECT_EQ(c, gks::detail::hopper_gemm_heuristic(m, n, 4096, sms));
+      }
+}
+
+TEST(HopperGemmHeuristic, LargeSquareGetsTheWideTile) {
+  const auto& configs = gks::detail::hopper_gemm_configs();
+  for (int64_t s : {4096, 8192}) {
+    const auto& c = configs[gks::detail::hopper_gemm_heuristic(s, s, s, kH200Sms)];
+    EXPECT_EQ(c.block_m * c.block_n, 128 * 256) << c.name;
+  }
+}
+
+TEST(HopperGemmHeuristic, SkinnyMGetsMoreTiles) {
+  const auto& configs = gks::detail::hopper_gemm_configs();
+  const auto& c = configs[gks::detail::hopper_gemm_heuristic(128, 4096, 4096, kH200Sms)];
+  EXPECT_LT(c.block_m * c.block_n, 128 * 256) << c.name;
+}
+
+TEST(HopperGemmHeuristic, OneWideRowOfTilesSharesAThroughAClusterAlongN) {
+  const auto& configs = gks::detail::hopper_gemm_configs();
+  const auto& wide = configs[gks::detail::hopper_gemm_heuristic(128, 14336, 4096, kH200Sms)];
+  EXPECT_EQ(wide.cluster_n, 4) << wide.name;
+  // Two rows of tiles, or too few tiles to fill the GPU without split-K: single CTAs.
+  EXPECT_EQ(configs[gks::detail::hopper_gemm_heuristic(256, 14336, 4096, kH200Sms)].cluster_n, 1);
+  EXPECT_EQ(configs[gks::detail::hopper_gemm_heuristic(128, 4096, 4096, kH200Sms)].cluster_n, 1);
+}
+
+TEST(HopperGemmSplitK, OnlyWhenTheTilesFillAtMostHalfTheGpu) {
+  EXPECT_EQ(gks::detail::hopper_k_splits(67, 64, 132), 1);   // more than half: no split
+  EXPECT_EQ(gks::detail::hopper_k_splits(66, 64, 132), 2);   // exactly half: two splits
+  EXPECT_EQ(gks::detail::hopper_k_splits(32, 64, 132), 4);   // 128 units
+  EXPECT_EQ(gks::detail::hopper_k_splits(1, 1000, 132), 8);  // at most 8
+  EXPECT_EQ(gks::detail::hopper_k_splits(1, 12, 132), 3);    // at least 4 k-blocks a split
+  EXPECT_EQ(gks::detail::hopper_k_splits(1, 3, 132), 1);
+  EXPECT_EQ(gks::detail::hopper_k_splits(16, 64, 66), 4);    // slots: clusters of 2 on 132 SMs
+}
+
+TEST(HopperGemmStreamK, WholeWavesButTheLastAreDataParallel) {
+  using gks::detail::hopper_stream_k_plan;
+  // 128 x 14336 in 128 x 128 tiles: 112 tiles, all stream-K over every SM.
+  auto plan = hopper_stream_k_plan(112, 64, 132);
+  EXPECT_EQ(plan.dp_tiles, 0);
+  EXPECT_EQ(plan.sk_tiles, 112);
+  EXPECT_EQ(plan.ctas, 132);
+  // 1792 tiles = 13.6 waves: 12 waves data-parallel, the last 1.6 stream-K.
+  plan = hopper_stream_k_plan(1792, 64, 132);
+  EXPECT_EQ(plan.dp_tiles, 12 * 132);
+  EXPECT_EQ(plan.sk_tiles, 1792 - 12 * 132);
+  EXPECT_EQ(plan.ctas, 132);
+  // Exactly two waves: one data-parallel, one stream-K (whose ranges are whole tiles).
+  plan = hopper_stream_k_plan(264, 10, 132);
+  EXPECT_EQ(plan.dp_tiles, 132);
+  EXPECT_EQ(plan.sk_tiles, 132);
+  // Few k-blocks: no CTA gets under 4 of them, and there is always one.
+  plan = hopper_stream_k_plan(30, 16, 132);
+  EXPECT_EQ(plan.dp_tiles, 0);
+  EXPECT_EQ(plan.ctas, 30 * 16 / 4);
+  plan = hopper_stream_k_plan(1, 1, 132);
+  EXPECT_EQ(plan.sk_tiles, 1);
+  EXPECT_EQ(plan.ctas, 1);
+}
+
+// ---- gks::int8_gemm's Hopper path ----
+
+// A Hopper-capable machine, a_q [M, 64] TMA can load, b_q row-major [64, 64].
+gks::detail::Int8PathFacts int8_facts(int64_t m) {
+  gks::detail::Int8PathFacts f;
+  f.device_is_sm90 = true;
+  f.built_with_sm90a = true;
+  f.a = GemmMatrix{g_buf, m, 64, 64};
+  f.b_storage = GemmMatrix{g_buf, 64, 64, 64};
+  f.n = 64;
+  return f;
+}
+
+TEST(Int8HopperPath, KMajorBIsReadInPlaceOnHopper) {
+  using gks::detail::Int8GemmPath;
+  auto f = int8_facts(16);
+  f.b_k_major = true;
+  EXPECT_EQ(gks::detail::choose_int8_gemm_path(f), Int8GemmPath::kHopper);
+  // Off sm_90, without sm_90a code, or with a forced mma.sync config: transposed for mma.sync.
+  for (auto change : {+[](gks::detail::Int8PathFacts& x) { x.device_is_sm90 = false; },
+                      +[](gks::detail::Int8PathFacts& x) { x.built_with_sm90a = false; },
+                      +[](gks::detail::Int8PathFacts& x) { x.config = 0; }}) {
+    auto g = f;
+    change(g);
+    EXPECT_EQ(gks::detail::choose_int8_gemm_path(g), Int8GemmPath::kMmaTransposed);
+  }
+  // A K-major b_q whose rows TMA cannot load (leading dimension 40 bytes).
+  f.b_storage = GemmMatrix{g_buf, 64, 40, 40};
+  EXPECT_EQ(gks::detail::choose_int8_gemm_path(f), Int8GemmPath::kMmaTransposed);
+}
+
+TEST(Int8HopperPath, RowMajorBIsTransposedOnlyForLargeMOrAForcedHopperConfig) {
+  using gks::detail::Int8GemmPath;
+  const int64_t big = gks::detail::kInt8HopperMinRows;
+  EXPECT_EQ(gks::detail::choose_int8_gemm_path(int8_facts(big)), Int8GemmPath::kHopperTransposed);
+  EXPECT_EQ(gks::detail::choose_int8_gemm_path(int8_facts(big - 1)), Int8GemmPath::kMma);
+  auto forced = int8_facts(16);
+  forced.config = gks::detail::kInt8MmaConfigs;  // the first Hopper config
+  EXPECT_EQ(gks::detail::choose_int8_gemm_path(forced), Int8GemmPath::kHopperTransposed);
+  forced.config = gks::detail::kInt8MmaConfigs - 1;
+  EXPECT_EQ(gks::detail::choose_int8_gemm_path(forced), Int8GemmPath::kMma);
+}
+
+TEST(Int8HopperPath, ATmaCannotLoadOrTooLargeMeansMma) {
+  using gks::detail::Int8GemmPath;
+  // int8 rows: the leading dimension must be a multiple of 16 elements, the base aligned.
+  auto f = int8_facts(1024);
+  f.a = GemmMatrix{g_buf, 1024, 40, 48};
+  EXPECT_EQ(gks::detail::choose_int8_gemm_path(f), Int8GemmPath::kHopperTransposed);
+  f.a = GemmMatrix{g_buf, 1024, 40, 40};
+  EXPECT_EQ(gks::detail::choose_int8_gemm_path(f), Int8GemmPath::kMma);
+  f.a = GemmMatrix{g_buf + 1, 1024, 64, 64};
+  EXPECT_EQ(gks::detail::choose_int8_gemm_path(f), Int8GemmPath::kMma);
+  f = int8_facts(1024);
+  f.n = gks::detail::kMaxTmaDim + 1;  // TMA coordinates are int32
+  EXPECT_EQ(gks::detail::choose_int8_gemm_path(f), Int8GemmPath::kMma);
+  f.config = gks::detail::kInt8MmaConfigs;  // a forced Hopper config gives way too
+  EXPECT_EQ(gks::detail::choose_int8_gemm_path(f), Int8GemmPath::kMma);
+}
+
+TEST(Int8HopperPath, Names) {
+  using gks::detail::Int8GemmPath;
+  EXPECT_STREQ(gks::detail::int8_gemm_path_name(Int8GemmPath::kHopper), "hopper");
+  EXPECT_STREQ(gks::detail::int8_gemm_path_name(Int8GemmPath::kHopperTransposed), "hopper+transpose");
+  EXPECT_STREQ(gks::detail::int8_gemm_path_name(Int8GemmPath::kMma), "mma");
+  EXPECT_STREQ(gks::detail::int8_gemm_path_name(Int8GemmPath::kMmaTransposed), "mma+transpose");
+}
+
+TEST(Int8HopperConfigs, FollowTheMmaConfigsAndSpellTheirShape) {
+  const auto& all = gks::detail::int8_gemm_configs();
+  ASSERT_EQ(int(all.size()), gks::detail::kInt8MmaConfigs + gks::detail::kNumHopperInt8Configs);
+  std::set<std::string> names;
+  for (const auto& c : all) EXPECT_TRUE(names.insert(c.name).second) << "duplicate " << c.name;
+  for (int i = 0; i < gks::detail::kNumHopperInt8Configs; ++i) {
+    const auto& h = gks::detail::kHopperInt8Configs[i];
+    const auto& c = all[gks::detail::kInt8MmaConfigs + i];
+    EXPECT_STREQ(c.name, h.name);
+    EXPECT_EQ(h.block_k, 128) << h.name;  // 128 bytes of K, like the 16-bit tiles' 64
+    const std::string expected = "hopper_" + std::to_string(h.block_m) + "x" +
+                                 std::to_string(h.block_n) + "x128_s" + std::to_string(h.stages) +
+                                 "_c" + std::to_string(h.cluster_m);
+    EXPECT_EQ(expected, h.name);
+  }
+  // The mma.sync heuristic never picks a Hopper config; the Hopper one a single-CTA config.
+  for (int64_t m : {1, 128, 4096, 8192})
+    for (int64_t n : {8, 4096, 14336}) {
+      EXPECT_LT(gks::detail::int8_gemm_heuristic(m, n, 4096, kH200Sms), gks::detail::kInt8MmaConfigs);
+      const int h = gks::detail::hopper_int8_gemm_heuristic(m, n, 4096, kH200Sms);
+      ASSERT_GE(h, 0);
+      ASSERT_LT(h, gks::detail::kNumHopperInt8Configs);
+      EXPECT_EQ(gks::detail::kHopperInt8Configs[h].cluster_m, 1);
+    }
+}
+
+// ---- validation: every error names its argument, before any CUDA call ----
+
+TEST(HopperGemmValidation, RejectsCpuTensorFirst) {
+  auto a = args_for(g_buf, 4, 8, 8);
+  a.a.device = kCpu;
+  a.a.dtype = gks::DType::kInt32;  // the device is reported before the dtype
+  expect_error([&] { gks::gemm(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "gks.gemm: argument 'a' must be a CUDA tensor, got a tensor on cpu");
+}
+
+TEST(HopperGemmValidation, RejectsFloat32Input) {
+  auto a = args_for(g_buf, 4, 8, 8, gks::DType::kFloat32);
+  expect_error([&] { gks::gemm(a, nullptr); }, gks::ErrorKind::kUnsupportedDtype,
+               "argument 'a' must be float16 or bfloat16, got float32");
+}
+
+TEST(HopperGemmValidation, RejectsBOnAnotherDevice) {
+  auto a = args_for(g_buf, 4, 8, 8);
+  a.b.device = kCpu;
+  expect_error([&] { gks::gemm(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "argument 'b' must be on the device of 'a'");
+}
+
+TEST(HopperGemmValidation, RejectsMixedInputDtypes) {
+  auto a = args_for(g_buf, 4, 8, 8);
+  a.b.dtype = gks::DType::kFloat16;
+  expect_error([&] { gks::gemm(a, nullptr); }, gks::ErrorKind::kUnsupportedDtype,
+               "argument 'b' must have the dtype of 'a' (bfloat16), got float16");
+}
+
+TEST(HopperGemmValidation, RejectsOtherOutputDtype) {
+  auto a = args_for(g_buf, 4, 8, 8, gks::DType::kFloat16);
+  a.c.dtype = gks::DType::kBFloat16;
+  expect_error([&] { gks::gemm(a, nullptr); }, gks::ErrorKind::kUnsupportedDtype,
+               "argument 'c' must be float32 or the dtype of 'a' (float16), got bfloat16");
+}
+
+TEST(HopperGemmValidation, RejectsInnerDimensionMismatch) {
+  auto a = args_for(g_buf, 4, 8, 8);
+  a.b = mat(g_buf, gks::DType::kBFloat16, 9, 8);
+  expect_error([&] { gks::gemm(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "argument 'b' must have shape [K, N] with K = 8");
+}
+
+TEST(HopperGemmValidation, RejectsWrongOutputShape) {
+  auto a = args_for(g_buf, 4, 8, 16);
+  a.c = mat(g_buf, gks::DType::kBFloat16, 4, 9);
+  expect_error([&] { gks::gemm(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "argument 'c' must have shape [4, 8]");
+}
+
+TEST(HopperGemmValidation, RejectsTransposedB) {
+  auto a = args_for(g_buf, 4, 8, 16);
+  a.b = mat(g_buf, gks::DType::kBFloat16, 16, 8, {1, 16});
+  expect_error([&] { gks::gemm(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "argument 'b' must be row-major");
+}
+
+TEST(HopperGemmValidation, RejectsBadConfig) {
+  for (int config : {-2, gks::detail::kNumHopperGemmConfigs}) {
+    auto a = args_for(g_buf, 4, 8, 8);
+    a.config = config;
+    expect_error([&] { gks::gemm(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+                 "gks.gemm: argument 'config' must be -1 (heuristic) or a config index");
+  }
+}
+
+TEST(HopperGemmValidation, RejectsHugeDims) {
+  auto a = args_for(g_buf, int64_t(1) << 31, 8, 8);
+  expect_error([&] { gks::gemm(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "M, N and K must each be below 2^31");
+}
+
+TEST(HopperGemmValidation, GemmPathValidatesToo) {
+  auto a = args_for(g_buf, 4, 8, 8);
+  a.c.device = kCpu;
+  expect_error([&] { gks::detail::gemm_path(a); }, gks::ErrorKind::kInvalidArgument,
+               "argument 'c' must be on the device of 'a'");
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "gks/gks.h"
+#include "quantize/plan.h"
 
 #include "test_util.h"
 
@@ -191,18 +192,18 @@ TEST(DequantizeInt8, EmptyReturnsWithoutLaunching) {
 
 // ---- plans ----
 
-using QPlan = gks::detail::QuantizeInt8Plan;
+using QPlan = gks::detail::RowPlan;
 
 TEST(QuantizeInt8Plan, WarpPerRowForShortRows) {
   const auto p = gks::detail::plan_quantize_int8(1024, gks::DType::kFloat32, true);
   EXPECT_EQ(p.kind, QPlan::Kind::kRegisters);
-  EXPECT_EQ(p.chunk, 16);
+  EXPECT_EQ(p.vec, 16);
   EXPECT_EQ(p.threads_per_row, 32);
   EXPECT_EQ(p.rows_per_block, 4);
-  EXPECT_EQ(p.chunks_per_thread, 2);  // 1024 / 16 = 64 chunks = 32 lanes x 2
+  EXPECT_EQ(p.vecs_per_thread, 2);  // 1024 / 16 = 64 chunks = 32 lanes x 2
   const auto tiny = gks::detail::plan_quantize_int8(0, gks::DType::kFloat16, true);
   EXPECT_EQ(tiny.threads_per_row, 32);
-  EXPECT_EQ(tiny.chunks_per_thread, 1);
+  EXPECT_EQ(tiny.vecs_per_thread, 1);
 }
 
 TEST(QuantizeInt8Plan, RegistersCoverTheRowUpTo32K) {
@@ -210,9 +211,9 @@ TEST(QuantizeInt8Plan, RegistersCoverTheRowUpTo32K) {
     for (auto dtype : {gks::DType::kFloat32, gks::DType::kFloat16, gks::DType::kBFloat16}) {
       const auto p = gks::detail::plan_quantize_int8(cols, dtype, true);
       ASSERT_EQ(p.kind, QPlan::Kind::kRegisters) << cols;
-      EXPECT_GE(int64_t(p.threads_per_row) * p.chunks_per_thread * p.chunk, cols) << cols;
+      EXPECT_GE(int64_t(p.threads_per_row) * p.vecs_per_thread * p.vec, cols) << cols;
       // At most 128 bytes of x per thread (32 registers).
-      EXPECT_LE(p.chunks_per_thread * p.chunk * gks::dtype_size(dtype), 128) << cols;
+      EXPECT_LE(p.vecs_per_thread * p.vec * gks::dtype_size(dtype), 128) << cols;
       EXPECT_EQ(p.rows_per_block, p.threads_per_row > 32 ? 1 : 4);
       EXPECT_LE(p.threads_per_row, 1024);
     }
@@ -227,9 +228,9 @@ TEST(QuantizeInt8Plan, LongOrUnalignedRows) {
   EXPECT_EQ(p.kind, QPlan::Kind::kLooped);
   EXPECT_EQ(p.threads_per_row, 512);
   const auto u = gks::detail::plan_quantize_int8(1000, gks::DType::kFloat16, false);
-  EXPECT_EQ(u.chunk, 1);
+  EXPECT_EQ(u.vec, 1);
   EXPECT_EQ(u.kind, QPlan::Kind::kRegisters);
-  EXPECT_GE(int64_t(u.threads_per_row) * u.chunks_per_thread, 1000);
+  EXPECT_GE(int64_t(u.threads_per_row) * u.vecs_per_thread, 1000);
   EXPECT_EQ(gks::detail::plan_quantize_int8(8193, gks::DType::kFloat16, false).kind,
             QPlan::Kind::kLooped);
 }
@@ -240,22 +241,35 @@ TEST(DequantizeInt8Plan, BlocksOf256Threads) {
       for (bool aligned : {true, false}) {
         const auto p = gks::detail::plan_dequantize_int8(cols, dtype, aligned);
         // A chunk is one 16-byte store of out when aligned.
-        EXPECT_EQ(p.chunk, aligned ? 16 / gks::dtype_size(dtype) : 1);
+        EXPECT_EQ(p.vec, aligned ? 16 / gks::dtype_size(dtype) : 1);
         EXPECT_EQ(p.threads_per_row * p.rows_per_block, 256) << cols;
         EXPECT_GE(p.threads_per_row, 32);
-        EXPECT_TRUE(p.chunks_per_thread == 1 || p.chunks_per_thread == 2);
-        if (cols / p.chunk > 32) EXPECT_EQ(p.chunks_per_thread, 2) << cols;
+        EXPECT_TRUE(p.vecs_per_thread == 1 || p.vecs_per_thread == 2);
+        if (cols / p.vec > 32) EXPECT_EQ(p.vecs_per_thread, 2) << cols;
       }
     }
   }
   const auto p = gks::detail::plan_dequantize_int8(1024, gks::DType::kFloat16, true);  // 128 chunks
-  EXPECT_EQ(p.chunk, 8);
+  EXPECT_EQ(p.vec, 8);
   EXPECT_EQ(p.threads_per_row, 64);
-  EXPECT_EQ(p.chunks_per_thread, 2);
+  EXPECT_EQ(p.vecs_per_thread, 2);
   EXPECT_EQ(p.rows_per_block, 4);
   const auto wide = gks::detail::plan_dequantize_int8(4096, gks::DType::kFloat32, true);  // 1024
-  EXPECT_EQ(wide.chunks_per_thread, 2);
+  EXPECT_EQ(wide.vecs_per_thread, 2);
   EXPECT_EQ(wide.threads_per_row, 256);
+}
+
+TEST(QuantizePlan, EveryPlanHasAKernel) {
+  for (int64_t cols = 0; cols <= 70000; cols += cols < 2100 ? 1 : 37) {
+    for (auto dtype : {gks::DType::kFloat32, gks::DType::kFloat16, gks::DType::kBFloat16}) {
+      for (bool aligned : {true, false}) {
+        ASSERT_TRUE(gks::detail::quantize_int8_plan_has_kernel(
+            gks::detail::plan_quantize_int8(cols, dtype, aligned), dtype)) << cols;
+        ASSERT_TRUE(gks::detail::dequantize_int8_plan_has_kernel(
+            gks::detail::plan_dequantize_int8(cols, dtype, aligned), dtype)) << cols;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -1,14 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
-// Host-side logic of gks::softmax and gks::softmax_rmsnorm: validation (which must throw
-// before anything touches a GPU) and launch plans. Runs on a machine without a GPU.
+// Host-side logic of gks::softmax: validation (which must throw before anything touches a
+// GPU) and the softmax planner, whose rows the fused softmax_rmsnorm shares (fused: its
+// plans). Runs on a machine without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <limits>
 #include <string>
 
 #include "gks/gks.h"
+#include "softmax/plan.h"
 
 #include "test_util.h"
 
@@ -20,7 +23,16 @@ using gks_test::kGpu;
 
 using gks::DType;
 using gks::ErrorKind;
-using Plan = gks::detail::SoftmaxPlan;
+using Plan = gks::detail::RowPlan;
+
+// The softmax planner for softmax's rows or (fused) softmax_rmsnorm's, config an index into
+// the op's table.
+Plan plan(int64_t cols, DType dtype, bool aligned, int config = -1, bool fused = false,
+          bool clusters = false, int64_t smem = 0) {
+  const gks::SoftmaxConfig* c =
+      config < 0 ? nullptr : fused ? &gks::kSoftmaxRmsNormConfigs[config] : &gks::kSoftmaxConfigs[config];
+  return gks::detail::plan_softmax_rows(cols, dtype, aligned, c, fused, clusters, smem);
+}
 
 gks::SoftmaxArgs softmax_args(void* p, DType dtype = DType::kFloat16) {
   gks::SoftmaxArgs a;
@@ -29,13 +41,6 @@ gks::SoftmaxArgs softmax_args(void* p, DType dtype = DType::kFloat16) {
   return a;
 }
 
-gks::SoftmaxRmsNormArgs fused_args(void* p) {
-  gks::SoftmaxRmsNormArgs a;
-  a.x = gks::TensorRef::make(p, DType::kBFloat16, {4, 8}, kGpu);
-  a.weight = gks::TensorRef::make(p, DType::kBFloat16, {8}, kGpu);
-  a.y = gks::TensorRef::make(p, DType::kBFloat16, {4, 8}, kGpu);
-  return a;
-}
 
 // ---------------------------------------------------------------- softmax validation
 
@@ -116,13 +121,6 @@ TEST(Softmax, RejectsUnknownConfig) {
   expect_error([&] { gks::softmax(a, nullptr); }, ErrorKind::kInvalidArgument,
                "gks.softmax: argument 'config' must be -1 (heuristic), 0 (registers), 1 (looped) or 2 "
                "(registers-wide), got 3");
-  auto f = fused_args(buf);
-  f.config = -2;
-  expect_error([&] { gks::softmax_rmsnorm(f, nullptr); }, ErrorKind::kInvalidArgument,
-               "gks.softmax_rmsnorm: argument 'config' must be -1");
-  f.config = 5;
-  expect_error([&] { gks::softmax_rmsnorm(f, nullptr); }, ErrorKind::kInvalidArgument,
-               "2 (registers-wide), 3 (cluster) or 4 (staged), got 5");
 }
 
 TEST(Softmax, EmptyTensorsReturnWithoutTouchingTheGpu) {
@@ -142,92 +140,23 @@ TEST(Softmax, EmptyTensorsReturnWithoutTouchingTheGpu) {
 
 // ---------------------------------------------------------------- fused validation
 
-TEST(SoftmaxRmsNorm, RejectsWeightOfWrongShape) {
-  char buf[64];
-  auto a = fused_args(buf);
-  a.weight.shape[0] = 7;
-  expect_error([&] { gks::softmax_rmsnorm(a, nullptr); }, ErrorKind::kInvalidArgument,
-               "gks.softmax_rmsnorm: argument 'weight' must have shape [8] (the last dim of x), got [7]");
-  a = fused_args(buf);
-  a.weight = gks::TensorRef::make(buf, DType::kBFloat16, {1, 8}, kGpu);
-  expect_error([&] { gks::softmax_rmsnorm(a, nullptr); }, ErrorKind::kInvalidArgument,
-               "argument 'weight' must have shape [8] (the last dim of x), got [1, 8]");
-}
-
-TEST(SoftmaxRmsNorm, RejectsStridedWeight) {
-  char buf[64];
-  auto a = fused_args(buf);
-  a.weight.strides[0] = 2;
-  expect_error([&] { gks::softmax_rmsnorm(a, nullptr); }, ErrorKind::kInvalidArgument,
-               "argument 'weight' must be contiguous, got stride 2");
-}
-
-TEST(SoftmaxRmsNorm, RejectsWeightOfOtherDtypeOrDevice) {
-  char buf[64];
-  auto a = fused_args(buf);
-  a.weight.dtype = DType::kFloat32;
-  expect_error([&] { gks::softmax_rmsnorm(a, nullptr); }, ErrorKind::kUnsupportedDtype,
-               "argument 'weight' must have the dtype of 'x' (bfloat16), got float32");
-  a = fused_args(buf);
-  a.weight.device = kCpu;
-  expect_error([&] { gks::softmax_rmsnorm(a, nullptr); }, ErrorKind::kInvalidArgument,
-               "argument 'weight' must be on the device of 'x' (cuda:0), got cpu");
-}
-
-TEST(SoftmaxRmsNorm, RejectsBadEps) {
-  char buf[64];
-  auto a = fused_args(buf);
-  a.eps = -1e-6f;
-  expect_error([&] { gks::softmax_rmsnorm(a, nullptr); }, ErrorKind::kInvalidArgument,
-               "argument 'eps' must be >= 0");
-  a.eps = std::numeric_limits<float>::quiet_NaN();
-  expect_error([&] { gks::softmax_rmsnorm(a, nullptr); }, ErrorKind::kInvalidArgument,
-               "argument 'eps' must be >= 0");
-}
-
-TEST(SoftmaxRmsNorm, RejectsBadXAndY) {
-  char buf[64];
-  auto a = fused_args(buf);
-  a.x.device = kCpu;
-  expect_error([&] { gks::softmax_rmsnorm(a, nullptr); }, ErrorKind::kInvalidArgument,
-               "gks.softmax_rmsnorm: argument 'x' must be a CUDA tensor");
-  a = fused_args(buf);
-  a.y.shape[0] = 5;
-  expect_error([&] { gks::softmax_rmsnorm(a, nullptr); }, ErrorKind::kInvalidArgument,
-               "argument 'y' must have the shape of 'x'");
-}
-
-TEST(SoftmaxRmsNorm, EmptyTensorsReturnWithoutTouchingTheGpu) {
-  gks::SoftmaxRmsNormArgs a;
-  a.x = gks::TensorRef::make(nullptr, DType::kFloat16, {0, 16}, kGpu);
-  a.weight = gks::TensorRef::make(nullptr, DType::kFloat16, {16}, kGpu);
-  a.y = gks::TensorRef::make(nullptr, DType::kFloat16, {0, 16}, kGpu);
-  EXPECT_NO_THROW(gks::softmax_rmsnorm(a, nullptr));
-  a.x = gks::TensorRef::make(nullptr, DType::kFloat16, {5, 0}, kGpu);
-  a.weight = gks::TensorRef::make(nullptr, DType::kFloat16, {0}, kGpu);
-  a.y = gks::TensorRef::make(nullptr, DType::kFloat16, {5, 0}, kGpu);
-  EXPECT_NO_THROW(gks::softmax_rmsnorm(a, nullptr));
-}
-
-// ---------------------------------------------------------------- plans
-
 TEST(SoftmaxPlan, WarpPerRowForShortRows) {
-  const auto p = gks::detail::plan_softmax(512, DType::kFloat32, true);
+  const auto p = plan(512, DType::kFloat32, true);
   EXPECT_EQ(p.kind, Plan::Kind::kRegisters);
   EXPECT_EQ(p.vec, 4);
   EXPECT_EQ(p.threads_per_row, 32);
   EXPECT_EQ(p.vecs_per_thread, 4);  // 512 / 4 = 128 accesses = 32 lanes x 4
   EXPECT_EQ(p.rows_per_block, 4);
-  const auto q = gks::detail::plan_softmax(31, DType::kBFloat16, true);
+  const auto q = plan(31, DType::kBFloat16, true);
   EXPECT_EQ(q.threads_per_row, 32);
   EXPECT_EQ(q.vecs_per_thread, 1);
   // The fused op holds 4 accesses a thread of aligned 16-bit rows (registers-wide): 1024
   // bf16 = 128 accesses = 32 lanes x 4; 2 (its base) for registers.
-  const auto f = gks::detail::plan_softmax(1024, DType::kBFloat16, true, -1, /*fused=*/true);
+  const auto f = plan(1024, DType::kBFloat16, true, -1, /*fused=*/true);
   EXPECT_EQ(f.threads_per_row, 32);
   EXPECT_EQ(f.vecs_per_thread, 4);
   EXPECT_EQ(f.rows_per_block, 4);
-  const auto g = gks::detail::plan_softmax(1024, DType::kBFloat16, true, 0, /*fused=*/true);
+  const auto g = plan(1024, DType::kBFloat16, true, 0, /*fused=*/true);
   EXPECT_EQ(g.threads_per_row, 64);
   EXPECT_EQ(g.vecs_per_thread, 2);
   EXPECT_EQ(g.rows_per_block, 1);
@@ -241,7 +170,7 @@ TEST(SoftmaxPlan, BenchShapesReadTheRowOnce) {
   for (bool fused : {false, true}) {
     for (int64_t cols : {1024, 4096, 32768}) {
       for (auto dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
-        const auto p = gks::detail::plan_softmax(cols, dtype, true, -1, fused);
+        const auto p = plan(cols, dtype, true, -1, fused);
         if (fused && cols == 32768 && dtype != DType::kFloat32) {
           EXPECT_EQ(p.kind, Plan::Kind::kLooped);
           continue;
@@ -252,15 +181,15 @@ TEST(SoftmaxPlan, BenchShapesReadTheRowOnce) {
       }
     }
   }
-  const auto p = gks::detail::plan_softmax(32768, DType::kFloat32, true);
+  const auto p = plan(32768, DType::kFloat32, true);
   EXPECT_EQ(p.threads_per_row, 1024);
   EXPECT_EQ(p.vecs_per_thread, 8);
-  const auto q = gks::detail::plan_softmax(32768, DType::kBFloat16, true);
+  const auto q = plan(32768, DType::kBFloat16, true);
   EXPECT_EQ(q.threads_per_row, 1024);
   EXPECT_EQ(q.vecs_per_thread, 4);
-  const auto r = gks::detail::plan_softmax(4096, DType::kFloat32, true);
+  const auto r = plan(4096, DType::kFloat32, true);
   EXPECT_EQ(r.threads_per_row, 256);
-  const auto f = gks::detail::plan_softmax(32768, DType::kBFloat16, true, 0, /*fused=*/true);
+  const auto f = plan(32768, DType::kBFloat16, true, 0, /*fused=*/true);
   EXPECT_EQ(f.threads_per_row, 1024);
   EXPECT_EQ(f.vecs_per_thread, 4);
 }
@@ -270,7 +199,7 @@ TEST(SoftmaxPlan, RegisterPlansCoverTheRowWithinTheRegisterBudget) {
     for (auto dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
       for (bool aligned : {true, false}) {
         for (int64_t cols = 1; cols <= 70000; cols += cols < 300 ? 1 : 97) {
-          const auto p = gks::detail::plan_softmax(cols, dtype, aligned, -1, fused);
+          const auto p = plan(cols, dtype, aligned, -1, fused);
           if (p.kind == Plan::Kind::kLooped) {
             EXPECT_EQ(p.threads_per_row % 32, 0);
             continue;
@@ -302,36 +231,35 @@ TEST(SoftmaxPlan, LongOrUnalignedRowsLoop) {
   for (int64_t cols : {32769, 65536, 262144, 1 << 22}) {
     for (auto dtype : {DType::kFloat32, DType::kBFloat16}) {
       for (bool fused : {false, true}) {
-        const auto p = gks::detail::plan_softmax(cols, dtype, true, -1, fused);
+        const auto p = plan(cols, dtype, true, -1, fused);
         EXPECT_EQ(p.kind, Plan::Kind::kLooped) << cols;
       }
     }
   }
-  const auto q = gks::detail::plan_softmax(4096, DType::kFloat16, false);
+  const auto q = plan(4096, DType::kFloat16, false);
   EXPECT_EQ(q.vec, 1);
   EXPECT_EQ(q.kind, Plan::Kind::kRegisters);
-  EXPECT_EQ(gks::detail::plan_softmax(4097, DType::kFloat16, false).kind, Plan::Kind::kLooped);
-  const auto r = gks::detail::plan_softmax(8192, DType::kFloat32, false);
+  EXPECT_EQ(plan(4097, DType::kFloat16, false).kind, Plan::Kind::kLooped);
+  const auto r = plan(8192, DType::kFloat32, false);
   EXPECT_EQ(r.vec, 1);
   EXPECT_EQ(r.kind, Plan::Kind::kRegisters);
-  EXPECT_EQ(gks::detail::plan_softmax(8193, DType::kFloat32, false).kind, Plan::Kind::kLooped);
+  EXPECT_EQ(plan(8193, DType::kFloat32, false).kind, Plan::Kind::kLooped);
 }
 
 TEST(SoftmaxPlan, ConfigOneForcesTheLoopedKernel) {
   for (int64_t cols : {1, 1000, 4096}) {
-    EXPECT_EQ(gks::detail::plan_softmax(cols, DType::kFloat16, true, 1).kind,
+    EXPECT_EQ(plan(cols, DType::kFloat16, true, 1).kind,
               Plan::Kind::kLooped);
   }
 }
 
 TEST(SoftmaxPlan, StagedTakesTheLongestFusedRowsWhereSharedMemoryHoldsThem) {
-  using gks::detail::plan_softmax;
   using gks::detail::staged_smem_bytes;
   constexpr int64_t kH100 = 227 << 10, kA100 = 163 << 10, kSm86 = 99 << 10;
   for (auto dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
     const bool fp32 = dtype == DType::kFloat32;
     for (int64_t cols : {16392, 20000, 32768}) {
-      const auto p = plan_softmax(cols, dtype, true, -1, /*fused=*/true, true, kH100);
+      const auto p = plan(cols, dtype, true, -1, /*fused=*/true, true, kH100);
       ASSERT_EQ(p.kind, Plan::Kind::kStaged) << cols;
       EXPECT_EQ(p.threads_per_row, 1024);
       EXPECT_EQ(p.vecs_per_thread * p.vec, 32);  // the whole row of 32768 in one block
@@ -340,18 +268,18 @@ TEST(SoftmaxPlan, StagedTakesTheLongestFusedRowsWhereSharedMemoryHoldsThem) {
       EXPECT_EQ(p.weight_slots, 4);
       EXPECT_EQ(p.row_buffers, fp32 ? 1 : 2);
       EXPECT_EQ(staged_smem_bytes(p), 192 << 10);
-      const auto forced = plan_softmax(cols, dtype, true, 4, true, true, kH100);
+      const auto forced = plan(cols, dtype, true, 4, true, true, kH100);
       EXPECT_EQ(forced.weight_slots, p.weight_slots);
       EXPECT_EQ(forced.row_buffers, p.row_buffers);
     }
     // Less shared memory: one row buffer; the row without the weight where both do not fit
     // (fp32 on an A100, 16-bit below 128 KiB); fp32 rows not at all below their 128 KiB.
-    const auto a = plan_softmax(32768, dtype, true, 4, true, true, kA100);
+    const auto a = plan(32768, dtype, true, 4, true, true, kA100);
     EXPECT_EQ(a.kind, Plan::Kind::kStaged);
     EXPECT_EQ(a.weight_slots, fp32 ? 0 : 4);
     EXPECT_EQ(a.row_buffers, 1);
     EXPECT_EQ(staged_smem_bytes(a), 128 << 10);
-    const auto c = plan_softmax(32768, dtype, true, 4, true, true, kSm86);
+    const auto c = plan(32768, dtype, true, 4, true, true, kSm86);
     EXPECT_EQ(c.kind == Plan::Kind::kStaged, !fp32);
     if (!fp32) {
       EXPECT_EQ(c.weight_slots, 0);
@@ -361,75 +289,86 @@ TEST(SoftmaxPlan, StagedTakesTheLongestFusedRowsWhereSharedMemoryHoldsThem) {
     // Not staged: unfused, unaligned, ragged or too long rows, no shared memory given; the
     // heuristic's plan instead, also for config 4. (The heuristic leaves rows of 16384 and
     // less to the registers kernel; config 4 stages them too.)
-    for (const auto& q : {plan_softmax(32768, dtype, true, 4, false, true, kH100),
-                          plan_softmax(32768, dtype, false, 4, true, true, kH100),
-                          plan_softmax(32766, dtype, true, -1, true, true, kH100),
-                          plan_softmax(32776, dtype, true, 4, true, true, kH100),
-                          plan_softmax(16384, dtype, true, -1, true, true, kH100),
-                          plan_softmax(32768, dtype, true, -1, true, true, 0)})
+    for (const auto& q : {plan(32768, dtype, true, 4, false, true, kH100),
+                          plan(32768, dtype, false, 4, true, true, kH100),
+                          plan(32766, dtype, true, -1, true, true, kH100),
+                          plan(32776, dtype, true, 4, true, true, kH100),
+                          plan(16384, dtype, true, -1, true, true, kH100),
+                          plan(32768, dtype, true, -1, true, true, 0)})
       EXPECT_NE(q.kind, Plan::Kind::kStaged);
-    EXPECT_EQ(plan_softmax(1000, dtype, true, 4, true, true, kH100).kind, Plan::Kind::kStaged);
-    const auto d = plan_softmax(32776, dtype, true, 4, true, true, kH100);
-    const auto e = plan_softmax(32776, dtype, true, -1, true, true, kH100);
+    EXPECT_EQ(plan(1000, dtype, true, 4, true, true, kH100).kind, Plan::Kind::kStaged);
+    const auto d = plan(32776, dtype, true, 4, true, true, kH100);
+    const auto e = plan(32776, dtype, true, -1, true, true, kH100);
     EXPECT_EQ(d.kind, e.kind);
     EXPECT_EQ(d.threads_per_row, e.threads_per_row);
   }
 }
 
 TEST(SoftmaxPlan, ConfigThreeSplitsLongFusedRowsOverACluster) {
-  using gks::detail::plan_softmax;
   // Fused rows of 32768: 256-thread CTAs of 16 values, 8 to a cluster, in every dtype.
   for (auto dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
-    const auto p = plan_softmax(32768, dtype, true, 3, /*fused=*/true, /*clusters=*/true);
+    const auto p = plan(32768, dtype, true, 3, /*fused=*/true, /*clusters=*/true);
     EXPECT_EQ(p.kind, Plan::Kind::kRegisters);
     EXPECT_EQ(p.threads_per_row, 256);
     EXPECT_EQ(p.vecs_per_thread * p.vec, 16);
     EXPECT_EQ(p.cluster, 8);
   }
   // The fewest CTAs that hold the row: bf16 8192 = 1024 accesses = 2 CTAs of 256 x 2.
-  EXPECT_EQ(plan_softmax(8192, DType::kBFloat16, true, 3, true, true).cluster, 2);
-  EXPECT_EQ(plan_softmax(8200, DType::kBFloat16, true, 3, true, true).cluster, 4);
+  EXPECT_EQ(plan(8192, DType::kBFloat16, true, 3, true, true).cluster, 2);
+  EXPECT_EQ(plan(8200, DType::kBFloat16, true, 3, true, true).cluster, 4);
   // No cluster where one CTA holds the row, past 8 CTAs, without cluster support, for
   // unaligned or ragged rows, or for softmax: config 0's plan instead.
-  for (const auto& p : {plan_softmax(4096, DType::kBFloat16, true, 3, true, true),
-                        plan_softmax(32776, DType::kBFloat16, true, 3, true, true),
-                        plan_softmax(32768, DType::kBFloat16, true, 3, true, false),
-                        plan_softmax(32768, DType::kBFloat16, false, 3, true, true),
-                        plan_softmax(32766, DType::kBFloat16, true, 3, true, true),
-                        plan_softmax(32768, DType::kBFloat16, true, 3, false, true)})
+  for (const auto& p : {plan(4096, DType::kBFloat16, true, 3, true, true),
+                        plan(32776, DType::kBFloat16, true, 3, true, true),
+                        plan(32768, DType::kBFloat16, true, 3, true, false),
+                        plan(32768, DType::kBFloat16, false, 3, true, true),
+                        plan(32766, DType::kBFloat16, true, 3, true, true),
+                        plan(32768, DType::kBFloat16, true, 3, false, true)})
     EXPECT_EQ(p.cluster, 1);
-  const auto a = plan_softmax(4096, DType::kBFloat16, true, 3, true, true);
-  const auto b = plan_softmax(4096, DType::kBFloat16, true, 0, true, true);
+  const auto a = plan(4096, DType::kBFloat16, true, 3, true, true);
+  const auto b = plan(4096, DType::kBFloat16, true, 0, true, true);
   EXPECT_EQ(a.threads_per_row, b.threads_per_row);
   EXPECT_EQ(a.vecs_per_thread, b.vecs_per_thread);
 }
 
 TEST(SoftmaxPlan, ConfigTwoHoldsTwiceTheAccessesWhereTheyFit) {
-  using gks::detail::plan_softmax;
   // Fused 16-bit rows of 4096: 512 accesses, 128 threads x 4 (the heuristic: 256 x 2).
-  const auto f = plan_softmax(4096, DType::kBFloat16, true, 2, /*fused=*/true);
+  const auto f = plan(4096, DType::kBFloat16, true, 2, /*fused=*/true);
   EXPECT_EQ(f.threads_per_row, 128);
   EXPECT_EQ(f.vecs_per_thread, 4);
   // fp32 rows of 4096: 1024 accesses, 128 x 8 (the heuristic: 256 x 4), both ops.
   for (bool fused : {false, true}) {
-    const auto p = plan_softmax(4096, DType::kFloat32, true, 2, fused);
+    const auto p = plan(4096, DType::kFloat32, true, 2, fused);
     EXPECT_EQ(p.threads_per_row, 128);
     EXPECT_EQ(p.vecs_per_thread, 8);
   }
   // Unfused 16-bit rows already hold the most a thread may: unchanged.
-  const auto u = plan_softmax(4096, DType::kFloat16, true, 2);
-  const auto h = plan_softmax(4096, DType::kFloat16, true, -1);
+  const auto u = plan(4096, DType::kFloat16, true, 2);
+  const auto h = plan(4096, DType::kFloat16, true, -1);
   EXPECT_EQ(u.threads_per_row, h.threads_per_row);
   EXPECT_EQ(u.vecs_per_thread, h.vecs_per_thread);
   // Every row the heuristic holds in registers, config 2 holds too, covering it.
   for (bool fused : {false, true}) {
     for (auto dtype : {DType::kFloat32, DType::kFloat16}) {
       for (int64_t cols = 1; cols <= 40000; cols += cols < 300 ? 1 : 97) {
-        const auto p = plan_softmax(cols, dtype, true, 2, fused);
-        if (plan_softmax(cols, dtype, true, -1, fused).kind == Plan::Kind::kRegisters)
+        const auto p = plan(cols, dtype, true, 2, fused);
+        if (plan(cols, dtype, true, -1, fused).kind == Plan::Kind::kRegisters)
           ASSERT_EQ(p.kind, Plan::Kind::kRegisters) << cols;
         if (p.kind == Plan::Kind::kRegisters)
           EXPECT_GE(int64_t(p.threads_per_row) * p.vecs_per_thread * p.vec, cols) << cols;
+      }
+    }
+  }
+}
+
+TEST(SoftmaxPlan, EveryPlanHasAKernel) {
+  for (int64_t cols = 1; cols <= 70000; cols += cols < 2100 ? 1 : 37) {
+    for (auto dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+      for (bool aligned : {true, false}) {
+        for (int config = -1; config < int(std::size(gks::kSoftmaxConfigs)); ++config) {
+          const auto p = gks::detail::plan_softmax(cols, dtype, aligned, config);
+          ASSERT_TRUE(gks::detail::softmax_plan_has_kernel(p, dtype, cols)) << cols << " " << config;
+        }
       }
     }
   }

@@ -7,9 +7,9 @@
 // lse = -inf. Tensor Core matmuls with fp32 accumulation; any Sq and Sk.
 //
 // Two kernels (the `config` argument, gks.registry's configs for the op):
-//  0 "mma.sync": FlashAttention-2's design on mma.sync (kernels/flash_attention_fwd.cuh);
+//  0 "mma.sync": FlashAttention-2's design on mma.sync (kernels/attention/fwd_sm80.cuh);
 //    every head dim, every GPU gks builds for.
-//  1 "wgmma": the same algorithm on Hopper's wgmma (kernels/flash_attention_fwd_hopper.cuh);
+//  1 "wgmma": the same algorithm on Hopper's wgmma (kernels/attention/fwd_sm90.cuh);
 //    head dims 64 and 128 on a compute-capability 9.0 GPU in a build with sm_90a.
 // config -1 picks wgmma where it can run, else mma.sync; a forced 1 where wgmma cannot run
 // gives way to mma.sync (flash_attention_fwd_path says which runs).

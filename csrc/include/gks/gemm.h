@@ -234,7 +234,7 @@ Int8GemmPath int8_gemm_path(const Int8GemmArgs& args);
 //    (gks::wmma_gemm), with its own heuristic config. Both give the same result up to the
 //    order of the fp32 sums. c has no alignment requirement on either path.
 // Operands are row-major (stride(1) == 1) with any leading dimension >= their columns;
-// transposed views are rejected (see gemm_common.h). K == 0 gives c = 0.
+// transposed views are rejected (see above). K == 0 gives c = 0.
 // Outputs too small to fill the GPU split K (hopper_k_splits): the partial sums go to a
 // temporary of splits x M x N x 4 bytes from gks's stream-ordered pool (workspace.h), so
 // such a call needs that much free device memory. The stream-K configs instead take a

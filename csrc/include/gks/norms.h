@@ -1,25 +1,34 @@
 // SPDX-License-Identifier: Apache-2.0
-// RMSNorm over the last dim: y = x / sqrt(mean(x^2) + eps) * weight, fp32 math.
+// The norms family, over the last dim with fp32 math, outputs in x's dtype:
+//  - rmsnorm: y = x / sqrt(mean(x^2) + eps) * weight;
+//  - softmax_rmsnorm: y = softmax(x / sqrt(mean(x^2) + eps) * weight) in one kernel. The
+//    normalized row stays in fp32 (it is never rounded to x's dtype); only y is rounded.
+//    Non-finite input as for gks::softmax.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
-#include "gks/device_limits.h"
+#include "gks/softmax.h"  // SoftmaxConfig
 #include "gks/tensor.h"
 
 namespace gks {
 
-struct RmsNormArgs {
-  TensorRef x;       // [..., N], fp32/fp16/bf16, last dim contiguous, any row strides
-  TensorRef weight;  // [N], x's dtype, contiguous
-  TensorRef y;       // x's shape and dtype, last dim contiguous, any row strides
-  float eps = 1e-6f;
-  // Kernel shape: -1 picks by heuristic, else an index into kRmsNormConfigs (see
-  // kernels/rmsnorm.cuh for the two kernels).
-  int config = -1;
+// A kernel shape the `config` argument of rmsnorm forces; -1 leaves it to the heuristic.
+// Rows that do not fit a config's shape fall back to a wider one, and then to looped.
+struct RmsNormConfig {
+  enum class Path {
+    kRegisters,  // the row held in registers: `vecs` 16-byte accesses a thread, CTAs of up
+                 // to `max_threads`, split over a thread block cluster beyond that (sm_90)
+    kLooped,     // the row walked twice, the second time from L2
+  };
+  const char* name;  // stable: the autotuner's tables key on the names
+  Path path;
+  int vecs = 4;
+  int max_threads = 1024;
+  int looped_threads = 0;  // kLooped: threads a row; 0: the fewest whose rows in flight fit
+                           // half the L2
 };
 
-// Names of the configs `RmsNormArgs::config` selects, in index order:
 //  registers-8x16B  rows in registers, each thread holding up to 8 16-byte accesses;
 //  looped           each row walked twice, the second time from L2;
 //  registers-4x16B  rows in registers, up to 4 accesses a thread (more threads per row);
@@ -29,28 +38,51 @@ struct RmsNormArgs {
 //                   registers-4x16B);
 //  looped-512t      looped with 512 threads a row whatever the row's length (the shape
 //                   torch.compile runs fp32 rows of 4096 in: two passes, 512 threads).
-// Rows that do not fit a config's shape fall back to a wider one, and then to looped.
-inline constexpr const char* kRmsNormConfigs[] = {"registers-8x16B", "looped", "registers-4x16B",
-                                                  "cluster-256t", "registers-2x16B", "looped-512t"};
-inline constexpr int kRmsNormConfigCount = 6;
+inline constexpr RmsNormConfig kRmsNormConfigs[] = {
+    {"registers-8x16B", RmsNormConfig::Path::kRegisters, 8, 1024},
+    {"looped", RmsNormConfig::Path::kLooped},
+    {"registers-4x16B", RmsNormConfig::Path::kRegisters, 4, 1024},
+    {"cluster-256t", RmsNormConfig::Path::kRegisters, 4, 256},
+    {"registers-2x16B", RmsNormConfig::Path::kRegisters, 2, 1024},
+    {"looped-512t", RmsNormConfig::Path::kLooped, 0, 0, 512},
+};
+
+struct RmsNormArgs {
+  TensorRef x;       // [..., N], fp32/fp16/bf16, last dim contiguous, any row strides
+  TensorRef weight;  // [N], x's dtype, contiguous
+  TensorRef y;       // x's shape and dtype, last dim contiguous, any row strides
+  float eps = 1e-6f;
+  int config = -1;  // -1: the heuristic; else an index into kRmsNormConfigs
+};
 
 // Validates the arguments (throws gks::Error) and launches on `stream`.
 void rmsnorm(const RmsNormArgs& args, cudaStream_t stream);
 
-namespace detail {
-// How a launch covers the rows. Chosen by plan_rmsnorm from the row length alone, so it is
-// a pure function that host tests can check without a GPU.
-struct RmsNormPlan {
-  enum class Kind { kRegisters, kLooped };
-  Kind kind = Kind::kRegisters;
-  int vec = 1;              // elements per memory access (16 bytes' worth, or 1 when unaligned)
-  int threads_per_row = 32;
-  int vecs_per_thread = 1;  // kRegisters: accesses each thread keeps in registers
-  int rows_per_block = 1;
-  int cluster = 1;          // kRegisters: CTAs (a thread block cluster) sharing one row
+// The fused op's configs: softmax's, then
+//  cluster  16-byte aligned rows of more than 256 threads' worth of 16 values split over a
+//           thread block cluster of 256-thread CTAs (sm_90; up to 8 CTAs, so rows of up to
+//           32768), else as registers;
+//  staged   16-byte aligned rows of up to 32768 elements, a whole number of 16-byte
+//           accesses, in persistent 1024-thread blocks that fetch their next row into
+//           shared memory while they process the current one from registers (the first
+//           64 KiB of the weight, too, where they fit), else the heuristic's plan.
+inline constexpr SoftmaxConfig kSoftmaxRmsNormConfigs[] = {
+    kSoftmaxConfigs[0],
+    kSoftmaxConfigs[1],
+    kSoftmaxConfigs[2],
+    {"cluster", SoftmaxConfig::Path::kCluster},
+    {"staged", SoftmaxConfig::Path::kStaged},
 };
-RmsNormPlan plan_rmsnorm(int64_t cols, DType dtype, bool aligned16, int config = -1,
-                         const DeviceLimits& limits = DeviceLimits{});
-}  // namespace detail
+
+struct SoftmaxRmsNormArgs {
+  TensorRef x;       // [..., N], fp32/fp16/bf16, last dim contiguous, any row strides
+  TensorRef weight;  // [N], x's dtype, contiguous
+  TensorRef y;       // x's shape and dtype, last dim contiguous, any row strides
+  float eps = 1e-6f;
+  int config = -1;  // -1: the heuristic; else an index into kSoftmaxRmsNormConfigs
+};
+
+// Validates the arguments (throws gks::Error) and launches on `stream`.
+void softmax_rmsnorm(const SoftmaxRmsNormArgs& args, cudaStream_t stream);
 
 }  // namespace gks

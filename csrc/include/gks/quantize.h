@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Symmetric per-row INT8 quantization over the last dim, and its inverse.
+// The quantize family: symmetric per-row INT8 quantization over the last dim, and its
+// inverse.
 //
 //   quantize_int8:    scale = absmax(row) / 127            (fp32, one per row)
 //                     q     = clamp(rint(x / scale), -127, 127)   (int8, rint = half to even)
@@ -26,7 +27,7 @@
 // computes v from the correctly rounded reciprocal r = 1 / scale with Markstein's
 // correction, q0 = x * r, e = fma(-q0, scale, x), v = fma(e, r, q0), which is the
 // correctly rounded x / scale except for quotients far below 1/2 (both then round to 0);
-// other rows take true divisions. See kernels/quantize_int8.cuh.
+// other rows take true divisions. See kernels/rows/quantize.cuh.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -50,30 +51,5 @@ struct DequantizeInt8Args {
 // Validate the arguments (throw gks::Error naming the bad one) and launch on `stream`.
 void quantize_int8(const QuantizeInt8Args& args, cudaStream_t stream);
 void dequantize_int8(const DequantizeInt8Args& args, cudaStream_t stream);
-
-namespace detail {
-
-// How a quantize launch covers the rows: pure functions of the row length, dtype and
-// alignment, so host tests can check them without a GPU.
-struct QuantizeInt8Plan {
-  enum class Kind { kRegisters, kLooped };
-  Kind kind = Kind::kRegisters;
-  int chunk = 16;            // contiguous elements per thread access (16, or 1 when unaligned)
-  int threads_per_row = 32;
-  int chunks_per_thread = 1;  // kRegisters: chunks each thread keeps in registers
-  int rows_per_block = 1;
-};
-QuantizeInt8Plan plan_quantize_int8(int64_t cols, DType dtype, bool aligned);
-
-struct DequantizeInt8Plan {
-  int chunk = 8;              // contiguous elements per thread access: one 16-byte store of
-                              // out (4 fp32, 8 fp16/bf16), or 1 when unaligned
-  int threads_per_row = 32;   // threads of a block along a row
-  int rows_per_block = 8;     // threads_per_row * rows_per_block = 256
-  int chunks_per_thread = 1;  // 1 or 2
-};
-DequantizeInt8Plan plan_dequantize_int8(int64_t cols, DType out_dtype, bool aligned);
-
-}  // namespace detail
 
 }  // namespace gks

@@ -1,16 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "gks/flash_attention_fwd.h"
+#include "gks/attention.h"
 
 #include <cmath>
 #include <limits>
 
-#include "flash_attention_fwd_launch.h"
+#include "attention/launch.h"
 #include "gks/device_limits.h"
-#include "gks/kernels/flash_attention_fwd.cuh"
-#include "launch.h"
+#include "gks/kernels/attention/fwd_sm80.cuh"
+#include "core/launch.h"
 
 namespace gks {
 namespace detail {
+
+namespace ka = kernels::attention;
 
 namespace {
 template <typename Tile>
@@ -26,8 +28,8 @@ FlashAttentionFwdPlan plan_tile() {
 
 template <int kHeadDim>
 FlashAttentionFwdPlan plan_for(bool causal) {
-  if (!causal) return plan_tile<typename kernels::FlashFwdConfig<kHeadDim, false>::Tile>();
-  return plan_tile<typename kernels::FlashFwdConfig<kHeadDim, true>::Tile>();
+  if (!causal) return plan_tile<typename ka::FlashFwdConfig<kHeadDim, false>::Tile>();
+  return plan_tile<typename ka::FlashFwdConfig<kHeadDim, true>::Tile>();
 }
 }  // namespace
 
@@ -49,13 +51,13 @@ FlashAttentionFwdPlan plan_flash_attention_fwd(int64_t head_dim, bool causal) {
 
 namespace {
 
-using kernels::FlashAttentionFwdParams;
+using FlashAttentionFwdParams = ka::FwdParams;
 
 template <typename T, int kHeadDim, bool kCausal>
 void launch(const FlashAttentionFwdParams& p, int64_t batch, int64_t heads_q, int device,
             cudaStream_t stream) {
-  using Tile = typename kernels::FlashFwdConfig<kHeadDim, kCausal>::Tile;
-  constexpr auto kernel = kernels::flash_attention_fwd_kernel<T, Tile, kCausal>;
+  using Tile = typename ka::FlashFwdConfig<kHeadDim, kCausal>::Tile;
+  constexpr auto kernel = ka::flash_attention_fwd_kernel<T, Tile, kCausal>;
   // Above 48 KiB of dynamic shared memory a kernel must opt in (a host-side attribute, so
   // this is also allowed while a stream is being captured); the default carveout.
   prepare_smem_kernel<kernel>(Tile::kSmemBytes, device, /*max_carveout=*/false);
@@ -198,7 +200,7 @@ void flash_attention_fwd(const FlashAttentionFwdArgs& args, cudaStream_t stream)
     detail::check_aligned16(v, kOp, "v");
   }
 
-  kernels::FlashAttentionFwdParams p{};
+  kernels::attention::FwdParams p{};
   p.q = q.data;
   p.k = k.data;
   p.v = v.data;

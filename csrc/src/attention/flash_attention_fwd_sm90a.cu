@@ -1,15 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 // The sm_90a half of gks::flash_attention_fwd: the launch of the wgmma kernel
-// (kernels/flash_attention_fwd_hopper.cuh). CMake compiles *_sm90a.cu sources for sm_90a
+// (kernels/attention/fwd_sm90.cuh). CMake compiles *_sm90a.cu sources for sm_90a
 // only and adds them to the library only when 90a is among GKS_CUDA_ARCHS.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "flash_attention_fwd_launch.h"
-#include "gks/kernels/flash_attention_fwd_hopper.cuh"
-#include "launch.h"
+#include "attention/launch.h"
+#include "gks/kernels/attention/fwd_sm90.cuh"
+#include "core/launch.h"
 
 namespace gks::detail {
+
+namespace ka = kernels::attention;
 namespace {
 
 // The tile per head dim, two CTAs an SM for both: while one CTA's warpgroups work through
@@ -21,28 +23,28 @@ namespace {
 //     tiles one CTA an SM 1.00-1.28x);
 //   D = 64, 128-key tiles: 1.30-1.47x (one CTA an SM 1.00-1.06x, 64-key tiles 1.17-1.28x).
 template <int kHeadDim>
-using TileFor = kernels::flash_hopper::Tile<kHeadDim, kHeadDim == 64 ? 128 : 64, 2>;
+using TileFor = ka::sm90::Tile<kHeadDim, kHeadDim == 64 ? 128 : 64, 2>;
 
 template <typename T, int kHeadDim, bool kCausal>
-void launch(const kernels::FlashAttentionFwdParams& p, int64_t batch, int64_t heads_q, int device,
+void launch(const ka::FwdParams& p, int64_t batch, int64_t heads_q, int device,
             cudaStream_t stream) {
   using Tile = TileFor<kHeadDim>;
-  constexpr auto kernel = kernels::flash_attention_fwd_hopper_kernel<T, Tile, kCausal>;
+  constexpr auto kernel = ka::flash_attention_fwd_wgmma_kernel<T, Tile, kCausal>;
   prepare_smem_kernel<kernel>(Tile::kSmemBytes, device, /*max_carveout=*/true);
-  const dim3 grid(static_cast<unsigned>(ceil_div(p.seqlen_q, kernels::flash_hopper::kBlockM)),
+  const dim3 grid(static_cast<unsigned>(ceil_div(p.seqlen_q, ka::sm90::kBlockM)),
                   static_cast<unsigned>(heads_q), static_cast<unsigned>(batch));
-  kernel<<<grid, kernels::flash_hopper::kThreads, Tile::kSmemBytes, stream>>>(p);
+  kernel<<<grid, ka::sm90::kThreads, Tile::kSmemBytes, stream>>>(p);
 }
 
 template <typename T, bool kCausal>
-void launch_head_dim(int64_t head_dim, const kernels::FlashAttentionFwdParams& p, int64_t batch,
+void launch_head_dim(int64_t head_dim, const ka::FwdParams& p, int64_t batch,
                      int64_t heads_q, int device, cudaStream_t stream) {
   if (head_dim == 64) return launch<T, 64, kCausal>(p, batch, heads_q, device, stream);
   launch<T, 128, kCausal>(p, batch, heads_q, device, stream);
 }
 
 template <typename T>
-void launch_mask(int64_t head_dim, bool causal, const kernels::FlashAttentionFwdParams& p,
+void launch_mask(int64_t head_dim, bool causal, const ka::FwdParams& p,
                  int64_t batch, int64_t heads_q, int device, cudaStream_t stream) {
   if (causal) return launch_head_dim<T, true>(head_dim, p, batch, heads_q, device, stream);
   launch_head_dim<T, false>(head_dim, p, batch, heads_q, device, stream);
@@ -51,7 +53,7 @@ void launch_mask(int64_t head_dim, bool causal, const kernels::FlashAttentionFwd
 }  // namespace
 
 void launch_flash_attention_fwd_wgmma(bool bf16, int64_t head_dim, bool causal,
-                                      const kernels::FlashAttentionFwdParams& p, int64_t batch,
+                                      const ka::FwdParams& p, int64_t batch,
                                       int64_t heads_q, int device, cudaStream_t stream) {
   if (bf16) return launch_mask<__nv_bfloat16>(head_dim, causal, p, batch, heads_q, device, stream);
   launch_mask<__half>(head_dim, causal, p, batch, heads_q, device, stream);

@@ -8,15 +8,15 @@
 
 #include <cstdint>
 
-namespace gks::kernels {
-struct FlashAttentionFwdParams;
+namespace gks::kernels::attention {
+struct FwdParams;
 }
 
 namespace gks::detail {
 
 // head_dim: one of wgmma_flash_head_dim's (64, 128).
 void launch_flash_attention_fwd_wgmma(bool bf16, int64_t head_dim, bool causal,
-                                      const kernels::FlashAttentionFwdParams& p, int64_t batch,
+                                      const kernels::attention::FwdParams& p, int64_t batch,
                                       int64_t heads_q, int device, cudaStream_t stream);
 
 }  // namespace gks::detail

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "launch.h"
+#include "core/launch.h"
 
 namespace gks::detail {
 

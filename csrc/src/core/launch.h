@@ -61,7 +61,7 @@ class DeviceGuard {
 // `cluster` CTAs along x (1: plain CTAs) and, with `early_start`, programmatic dependent
 // launch (sm_90+): the kernel may be scheduled while the stream's previous kernel is still
 // finishing, so its launch and set-up overlap that kernel's tail. Such a kernel must call
-// wait_for_prior_grids (kernels/dependent_launch.cuh) before it touches global memory.
+// ptx::wait_for_prior_grids (kernels/ptx/sm90.cuh) before it touches global memory.
 // Built in place: `config` points at `attrs`, so the object is neither copied nor moved.
 struct LaunchConfig {
   LaunchConfig(dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream, unsigned cluster,

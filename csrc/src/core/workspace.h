@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "gks/error.h"
-#include "launch.h"
+#include "core/launch.h"
 
 namespace gks::detail {
 

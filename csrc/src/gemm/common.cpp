@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "gks/gemm_common.h"
+#include "gks/gemm.h"
 
 #include <cuda_runtime_api.h>
 

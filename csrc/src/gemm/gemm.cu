@@ -2,7 +2,7 @@
 // gks::gemm: validation, the Hopper-or-WMMA decision, config choice and dispatch. Compiled
 // for every architecture; the sm_90a kernels live in hopper_gemm_sm90a.cu and are reached
 // only under GKS_WITH_SM90A.
-#include "gks/hopper_gemm.h"
+#include "gks/gemm.h"
 
 #include <cuda_runtime_api.h>
 
@@ -11,9 +11,8 @@
 #include <cstddef>
 #include <iterator>
 
-#include "gemm_launch.h"
-#include "gks/wmma_gemm.h"
-#include "launch.h"
+#include "gemm/launch.h"
+#include "core/launch.h"
 
 namespace gks {
 namespace detail {

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The sm_90a half of gks::gemm and of gks::int8_gemm's Hopper path: tensor maps, grid size
-// and the launch of the Hopper kernel (kernels/hopper_gemm.cuh). CMake compiles *_sm90a.cu
+// and the launch of the Hopper kernel (kernels/gemm/sm90/). CMake compiles *_sm90a.cu
 // sources for sm_90a only and adds them to the library only when 90a is among
-// GKS_CUDA_ARCHS; gks::gemm (hopper_gemm.cu) and gks::int8_gemm (int8_gemm.cu) validate
+// GKS_CUDA_ARCHS; gks::gemm (gemm.cu) and gks::int8_gemm (int8_gemm.cu) validate
 // everything before calling in here.
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -13,19 +13,20 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <type_traits>
 #include <utility>
 
-#include "gemm_launch.h"
-#include "gks/hopper_gemm.h"
-#include "gks/kernels/hopper_gemm.cuh"
-#include "launch.h"
-#include "workspace.h"
+#include "gemm/launch.h"
+#include "gks/gemm.h"
+#include "gks/kernels/gemm/sm90/kernel.cuh"
+#include "core/launch.h"
+#include "core/workspace.h"
 
 namespace gks::detail {
 namespace {
 
 constexpr const char* kOp = "gks.gemm";
-namespace hk = kernels::hopper;
+namespace hk = kernels::gemm::sm90;
 
 // cuTensorMapEncodeTiled through the runtime's driver entry point, so the library does not
 // link libcuda itself.
@@ -94,16 +95,18 @@ int max_active_clusters(int device, int num_sms, int smem_bytes) {
   }
 }
 
-// Launches config kTable[kIndex] of the kernel on operands Op.
-template <class Op, const HopperGemmConfig* kTable, int kIndex>
+// Launches config kTable[kIndex] of the kernel on operands Op, with its epilogue's Scales.
+template <class Op, class Scales, const HopperGemmConfig* kTable, int kIndex>
 void launch_config(const HopperGemmLaunch& L, cudaStream_t stream) {
   constexpr HopperGemmConfig kConfig = kTable[kIndex];
   static_assert(kConfig.block_k == hk::kBlockK<Op>, "a k-block is 128 bytes of K");
-  using Cfg = hk::HopperTile<kConfig.block_m, kConfig.block_n, kConfig.stages, kConfig.cluster_m,
-                             kConfig.ping_pong, kConfig.stream_k, kConfig.cluster_n>;
-  constexpr auto kernel = hk::hopper_gemm_kernel<Op, Cfg>;
+  using Cfg = hk::Tile<kConfig.block_m, kConfig.block_n, kConfig.stages, kConfig.cluster_m,
+                       kConfig.ping_pong, kConfig.cluster_n>;
+  using Scheduler =
+      std::conditional_t<kConfig.stream_k, hk::StreamKScheduler, hk::DataParallelScheduler>;
+  constexpr auto kernel = hk::gemm_kernel<hk::Mainloop<Op, Cfg>, hk::Epilogue<Scales>, Scheduler>;
   prepare_smem_kernel<kernel>(Cfg::kSmemBytes, L.device);
-  const char* op = Op::kInt8 ? "gks.int8_gemm" : kOp;
+  const char* op = L.dtype == DType::kInt8 ? "gks.int8_gemm" : kOp;
 
   // A boxes are a CTA's part of an A tile: all of it, or 1/kClusterN in a cluster along N.
   const CUtensorMap map_a =
@@ -111,10 +114,10 @@ void launch_config(const HopperGemmLaunch& L, cudaStream_t stream) {
   // B boxes are 64 columns of c by one k-block: [64 k][64 n] of b, or [64 n][128 k] of the
   // transposed int8 b.
   const CUtensorMap map_b =
-      Op::kInt8 ? make_tensor_map(L.b, L.dtype, L.n, L.k, L.ldb, hk::kBBlockCols, op, "b")
+      Op::kBKMajor ? make_tensor_map(L.b, L.dtype, L.n, L.k, L.ldb, hk::kBBlockCols, op, "b")
                 : make_tensor_map(L.b, L.dtype, L.k, L.n, L.ldb, hk::kBlockK<Op>, op, "b");
 
-  hk::HopperGemmParams p{};
+  hk::Params p{};
   p.c = L.c;
   p.ldc = L.ldc;
   p.m = L.m;
@@ -128,7 +131,7 @@ void launch_config(const HopperGemmLaunch& L, cudaStream_t stream) {
       max_active_clusters<kernel, Cfg::kClusterSize>(L.device, L.num_sms, Cfg::kSmemBytes);
   int64_t units = 0;
   int64_t clusters = 0;
-  if constexpr (Cfg::kStreamK) {
+  if constexpr (Scheduler::kStreamK) {
     const StreamKPlan plan = hopper_stream_k_plan(unit_rows * unit_cols, p.k_blocks, max_clusters);
     units = plan.dp_tiles;
     p.sk_tiles = int(plan.sk_tiles);
@@ -205,7 +208,7 @@ void launch_config(const HopperGemmLaunch& L, cudaStream_t stream) {
   if (p.k_splits > 1) {
     const int64_t blocks = std::min<int64_t>(ceil_div(int64_t(L.m) * L.n, 256), 8 * L.num_sms);
     const LaunchConfig reduce(dim3(unsigned(blocks)), dim3(256), 0, stream, 1, /*early_start=*/true);
-    err = cudaLaunchKernelEx(&reduce.config, hk::split_k_reduce_kernel<Op>, p);
+    err = cudaLaunchKernelEx(&reduce.config, hk::split_k_reduce_kernel<Op, Scales>, p);
     GKS_CHECK(err == cudaSuccess, kCudaError)
         << op << ": launching the split-K reduction failed: " << cudaGetErrorString(err);
   }
@@ -213,11 +216,12 @@ void launch_config(const HopperGemmLaunch& L, cudaStream_t stream) {
 
 // Launches config L.config of the kCount configs in kTable: every config is its own
 // kernel instantiation, picked at run time.
-template <class Op, const HopperGemmConfig* kTable, size_t... kIndex>
+template <class Op, class Scales, const HopperGemmConfig* kTable, size_t... kIndex>
 void launch_table(const HopperGemmLaunch& L, cudaStream_t stream, const char* op,
                   std::index_sequence<kIndex...>) {
   const bool launched =
-      ((L.config == int(kIndex) && (launch_config<Op, kTable, int(kIndex)>(L, stream), true)) ||
+      ((L.config == int(kIndex) &&
+        (launch_config<Op, Scales, kTable, int(kIndex)>(L, stream), true)) ||
        ...);
   GKS_CHECK(launched, kInvalidArgument) << op << ": no Hopper config " << L.config;
 }
@@ -227,12 +231,14 @@ void launch_table(const HopperGemmLaunch& L, cudaStream_t stream, const char* op
 void launch_hopper_gemm_sm90a(const HopperGemmLaunch& launch, cudaStream_t stream) {
   using Half = std::make_index_sequence<kNumHopperGemmConfigs>;
   if (launch.dtype == DType::kInt8)
-    launch_table<hk::Int8Operands, kHopperInt8Configs>(
+    launch_table<hk::Int8Operands, hk::RowColScales, kHopperInt8Configs>(
         launch, stream, "gks.int8_gemm", std::make_index_sequence<kNumHopperInt8Configs>{});
   else if (launch.dtype == DType::kBFloat16)
-    launch_table<hk::HalfOperands<__nv_bfloat16>, kHopperGemmConfigs>(launch, stream, kOp, Half{});
+    launch_table<hk::HalfOperands<__nv_bfloat16>, hk::NoScales, kHopperGemmConfigs>(launch, stream,
+                                                                                 kOp, Half{});
   else
-    launch_table<hk::HalfOperands<__half>, kHopperGemmConfigs>(launch, stream, kOp, Half{});
+    launch_table<hk::HalfOperands<__half>, hk::NoScales, kHopperGemmConfigs>(launch, stream, kOp,
+                                                                          Half{});
 }
 
 }  // namespace gks::detail

@@ -1,15 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "gks/int8_gemm.h"
+#include "gks/gemm.h"
 
 #include <algorithm>
 #include <climits>
 #include <cstdint>
 
-#include "gemm_launch.h"
-#include "gks/hopper_gemm.h"
-#include "gks/kernels/int8_gemm.cuh"
-#include "launch.h"
-#include "workspace.h"
+#include "gemm/launch.h"
+#include "gks/kernels/gemm/int8.cuh"
+#include "core/launch.h"
+#include "core/workspace.h"
 
 namespace gks {
 namespace detail {
@@ -20,17 +19,17 @@ namespace {
 // H200 (TOP/s at 4096^3 / 8192^3; torch._int_mm: 105 / 109): 128x128x64 s4 684 / 737,
 // 128x128x128 s3 692 / 702, 128x256x128 s3 627 / 672 (128x256x64 and 256x128x64: 545-589);
 // 64x64x128 (462 / 482) is for small and skinny outputs.
-using Int8_128x128x64 = kernels::Int8Tile<2, 2, 4, 8, 64, 4>;
-using Int8_128x128x128 = kernels::Int8Tile<2, 2, 4, 8, 128, 3>;
-using Int8_128x256x128 = kernels::Int8Tile<2, 4, 4, 8, 128, 3>;
-using Int8_64x64x128 = kernels::Int8Tile<2, 2, 2, 4, 128, 4>;
+using Int8_128x128x64 = kernels::gemm::Int8Tile<2, 2, 4, 8, 64, 4>;
+using Int8_128x128x128 = kernels::gemm::Int8Tile<2, 2, 4, 8, 128, 3>;
+using Int8_128x256x128 = kernels::gemm::Int8Tile<2, 4, 4, 8, 128, 3>;
+using Int8_64x64x128 = kernels::gemm::Int8Tile<2, 2, 2, 4, 128, 4>;
 
 template <class Cfg>
-void launch_config(kernels::Int8GemmParams p, bool aligned, int device, cudaStream_t stream) {
+void launch_config(kernels::gemm::Int8GemmParams p, bool aligned, int device, cudaStream_t stream) {
   if (aligned)
-    launch_gemm_tiles<Cfg, kernels::int8_gemm_kernel<Cfg, true>>(p, device, stream);
+    launch_gemm_tiles<Cfg, kernels::gemm::int8_gemm_kernel<Cfg, true>>(p, device, stream);
   else
-    launch_gemm_tiles<Cfg, kernels::int8_gemm_kernel<Cfg, false>>(p, device, stream);
+    launch_gemm_tiles<Cfg, kernels::gemm::int8_gemm_kernel<Cfg, false>>(p, device, stream);
 }
 
 // The scale's one non-trivial dim: [len, 1] (a) or [1, len] (b), or a 1-D [len].
@@ -163,7 +162,7 @@ Int8PathFacts path_facts(const Int8GemmArgs& args, const Int8Validated& v) {
 
 // dst = src^T for the row-major int8 matrix `src`, into `dst` (leading dimension ld_dst).
 void transpose(const GemmMatrix& src, int8_t* dst, int64_t ld_dst, cudaStream_t stream) {
-  kernels::TransposeInt8Params t{};
+  kernels::gemm::TransposeInt8Params t{};
   t.src = static_cast<const int8_t*>(src.data);
   t.ld_src = src.ld;
   t.dst = dst;
@@ -171,9 +170,9 @@ void transpose(const GemmMatrix& src, int8_t* dst, int64_t ld_dst, cudaStream_t 
   t.rows = int(src.rows);
   t.cols = int(src.cols);
   t.src_vec = gemm_rows_aligned16(src, 1);
-  const dim3 grid(unsigned(ceil_div(src.cols, kernels::kTransposeTile)),
-                  unsigned(std::min<int64_t>(ceil_div(src.rows, kernels::kTransposeTile), 65535)));
-  kernels::transpose_int8_kernel<<<grid, kernels::kTransposeThreads, 0, stream>>>(t);
+  const dim3 grid(unsigned(ceil_div(src.cols, kernels::gemm::kTransposeTile)),
+                  unsigned(std::min<int64_t>(ceil_div(src.rows, kernels::gemm::kTransposeTile), 65535)));
+  kernels::gemm::transpose_int8_kernel<<<grid, kernels::gemm::kTransposeThreads, 0, stream>>>(t);
   check_launch(kOp);
 }
 
@@ -223,7 +222,7 @@ void launch_mma(const Int8GemmArgs& args, const Int8Validated& v, const void* b,
       << kOp << ": the output " << m << " x " << n << " needs more than 2^31 - 1 tiles";
   const GemmMatrix b_rows{const_cast<void*>(b), k, n, ldb};
 
-  kernels::Int8GemmParams p{};
+  kernels::gemm::Int8GemmParams p{};
   p.a = static_cast<const int8_t*>(a.data);
   p.b = static_cast<const int8_t*>(b);
   p.a_scale = static_cast<const float*>(args.a_scale.data);

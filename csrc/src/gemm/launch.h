@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "gks/error.h"
-#include "gks/gemm_common.h"
-#include "launch.h"
+#include "gks/gemm.h"
+#include "core/launch.h"
 
 namespace gks::detail {
 

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "gks/sgemm.h"
+#include "gks/gemm.h"
 
 #include <climits>
 
-#include "gemm_launch.h"
-#include "gks/kernels/sgemm.cuh"
-#include "launch.h"
+#include "gemm/launch.h"
+#include "gks/kernels/gemm/sgemm.cuh"
+#include "core/launch.h"
 
 namespace gks {
 namespace detail {
@@ -18,17 +18,17 @@ namespace {
 // 49.1 TFLOP/s, two 4-warp 128x128 blocks per SM 47.0 / 47.3 (its 16x8 thread tile 44.6 /
 // 45.0, 256x128 46.7 / 47.0). 64x64 and 32x32 are for small and skinny outputs (about half
 // and a third of the 128x128 rate at 4096^3 before the multistage loop).
-using Sgemm128x256x16t8x16 = kernels::SgemmTile<2, 4, 8, 8, 16, 16, 3, 1, true>;
-using Sgemm128x128x16t8x16 = kernels::SgemmTile<2, 2, 8, 8, 16, 16, 3, 2, true>;
-using Sgemm64x64x8 = kernels::SgemmTile<1, 2, 8, 8, 8, 8, 3>;
-using Sgemm32x32x16 = kernels::SgemmTile<1, 2, 8, 4, 4, 16, 3>;
+using Sgemm128x256x16t8x16 = kernels::gemm::SgemmTile<2, 4, 8, 8, 16, 16, 3, 1, true>;
+using Sgemm128x128x16t8x16 = kernels::gemm::SgemmTile<2, 2, 8, 8, 16, 16, 3, 2, true>;
+using Sgemm64x64x8 = kernels::gemm::SgemmTile<1, 2, 8, 8, 8, 8, 3>;
+using Sgemm32x32x16 = kernels::gemm::SgemmTile<1, 2, 8, 4, 4, 16, 3>;
 
 template <class Cfg>
-void launch_config(kernels::SgemmParams p, bool vec_b, int device, cudaStream_t stream) {
+void launch_config(kernels::gemm::SgemmParams p, bool vec_b, int device, cudaStream_t stream) {
   if (vec_b)
-    launch_gemm_tiles<Cfg, kernels::sgemm_kernel<Cfg, true>>(p, device, stream);
+    launch_gemm_tiles<Cfg, kernels::gemm::sgemm_kernel<Cfg, true>>(p, device, stream);
   else
-    launch_gemm_tiles<Cfg, kernels::sgemm_kernel<Cfg, false>>(p, device, stream);
+    launch_gemm_tiles<Cfg, kernels::gemm::sgemm_kernel<Cfg, false>>(p, device, stream);
 }
 
 }  // namespace
@@ -83,7 +83,7 @@ void sgemm(const SgemmArgs& args, cudaStream_t stream) {
   GKS_CHECK(detail::gemm_tile_count(info, m, n) <= INT_MAX, kInvalidArgument)
       << kOp << ": the output " << m << " x " << n << " needs more than 2^31 - 1 tiles";
 
-  kernels::SgemmParams p{};
+  kernels::gemm::SgemmParams p{};
   p.a = static_cast<const float*>(a.data);
   p.b = static_cast<const float*>(b.data);
   p.c = static_cast<float*>(c.data);

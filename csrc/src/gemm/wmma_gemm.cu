@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "gks/wmma_gemm.h"
+#include "gks/gemm.h"
 
 #include <climits>
 
-#include "gemm_launch.h"
-#include "gks/kernels/wmma_gemm.cuh"
-#include "launch.h"
+#include "gemm/launch.h"
+#include "gks/kernels/gemm/wmma.cuh"
+#include "core/launch.h"
 
 namespace gks {
 namespace detail {
@@ -19,21 +19,21 @@ namespace {
 // blocks per SM 322 / 329 and 331 / 339 (BK 64, 3 stages: 322 / 326 and 321 / 324);
 // 256x128 ran 349 / 360 and 362 / 376, and 128x256 with BK 64 331 / 325 and 349 / 336.
 // 64x64 is for small and skinny outputs.
-using Wmma128x256x32 = kernels::WmmaTile<2, 4, 4, 4, 32, 4>;
-using Wmma128x128x32 = kernels::WmmaTile<2, 2, 4, 4, 32, 4>;
-using Wmma128x128x64 = kernels::WmmaTile<2, 2, 4, 4, 64, 3>;
-using Wmma64x64x32 = kernels::WmmaTile<2, 2, 2, 2, 32, 4>;
+using Wmma128x256x32 = kernels::gemm::WmmaTile<2, 4, 4, 4, 32, 4>;
+using Wmma128x128x32 = kernels::gemm::WmmaTile<2, 2, 4, 4, 32, 4>;
+using Wmma128x128x64 = kernels::gemm::WmmaTile<2, 2, 4, 4, 64, 3>;
+using Wmma64x64x32 = kernels::gemm::WmmaTile<2, 2, 2, 2, 32, 4>;
 
 template <typename T, class Cfg>
-void launch_config(kernels::WmmaGemmParams p, bool aligned, int device, cudaStream_t stream) {
+void launch_config(kernels::gemm::WmmaGemmParams p, bool aligned, int device, cudaStream_t stream) {
   if (aligned)
-    launch_gemm_tiles<Cfg, kernels::wmma_gemm_kernel<T, Cfg, true>>(p, device, stream);
+    launch_gemm_tiles<Cfg, kernels::gemm::wmma_gemm_kernel<T, Cfg, true>>(p, device, stream);
   else
-    launch_gemm_tiles<Cfg, kernels::wmma_gemm_kernel<T, Cfg, false>>(p, device, stream);
+    launch_gemm_tiles<Cfg, kernels::gemm::wmma_gemm_kernel<T, Cfg, false>>(p, device, stream);
 }
 
 template <typename T>
-void launch_index(int config, const kernels::WmmaGemmParams& p, bool aligned, int device,
+void launch_index(int config, const kernels::gemm::WmmaGemmParams& p, bool aligned, int device,
                   cudaStream_t stream) {
   switch (config) {
     case 0: return launch_config<T, Wmma128x256x32>(p, aligned, device, stream);
@@ -90,7 +90,7 @@ void wmma_gemm(const WmmaGemmArgs& args, cudaStream_t stream) {
   GKS_CHECK(detail::gemm_tile_count(configs[config], m, n) <= INT_MAX, kInvalidArgument)
       << kOp << ": the output " << m << " x " << n << " needs more than 2^31 - 1 tiles";
 
-  kernels::WmmaGemmParams p{};
+  kernels::gemm::WmmaGemmParams p{};
   p.a = a.data;
   p.b = b.data;
   p.c = c.data;

@@ -8,6 +8,12 @@
 
 namespace gks {
 
+namespace detail {
+bool softmax_plan_has_kernel(const RowPlan& plan, DType dtype, int64_t cols) {
+  return softmax_rows_have_kernel<kernels::rows::SoftmaxRow>(plan, dtype, cols);
+}
+}  // namespace detail
+
 void softmax(const SoftmaxArgs& args, cudaStream_t stream) {
   constexpr const char* kOp = "gks.softmax";
   const TensorRef &x = args.x, &y = args.y;

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "gks/kernels/ptx/common.cuh"
+
 namespace gks::kernels {
 
 // kN elements of T, loaded and stored as one access of sizeof(T) * kN bytes.
@@ -31,6 +33,21 @@ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
 }
 
+// Two fp32 values as one 32-bit word of two 16-bit values (rounded to nearest), `lo` in the
+// low half: what a 16-bit mma fragment register or a pair of outputs holds.
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi);
+template <>
+__device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
+  __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+template <>
+__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
+  __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+
 // L2 eviction priority of a 16-byte load (one-element accesses ignore it). A kernel that
 // reads its input twice marks the first read kKeepInL2 and the second kLastUse, so the
 // rows it will re-read outlive the output it streams through L2 meanwhile.
@@ -41,17 +58,9 @@ __device__ __forceinline__ V load_vec(const V* p) {
   if constexpr (kHint == CacheHint::kDefault || sizeof(V) != 16) {
     return *p;
   } else {
-    // Not volatile: the compiler may schedule these loads like plain ones (a kernel that
-    // reads what it writes must order them by data dependence, as plain loads would).
-    uint64_t policy;
-    if constexpr (kHint == CacheHint::kKeepInL2)
-      asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
-    else
-      asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-    uint4 r;
-    asm("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-                 : "l"(p), "l"(policy));
+    const uint64_t policy = kHint == CacheHint::kKeepInL2 ? ptx::l2_policy_evict_last()
+                                                          : ptx::l2_policy_evict_first();
+    const uint4 r = ptx::ld_global_v4_hint(p, policy);
     return *reinterpret_cast<const V*>(&r);
   }
 }

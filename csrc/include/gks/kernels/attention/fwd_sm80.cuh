@@ -23,27 +23,11 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "gks/kernels/cp_async.cuh"
+#include "gks/kernels/attention/common.cuh"
+#include "gks/kernels/ptx/sm80.cuh"
+#include "gks/kernels/vec.cuh"
 
-namespace gks::kernels {
-
-struct FlashAttentionFwdParams {
-  const void* q;
-  const void* k;
-  const void* v;
-  void* o;
-  float* lse;
-  // Strides in elements: batch, head, row (the last dim is contiguous).
-  int64_t q_batch, q_head, q_row;
-  int64_t k_batch, k_head, k_row;
-  int64_t v_batch, v_head, v_row;
-  int64_t o_batch, o_head, o_row;
-  int64_t lse_batch, lse_head, lse_row;
-  int seqlen_q;
-  int seqlen_k;
-  int group;          // Hq / Hkv: query heads sharing one K/V head
-  float scale_log2;   // softmax_scale * log2(e)
-};
+namespace gks::kernels::attention {
 
 // The tile shape of one kernel; the host plan reads the same numbers. Each warp owns
 // kWarpRows = kBlockM / kWarps query rows, in 16-row m-tiles: every K/V fragment a warp
@@ -102,69 +86,7 @@ template <bool kCausal> struct FlashFwdConfig<256, kCausal> {
   using Tile = FlashFwdTile<256, 64, 32, 4, false>;
 };
 
-namespace flash {
-
-// ---- PTX wrappers (cp.async: cp_async.cuh) ----
-
-// 16 bytes global -> shared, bypassing L1; reads nothing and writes zeros when !valid.
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
-  cp_async_zfill<16>(dst, src, valid ? 16 : 0);
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-// d += a (16x16, row-major) * b (16x8, column-major), fp32 accumulators.
-template <typename T>
-__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                          uint32_t b1);
-template <>
-__device__ __forceinline__ void mma_16816<__half>(float (&d)[4], const uint32_t (&a)[4],
-                                                  uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-template <>
-__device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4],
-                                                         uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Two fp32 values as one register of two 16-bit values, `lo` in the low half.
-template <typename T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi);
-template <>
-__device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
-  __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&h);
-}
-template <>
-__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
-  __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&h);
-}
-
-// 2^x on the SFU (about 2 ulp; exp2(-inf) = 0).
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
+namespace sm80 {
 
 // ---- swizzled shared tiles: rows of kChunks 16-byte chunks ----
 
@@ -247,7 +169,7 @@ struct TileCopy {
 #pragma unroll 1
       for (int i = 0; i < kPerThread; ++i) {
         const bool valid = row0 + row + i * kRowStep < rows;
-        cp_async_16(dst, valid ? src : base, valid);
+        ptx::cp_async_16(dst, valid ? src : base, valid);
         src += step;
         dst += i % 2 == 0 ? to_odd : to_even;
       }
@@ -258,19 +180,19 @@ struct TileCopy {
         const int r = idx / kChunks, c = idx % kChunks;
         const bool valid = row0 + r < rows;
         const T* src = base + int64_t(valid ? row0 + r : 0) * row_stride + c * 8;
-        cp_async_16(tile + tile_offset<kChunks>(r, c), src, valid);
+        ptx::cp_async_16(tile + tile_offset<kChunks>(r, c), src, valid);
       }
     }
   }
 };
 
-}  // namespace flash
+}  // namespace sm80
 
 // Grid: (ceil(Sq / kBlockM), Hq, B); block: kThreads; dynamic shared memory kSmemBytes.
 template <typename T, typename Tile, bool kCausal>
 __global__ void __launch_bounds__(Tile::kThreads)
-    flash_attention_fwd_kernel(const FlashAttentionFwdParams p) {
-  using namespace flash;
+    flash_attention_fwd_kernel(const FwdParams p) {
+  using namespace sm80;
   constexpr int kD = Tile::kHeadDim, kBM = Tile::kBlockM, kBN = Tile::kBlockN;
   constexpr int kThreads = Tile::kThreads, kChunks = Tile::kChunks, kMT = Tile::kMTiles;
   constexpr int kKSteps = kD / 16;    // k-steps of S = Q K^T
@@ -280,54 +202,37 @@ __global__ void __launch_bounds__(Tile::kThreads)
 
   extern __shared__ __align__(128) unsigned char smem[];
   // Layout: Q tile, K stage 0, K stage 1, V stage 0, V stage 1.
-  const uint32_t sQ = smem_addr(smem);
+  const uint32_t sQ = ptx::smem_addr(smem);
   const uint32_t sK0 = sQ + Tile::kQBytes;
   const uint32_t sV0 = sK0 + 2 * Tile::kKVBytes;
 
-  // Causal CTAs run longest-first (the last query blocks see the most keys).
-  const int m_block = kCausal ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x);
-  const int head = blockIdx.y, batch = blockIdx.z;
-  const int kv_head = head / p.group;
+  const BlockHeads<T, kCausal> heads(p);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int m0 = m_block * kBM;
+  const int m0 = heads.m_block * kBM;
   const int seqlen_q = p.seqlen_q, seqlen_k = p.seqlen_k;
+  const T* q = heads.q(p);
+  const T* k = heads.k(p);
+  const T* v = heads.v(p);
 
-  const T* q = static_cast<const T*>(p.q) + batch * p.q_batch + head * p.q_head;
-  const T* k = static_cast<const T*>(p.k) + batch * p.k_batch + kv_head * p.k_head;
-  const T* v = static_cast<const T*>(p.v) + batch * p.v_batch + kv_head * p.v_head;
-  // o and lse are only needed at the end; computed there to keep registers free.
-  const auto o_head = [&] { return static_cast<T*>(p.o) + batch * p.o_batch + head * p.o_head; };
-  const auto lse_head = [&] { return p.lse + batch * p.lse_batch + head * p.lse_head; };
-
-  // Query row i sees keys j < i + 1 + (Sk - Sq) (causal) and j < Sk.
   const int diag_offset = seqlen_k - seqlen_q;
-  int n_blocks = (seqlen_k + kBN - 1) / kBN;
+  int n_blocks = (seqlen_k + kBN - 1) / kBN;  // the K/V tiles the block walks (common.cuh)
   if constexpr (kCausal) {
     const int64_t visible_end = int64_t(min(m0 + kBM, seqlen_q)) + diag_offset;
     n_blocks = visible_end <= 0 ? 0 : min(n_blocks, int((visible_end + kBN - 1) / kBN));
   }
-  if (n_blocks == 0) {  // no row of this block sees a key: o = 0, lse = -inf
-    T* o = o_head();
-    float* lse = lse_head();
-    for (int idx = tid; idx < kBM * kChunks; idx += kThreads) {
-      const int row = m0 + idx / kChunks;
-      if (row < seqlen_q)
-        *reinterpret_cast<uint4*>(o + int64_t(row) * p.o_row + (idx % kChunks) * 8) =
-            make_uint4(0, 0, 0, 0);
-    }
-    for (int r = tid; r < kBM; r += kThreads)
-      if (m0 + r < seqlen_q) lse[int64_t(m0 + r) * p.lse_row] = -INFINITY;
+  if (n_blocks == 0) {
+    write_unseen_rows<kBM, kChunks, kThreads>(heads.o(p), heads.lse(p), p, m0, tid);
     return;
   }
 
   // Prologue: Q, then the first (highest) K/V tile into stage 0; one commit group each.
   const TileCopy<kChunks, kThreads> copy(tid);
   copy.template operator()<kBM>(sQ, q, p.q_row, m0, seqlen_q, tid);
-  cp_async_commit();
+  ptx::cp_async_commit();
   copy.template operator()<kBN>(sK0, k, p.k_row, (n_blocks - 1) * kBN, seqlen_k, tid);
-  cp_async_commit();
+  ptx::cp_async_commit();
   copy.template operator()<kBN>(sV0, v, p.v_row, (n_blocks - 1) * kBN, seqlen_k, tid);
-  cp_async_commit();
+  ptx::cp_async_commit();
 
   // This thread's place in the mma fragments: in m-tile mt, rows g and g + 8 of its 16,
   // columns 2t and 2t + 1 of each 8-wide tile.
@@ -357,13 +262,13 @@ __global__ void __launch_bounds__(Tile::kThreads)
 
   uint32_t q_frag[Tile::kQInRegisters ? kMT : 1][Tile::kQInRegisters ? kKSteps : 1][4];
   if constexpr (Tile::kQInRegisters) {
-    cp_async_wait<2>();  // Q is in (the first K and V tiles may not be)
+    ptx::cp_async_wait<2>();  // Q is in (the first K and V tiles may not be)
     __syncthreads();
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
       for (int kk = 0; kk < kKSteps; ++kk)
-        ldmatrix_x4(q_frag[mt][kk], q_lane.at(sQ, mt * 16, kk * 2));
+        ptx::ldmatrix_x4(q_frag[mt][kk], q_lane.at(sQ, mt * 16, kk * 2));
   }
 
   // One pass over K/V tile n_block = n_blocks - 1 - it. kMasked passes apply the key
@@ -376,7 +281,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
     const uint32_t sK = sK0 + stage_bytes, sV = sV0 + stage_bytes;
     const uint32_t next_stage_bytes = Tile::kKVBytes - stage_bytes;
     // One barrier per pass: the K and V copies of this tile were issued a whole pass ago.
-    cp_async_wait<0>();  // this K and V tile (and Q) are in ...
+    ptx::cp_async_wait<0>();  // this K and V tile (and Q) are in ...
     __syncthreads();     // ... for every thread; and every warp is done with tile it - 1
 
     // Prefetch the next tile into the stage tile it - 1 used.
@@ -385,7 +290,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
                                     seqlen_k, tid);
       copy.template operator()<kBN>(sV0 + next_stage_bytes, v, p.v_row, (n_block - 1) * kBN,
                                     seqlen_k, tid);
-      cp_async_commit();
+      ptx::cp_async_commit();
     }
 
     // S = Q K^T for this warp's rows and the tile's kBN keys.
@@ -403,35 +308,30 @@ __global__ void __launch_bounds__(Tile::kThreads)
 #pragma unroll
           for (int r = 0; r < 4; ++r) a_reg[mt][r] = q_frag[mt][kk][r];
         } else {
-          ldmatrix_x4(a_reg[mt], q_lane.at(sQ, mt * 16, kk * 2));
+          ptx::ldmatrix_x4(a_reg[mt], q_lane.at(sQ, mt * 16, kk * 2));
         }
       }
 #pragma unroll
       for (int np = 0; np < kNTiles / 2; ++np) {
         uint32_t b[4];
-        ldmatrix_x4(b, k_lane.at(sK, np * 16, kk * 2));
+        ptx::ldmatrix_x4(b, k_lane.at(sK, np * 16, kk * 2));
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
-          mma_16816<T>(s[mt][2 * np], a_reg[mt], b[0], b[1]);
-          mma_16816<T>(s[mt][2 * np + 1], a_reg[mt], b[2], b[3]);
+          ptx::mma_m16n8k16<T>(s[mt][2 * np], a_reg[mt], b[0], b[1]);
+          ptx::mma_m16n8k16<T>(s[mt][2 * np + 1], a_reg[mt], b[2], b[3]);
         }
       }
     }
 
-    if constexpr (kMasked) {  // keys past Sk and, causal, above the diagonal -> -inf
+    if constexpr (kMasked) {
       const int n0 = n_block * kBN;
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const int row = row_mine + 16 * mt + 8 * h;
-          const int limit = kCausal ? min(seqlen_k, row + 1 + diag_offset) : seqlen_k;
-#pragma unroll
-          for (int j = 0; j < kNTiles; ++j) {
-            const int col = n0 + j * 8 + 2 * t;
-            if (col >= limit) s[mt][j][2 * h] = -INFINITY;
-            if (col + 1 >= limit) s[mt][j][2 * h + 1] = -INFINITY;
-          }
+          const int limit = key_limit<kCausal>(row_mine + 16 * mt + 8 * h, seqlen_k, diag_offset);
+          mask_row<kNTiles>([&](int j, int e) -> float& { return s[mt][j][2 * h + e]; }, n0, t,
+                            limit);
         }
       }
     }
@@ -444,25 +344,9 @@ __global__ void __launch_bounds__(Tile::kThreads)
     for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        float mx = row_max[mt][h];
-#pragma unroll
-        for (int j = 0; j < kNTiles; ++j)
-          mx = fmaxf(mx, fmaxf(s[mt][j][2 * h], s[mt][j][2 * h + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        // In a masked pass a row may have seen only masked keys (max -inf): shift it by 0,
-        // so that exp2(-inf - shift) is 0 rather than NaN. Unmasked scores are finite.
-        const float shift = (kMasked && mx == -INFINITY) ? 0.f : mx * p.scale_log2;
-        const float correction = fast_exp2(row_max[mt][h] * p.scale_log2 - shift);
-        row_max[mt][h] = mx;
-        float sum = 0.f;
-#pragma unroll
-        for (int j = 0; j < kNTiles; ++j) {
-          s[mt][j][2 * h] = fast_exp2(fmaf(s[mt][j][2 * h], p.scale_log2, -shift));
-          s[mt][j][2 * h + 1] = fast_exp2(fmaf(s[mt][j][2 * h + 1], p.scale_log2, -shift));
-          sum += s[mt][j][2 * h] + s[mt][j][2 * h + 1];
-        }
-        row_sum[mt][h] = row_sum[mt][h] * correction + sum;
+        const float correction = softmax_step<kMasked, kNTiles>(
+            [&](int j, int e) -> float& { return s[mt][j][2 * h + e]; }, row_max[mt][h],
+            row_sum[mt][h], p.scale_log2);
         // Rescale O only when some row's max moved (after the first tiles it rarely does):
         // a warp-uniform branch that mostly skips D / 2 multiplies per thread. Per row pair,
         // or once a tile after all rows (their softmax chains then interleave).
@@ -505,46 +389,30 @@ __global__ void __launch_bounds__(Tile::kThreads)
 #pragma unroll
       for (int dp = 0; dp < kDTiles / 2; ++dp) {
         uint32_t b[4];
-        ldmatrix_x4_trans(b, v_lane.at(sV, kk * 16, dp * 2));
+        ptx::ldmatrix_x4_trans(b, v_lane.at(sV, kk * 16, dp * 2));
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
-          mma_16816<T>(acc_o[mt][2 * dp], p_frag[mt], b[0], b[1]);
-          mma_16816<T>(acc_o[mt][2 * dp + 1], p_frag[mt], b[2], b[3]);
+          ptx::mma_m16n8k16<T>(acc_o[mt][2 * dp], p_frag[mt], b[0], b[1]);
+          ptx::mma_m16n8k16<T>(acc_o[mt][2 * dp + 1], p_frag[mt], b[2], b[3]);
         }
       }
     }
   };
 
-  // Tile n needs masks when it reaches past Sk or (causal) past what the block's first
-  // row sees: (n + 1) * kBN > visible_to_all. The walk goes from the last tile down, so
-  // the masked passes come first.
-  const int visible_to_all = kCausal ? min(seqlen_k, m0 + diag_offset + 1) : seqlen_k;
-  const int first_masked = max(visible_to_all, 0) / kBN;
-  const int masked_passes = max(0, n_blocks - first_masked);
+  const int masked_passes = attention::masked_passes<kBN, kCausal>(n_blocks, m0, seqlen_k, diag_offset);
   int it = 0;
   for (; it < masked_passes; ++it) pass(it, std::true_type{});
   for (; it < n_blocks; ++it) pass(it, std::false_type{});
 
   // Epilogue: normalize, write lse, stage O through this warp's own rows of the Q tile
   // (read only by this warp) and store it as 16-byte row chunks.
-  T* o = o_head();
-  float* lse = lse_head();
+  T* o = heads.o(p);
+  float* lse = heads.lse(p);
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float sum = row_sum[mt][h];
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      const int row = row_mine + 16 * mt + 8 * h;
-      if (t == 0 && row < seqlen_q) {
-        // lse = ln(sum_j 2^(s_j * scale_log2)) = ln2 * (max * scale_log2 + log2(sum)).
-        lse[int64_t(row) * p.lse_row] =
-            sum > 0.f ? (row_max[mt][h] * p.scale_log2 + __log2f(sum)) * 0.69314718055994531f
-                      : -INFINITY;
-      }
-      row_sum[mt][h] = sum > 0.f ? 1.f / sum : 0.f;  // now the normalizer
-    }
+    for (int h = 0; h < 2; ++h)  // row_sum becomes the normalizer
+      row_sum[mt][h] = finish_row(row_sum[mt][h], row_max[mt][h], row_mine + 16 * mt + 8 * h, t, p, lse);
   }
   __syncwarp();
 #pragma unroll
@@ -572,4 +440,4 @@ __global__ void __launch_bounds__(Tile::kThreads)
   }
 }
 
-}  // namespace gks::kernels
+}  // namespace gks::kernels::attention

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // FlashAttention forward on Hopper Tensor Cores (sm_90a only): the algorithm of
-// flash_attention_fwd.cuh (K/V tiles walked last to first, online softmax in fp32
+// fwd_sm80.cuh (K/V tiles walked last to first, online softmax in fp32
 // registers, masks only on the tiles that need them), with both matmuls on wgmma instead
 // of mma.sync. Include only from *_sm90a.cu sources.
 //
@@ -26,12 +26,21 @@
 //    the row reductions are the same quad shuffles as in the mma.sync kernel.
 #pragma once
 
-#include "gks/kernels/flash_attention_fwd.cuh"
-#include "gks/kernels/hopper_gemm.cuh"  // descriptors, wgmma fence/commit/wait
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
-namespace gks::kernels {
+#include <cstdint>
+#include <type_traits>
 
-namespace flash_hopper {
+#include "gks/kernels/attention/common.cuh"
+#include "gks/kernels/ptx/sm80.cuh"
+#include "gks/kernels/ptx/sm90.cuh"
+#include "gks/kernels/ptx/wgmma.cuh"
+#include "gks/kernels/vec.cuh"
+
+namespace gks::kernels::attention {
+
+namespace sm90 {
 
 constexpr int kBlockM = 128;  // two warpgroups of 64 rows
 constexpr int kThreads = 256;
@@ -75,91 +84,20 @@ __device__ __forceinline__ void copy_tile(uint32_t tile, const void* base_ptr, i
 #pragma unroll
   for (int i = 0; i < kRows / kRowStep; ++i) {
     const bool valid = row0 + row + i * kRowStep < rows;
-    flash::cp_async_16(dst, valid ? static_cast<const void*>(src) : base_ptr, valid);
+    ptx::cp_async_16(dst, valid ? static_cast<const void*>(src) : base_ptr, valid);
     src += int64_t(kRowStep) * row_stride;
     dst += kRowStep * 128;
   }
 }
 
-__device__ __forceinline__ void fence_proxy_async_shared() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
-// ---- wgmma: SS (both operands in shared memory, K-major) and RS (A in registers, B in
-// shared memory MN-major), m64nNk16, fp32 accumulators, N = 64 or 128; the operand lists
-// (GKS_WGMMA_REGS*, GKS_WGMMA_D*) are hopper_gemm.cuh's ----
-
-// d (+)= A B: A [64 x 16] and B [16 x N], both K-major in shared memory.
-template <typename T, int kN>
-__device__ __forceinline__ void wgmma_ss(float (&d)[kN / 2], uint64_t desc_a, uint64_t desc_b,
-                                         int accumulate) {
-#define GKS_FA_SS(SHAPE, REGS, A, B, P, DN)                                                   \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " P ", 0;\n"                                 \
-               "wgmma.mma_async.sync.aligned." SHAPE " {" REGS "}, " A ", " B ", p, 1, 1, 0, 0;\n" \
-               "}\n"                                                                          \
-               : DN                                                                           \
-               : "l"(desc_a), "l"(desc_b), "r"(accumulate))
-  if constexpr (kN == 64) {
-    if constexpr (std::is_same_v<T, __half>)
-      GKS_FA_SS("m64n64k16.f32.f16.f16", GKS_WGMMA_REGS32, "%32", "%33", "%34",
-                GKS_WGMMA_D32("+f"));
-    else
-      GKS_FA_SS("m64n64k16.f32.bf16.bf16", GKS_WGMMA_REGS32, "%32", "%33", "%34",
-                GKS_WGMMA_D32("+f"));
-  } else {
-    if constexpr (std::is_same_v<T, __half>)
-      GKS_FA_SS("m64n128k16.f32.f16.f16", GKS_WGMMA_REGS64, "%64", "%65", "%66",
-                GKS_WGMMA_D64("+f"));
-    else
-      GKS_FA_SS("m64n128k16.f32.bf16.bf16", GKS_WGMMA_REGS64, "%64", "%65", "%66",
-                GKS_WGMMA_D64("+f"));
-  }
-#undef GKS_FA_SS
-}
-
-// d += A B: A [64 x 16] from registers (a warp's mma.sync A fragment), B [16 x N]
-// MN-major in shared memory.
-template <typename T, int kN>
-__device__ __forceinline__ void wgmma_rs(float (&d)[kN / 2], const uint32_t (&a)[4],
-                                         uint64_t desc_b) {
-  // scale-d is a predicate: true, d accumulates. imm-scale-a/b 1; imm-trans-b 1 (MN-major).
-  constexpr int kAccumulate = 1;
-#define GKS_FA_RS(SHAPE, REGS, A, B, P, DN)                                                   \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " P ", 0;\n"                                 \
-               "wgmma.mma_async.sync.aligned." SHAPE " {" REGS "}, " A ", " B ", p, 1, 1, 1;\n"  \
-               "}\n"                                                                          \
-               : DN                                                                           \
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(kAccumulate))
-  if constexpr (kN == 64) {
-    if constexpr (std::is_same_v<T, __half>)
-      GKS_FA_RS("m64n64k16.f32.f16.f16", GKS_WGMMA_REGS32, "{%32, %33, %34, %35}", "%36", "%37",
-                GKS_WGMMA_D32("+f"));
-    else
-      GKS_FA_RS("m64n64k16.f32.bf16.bf16", GKS_WGMMA_REGS32, "{%32, %33, %34, %35}", "%36", "%37",
-                GKS_WGMMA_D32("+f"));
-  } else {
-    if constexpr (std::is_same_v<T, __half>)
-      GKS_FA_RS("m64n128k16.f32.f16.f16", GKS_WGMMA_REGS64, "{%64, %65, %66, %67}", "%68", "%69",
-                GKS_WGMMA_D64("+f"));
-    else
-      GKS_FA_RS("m64n128k16.f32.bf16.bf16", GKS_WGMMA_REGS64, "{%64, %65, %66, %67}", "%68", "%69",
-                GKS_WGMMA_D64("+f"));
-  }
-#undef GKS_FA_RS
-}
-
-
-}  // namespace flash_hopper
+}  // namespace sm90
 
 // Grid: (ceil(Sq / 128), Hq, B); block: 256 threads; dynamic shared memory Tile::kSmemBytes.
 template <typename T, class Cfg, bool kCausal>
-__global__ void __launch_bounds__(flash_hopper::kThreads, Cfg::kCtasPerSm)
-    flash_attention_fwd_hopper_kernel(const FlashAttentionFwdParams p) {
-  using namespace flash_hopper;
-  using flash::fast_exp2;
-  using flash::pack2;
+__global__ void __launch_bounds__(sm90::kThreads, Cfg::kCtasPerSm)
+    flash_attention_fwd_wgmma_kernel(const FwdParams p) {
+  using namespace sm90;
   constexpr int kD = Cfg::kD, kBN = Cfg::kBN;
-  namespace hk = hopper;
   constexpr int kBM = kBlockM;
   constexpr int kKSteps = kD / 16;    // k-steps of S = Q K^T
   constexpr int kNTiles = kBN / 8;    // 8-key column groups of S
@@ -170,48 +108,34 @@ __global__ void __launch_bounds__(flash_hopper::kThreads, Cfg::kCtasPerSm)
   // 128-byte swizzle atoms must start on 1024-byte boundaries.
   uint8_t* const smem = reinterpret_cast<uint8_t*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  const uint32_t sQ = hk::smem_u32(smem);
+  const uint32_t sQ = ptx::smem_addr(smem);
   const uint32_t sK0 = sQ + Cfg::kQBytes;
   const uint32_t sV0 = sK0 + 2 * Cfg::kKVBytes;
 
-  const int m_block = kCausal ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x);
-  const int head = blockIdx.y, batch = blockIdx.z;
-  const int kv_head = head / p.group;
+  const BlockHeads<T, kCausal> heads(p);
   const int tid = threadIdx.x, wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32;
-  const int m0 = m_block * kBM;
+  const int m0 = heads.m_block * kBM;
   const int seqlen_q = p.seqlen_q, seqlen_k = p.seqlen_k;
-
-  const T* q = static_cast<const T*>(p.q) + batch * p.q_batch + head * p.q_head;
-  const T* k = static_cast<const T*>(p.k) + batch * p.k_batch + kv_head * p.k_head;
-  const T* v = static_cast<const T*>(p.v) + batch * p.v_batch + kv_head * p.v_head;
-  const auto o_head = [&] { return static_cast<T*>(p.o) + batch * p.o_batch + head * p.o_head; };
-  const auto lse_head = [&] { return p.lse + batch * p.lse_batch + head * p.lse_head; };
+  const T* q = heads.q(p);
+  const T* k = heads.k(p);
+  const T* v = heads.v(p);
 
   const int diag_offset = seqlen_k - seqlen_q;
-  int n_blocks = (seqlen_k + kBN - 1) / kBN;
+  int n_blocks = (seqlen_k + kBN - 1) / kBN;  // the K/V tiles the block walks (common.cuh)
   if constexpr (kCausal) {
     const int64_t visible_end = int64_t(min(m0 + kBM, seqlen_q)) + diag_offset;
     n_blocks = visible_end <= 0 ? 0 : min(n_blocks, int((visible_end + kBN - 1) / kBN));
   }
-  if (n_blocks == 0) {  // no row of this block sees a key: o = 0, lse = -inf
-    T* o = o_head();
-    float* lse = lse_head();
-    for (int idx = tid; idx < kBM * (kD / 8); idx += kThreads) {
-      const int row = m0 + idx / (kD / 8);
-      if (row < seqlen_q)
-        *reinterpret_cast<uint4*>(o + int64_t(row) * p.o_row + (idx % (kD / 8)) * 8) =
-            make_uint4(0, 0, 0, 0);
-    }
-    for (int r = tid; r < kBM; r += kThreads)
-      if (m0 + r < seqlen_q) lse[int64_t(m0 + r) * p.lse_row] = -INFINITY;
+  if (n_blocks == 0) {
+    write_unseen_rows<kBM, kD / 8, kThreads>(heads.o(p), heads.lse(p), p, m0, tid);
     return;
   }
 
   copy_tile<kD, kBM>(sQ, q, p.q_row, m0, seqlen_q, tid);
-  cp_async_commit();
+  ptx::cp_async_commit();
   copy_tile<kD, kBN>(sK0, k, p.k_row, (n_blocks - 1) * kBN, seqlen_k, tid);
   copy_tile<kD, kBN>(sV0, v, p.v_row, (n_blocks - 1) * kBN, seqlen_k, tid);
-  cp_async_commit();
+  ptx::cp_async_commit();
 
   const int g = lane / 4, t = lane % 4;
   const int wg_row0 = wg * 64;                      // this warpgroup's rows in the tile
@@ -228,65 +152,46 @@ __global__ void __launch_bounds__(flash_hopper::kThreads, Cfg::kCtasPerSm)
     const uint32_t stage_bytes = (it & 1) * Cfg::kKVBytes;
     const uint32_t sK = sK0 + stage_bytes, sV = sV0 + stage_bytes;
     const uint32_t next_stage_bytes = Cfg::kKVBytes - stage_bytes;
-    cp_async_wait<0>();           // this thread's copies of the tile (and Q) have landed ...
-    fence_proxy_async_shared();   // ... and are visible to wgmma's reads ...
+    ptx::cp_async_wait<0>();           // this thread's copies of the tile (and Q) have landed ...
+    ptx::fence_proxy_async_shared();  // ... and are visible to wgmma's reads ...
     __syncthreads();              // ... for every thread's; every warpgroup is done with it - 1
     if (n_block > 0) {
       copy_tile<kD, kBN>(sK0 + next_stage_bytes, k, p.k_row, (n_block - 1) * kBN, seqlen_k, tid);
       copy_tile<kD, kBN>(sV0 + next_stage_bytes, v, p.v_row, (n_block - 1) * kBN, seqlen_k, tid);
-      cp_async_commit();
+      ptx::cp_async_commit();
     }
 
     // S = Q K^T for this warpgroup's 64 rows and the tile's kBN keys.
     float s[kBN / 2];
-    hk::wgmma_fence();
+    ptx::wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < kKSteps; ++ks) {
       const uint32_t col_bytes = (ks % 4) * 32;  // 16 elements of a 64-element block
-      const uint64_t desc_q = hk::smem_descriptor(
+      const uint64_t desc_q = ptx::smem_descriptor(
           sQ + (ks / 4) * kBM * 128 + wg_row0 * 128 + col_bytes, 16, 1024);
-      const uint64_t desc_k = hk::smem_descriptor(sK + (ks / 4) * kBN * 128 + col_bytes, 16, 1024);
-      wgmma_ss<T, kBN>(s, desc_q, desc_k, ks > 0);
+      const uint64_t desc_k = ptx::smem_descriptor(sK + (ks / 4) * kBN * 128 + col_bytes, 16, 1024);
+      ptx::wgmma_ss<T, kBN, /*kTransB=*/false>(s, desc_q, desc_k, ks > 0);
     }
-    hk::wgmma_commit();
-    hk::wgmma_wait<0>();
-    hk::fence_registers(s);
+    ptx::wgmma_commit();
+    ptx::wgmma_wait<0>();
+    ptx::fence_registers(s);
 
-    if constexpr (kMasked) {  // keys past Sk and, causal, above the diagonal -> -inf
+    if constexpr (kMasked) {
       const int n0 = n_block * kBN;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int row = row_mine + 8 * h;
-        const int limit = kCausal ? min(seqlen_k, row + 1 + diag_offset) : seqlen_k;
-#pragma unroll
-        for (int j = 0; j < kNTiles; ++j) {
-          const int col = n0 + j * 8 + 2 * t;
-          if (col >= limit) s[4 * j + 2 * h] = -INFINITY;
-          if (col + 1 >= limit) s[4 * j + 2 * h + 1] = -INFINITY;
-        }
+        const int limit = key_limit<kCausal>(row_mine + 8 * h, seqlen_k, diag_offset);
+        mask_row<kNTiles>([&](int j, int e) -> float& { return s[4 * j + 2 * h + e]; }, n0, t,
+                          limit);
       }
     }
 
-    // Online softmax, rows g and g + 8 of this warp's 16; a row's 4 threads are a quad.
+    // Online softmax, rows g and g + 8 of this warp's 16.
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float mx = row_max[h];
-#pragma unroll
-      for (int j = 0; j < kNTiles; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      // A masked row that saw only masked keys (max -inf) shifts by 0: exp2(-inf) = 0.
-      const float shift = (kMasked && mx == -INFINITY) ? 0.f : mx * p.scale_log2;
-      const float correction = fast_exp2(row_max[h] * p.scale_log2 - shift);
-      row_max[h] = mx;
-      float sum = 0.f;
-#pragma unroll
-      for (int j = 0; j < kNTiles; ++j) {
-        s[4 * j + 2 * h] = fast_exp2(fmaf(s[4 * j + 2 * h], p.scale_log2, -shift));
-        s[4 * j + 2 * h + 1] = fast_exp2(fmaf(s[4 * j + 2 * h + 1], p.scale_log2, -shift));
-        sum += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
-      }
-      row_sum[h] = row_sum[h] * correction + sum;
+      const float correction = softmax_step<kMasked, kNTiles>(
+          [&](int j, int e) -> float& { return s[4 * j + 2 * h + e]; }, row_max[h], row_sum[h],
+          p.scale_log2);
       if (__any_sync(0xffffffffu, correction != 1.f)) {
 #pragma unroll
         for (int j = 0; j < kDTiles; ++j) {
@@ -305,42 +210,30 @@ __global__ void __launch_bounds__(flash_hopper::kThreads, Cfg::kCtasPerSm)
       p_frag[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
       p_frag[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
     }
-    hk::wgmma_fence();
+    ptx::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kPVSteps; ++kk) {
       // 16 keys = 16 V rows of 128 bytes; the D columns are blocks of 64, kBN * 128 apart.
-      const uint64_t desc_v = hk::smem_descriptor(sV + kk * 2048, kBN * 128, 1024);
-      wgmma_rs<T, kD>(acc_o, p_frag[kk], desc_v);
+      const uint64_t desc_v = ptx::smem_descriptor(sV + kk * 2048, kBN * 128, 1024);
+      ptx::wgmma_rs<T, kD>(acc_o, p_frag[kk], desc_v);
     }
-    hk::wgmma_commit();
-    hk::wgmma_wait<0>();
-    hk::fence_registers(acc_o);
+    ptx::wgmma_commit();
+    ptx::wgmma_wait<0>();
+    ptx::fence_registers(acc_o);
   };
 
-  const int visible_to_all = kCausal ? min(seqlen_k, m0 + diag_offset + 1) : seqlen_k;
-  const int first_masked = max(visible_to_all, 0) / kBN;
-  const int masked_passes = max(0, n_blocks - first_masked);
+  const int masked_passes = attention::masked_passes<kBN, kCausal>(n_blocks, m0, seqlen_k, diag_offset);
   int it = 0;
   for (; it < masked_passes; ++it) pass(it, std::true_type{});
   for (; it < n_blocks; ++it) pass(it, std::false_type{});
 
   // Epilogue: normalize, write lse, stage O through this warp's own rows of the Q tile
   // (no other warp reads or writes them any more) and store 16-byte row chunks.
-  T* o = o_head();
-  float* lse = lse_head();
+  T* o = heads.o(p);
+  float* lse = heads.lse(p);
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float sum = row_sum[h];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    const int row = row_mine + 8 * h;
-    if (t == 0 && row < seqlen_q) {
-      lse[int64_t(row) * p.lse_row] =
-          sum > 0.f ? (row_max[h] * p.scale_log2 + __log2f(sum)) * 0.69314718055994531f
-                    : -INFINITY;
-    }
-    row_sum[h] = sum > 0.f ? 1.f / sum : 0.f;  // now the normalizer
-  }
+  for (int h = 0; h < 2; ++h)  // row_sum becomes the normalizer
+    row_sum[h] = finish_row(row_sum[h], row_max[h], row_mine + 8 * h, t, p, lse);
   const int warp_row0 = wg_row0 + warp * 16;
 #pragma unroll
   for (int j = 0; j < kDTiles; ++j) {
@@ -363,4 +256,4 @@ __global__ void __launch_bounds__(flash_hopper::kThreads, Cfg::kCtasPerSm)
   }
 }
 
-}  // namespace gks::kernels
+}  // namespace gks::kernels::attention

@@ -1,12 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-// Device helpers the GEMM kernels share: the checked operand-tile copies (cp.async itself
-// is in cp_async.cuh), the multistage K loop, the tile raster, and the parameters every
-// GEMM kernel takes.
+// Device code the sm_80 GEMM kernels (sgemm, wmma, int8) share: the checked operand-tile
+// copies, the multistage K loop, the tile raster, and the shape every GEMM kernel takes.
 #pragma once
 
 #include <cstdint>
 
-#include "gks/kernels/cp_async.cuh"
+#include "gks/kernels/ptx/sm80.cuh"
 
 namespace gks::kernels::gemm {
 
@@ -18,10 +17,10 @@ struct GemmShape {
   int tiles_m, tiles_n;
 };
 
-using kernels::cp_async_commit;
-using kernels::cp_async_wait;
-using kernels::cp_async_zfill;
-using kernels::smem_addr;
+using ptx::cp_async_commit;
+using ptx::cp_async_wait;
+using ptx::cp_async_zfill;
+using ptx::smem_addr;
 
 // The checked copy of one operand tile (any block, any k-tile) with 16-byte cp.async
 // chunks: tile row r, chunk c (kElems = 16 / sizeof(T) elements) comes from row row0 + r,
@@ -70,8 +69,8 @@ __device__ __forceinline__ void copy_tile_elementwise(T* smem, const T* g, int64
 // consumed in kSteps k-steps whose register fragments are double-buffered: step s + 1's
 // fragments load before step s's math issues. The barrier for tile kt + 1 sits before the
 // last step of tile kt, so the next tile's first fragments load while that step's math runs
-// and no warp waits on shared memory at a tile boundary with nothing to issue (a barrier at
-// the top of each tile instead cost the H200 SGEMM 4-6%; see docs/PERF_NOTES.md).
+// and no warp waits on shared memory at a tile boundary with nothing to issue (docs/perf/gemm.md
+// has what a barrier at the top of each tile cost instead).
 //
 //   issue_tile(stage): start the copies of the next k-tile (tile 0, 1, ... in call order) into
 //                      ring slot `stage`. A cp.async group is committed at every slot where

@@ -36,10 +36,10 @@
 
 #include <cstdint>
 
-#include "gks/kernels/gemm_common.cuh"
+#include "gks/kernels/gemm/common.cuh"
 #include "gks/kernels/vec.cuh"
 
-namespace gks::kernels {
+namespace gks::kernels::gemm {
 
 template <int kWarpsM_, int kWarpsN_, int kTilesM_, int kNB_, int kBlockK_, int kStages_>
 struct Int8Tile {
@@ -75,7 +75,7 @@ struct Int8GemmParams {
   const float* a_scale;
   const float* b_scale;
   void* c;
-  gemm::GemmShape s;
+  GemmShape s;
   int64_t a_scale_stride, b_scale_stride;
   int c_kind;  // 0 float32, 1 float16, 2 bfloat16
   bool c_vec;  // c rows are 16-byte aligned
@@ -114,7 +114,7 @@ __device__ __forceinline__ void int8_load_tile(const Int8GemmParams& p, int m0, 
         const int r = tid / Cfg::kChunksA + i * kRowStep;
         const bool ok = bytes > 0 && m0 + r < p.s.m;
         const int8_t* src = ok ? p.a + int64_t(m0 + r) * p.s.lda + k0 + chunk * 16 : p.a;
-        gemm::cp_async_zfill<16>(As + r * Cfg::kBlockK + swizzle_a<Cfg::kChunksA>(r, chunk) * 16,
+        cp_async_zfill<16>(As + r * Cfg::kBlockK + swizzle_a<Cfg::kChunksA>(r, chunk) * 16,
                                  src, ok ? bytes : 0);
       }
     }
@@ -129,7 +129,7 @@ __device__ __forceinline__ void int8_load_tile(const Int8GemmParams& p, int m0, 
         const int r = tid / Cfg::kChunksB + i * kRowStep;
         const bool ok = bytes > 0 && k0 + r < p.s.k;
         const int8_t* src = ok ? p.b + int64_t(k0 + r) * p.s.ldb + n0 + chunk * 16 : p.b;
-        gemm::cp_async_zfill<16>(Bs + r * Cfg::kBlockN + swizzle_b<Cfg::kChunksB>(r, chunk) * 16,
+        cp_async_zfill<16>(Bs + r * Cfg::kBlockN + swizzle_b<Cfg::kChunksB>(r, chunk) * 16,
                                  src, ok ? bytes : 0);
       }
     }
@@ -190,13 +190,13 @@ struct Int8Loader {
 #pragma unroll
       for (int i = 0; i < kCopiesA; ++i) {
         const int r = tid / Cfg::kChunksA + i * kRowStepA;
-        gemm::cp_async_zfill<16>(As + r * Cfg::kBlockK + swizzle_a<Cfg::kChunksA>(r, ca) * 16,
+        cp_async_zfill<16>(As + r * Cfg::kBlockK + swizzle_a<Cfg::kChunksA>(r, ca) * 16,
                                  a_ptr + int64_t(i * kRowStepA) * p.s.lda, 16);
       }
 #pragma unroll
       for (int i = 0; i < kCopiesB; ++i) {
         const int r = tid / Cfg::kChunksB + i * kRowStepB;
-        gemm::cp_async_zfill<16>(Bs + r * Cfg::kBlockN + swizzle_b<Cfg::kChunksB>(r, cb) * 16,
+        cp_async_zfill<16>(Bs + r * Cfg::kBlockN + swizzle_b<Cfg::kChunksB>(r, cb) * 16,
                                  b_ptr + int64_t(i * kRowStepB) * p.s.ldb, 16);
       }
       a_ptr += Cfg::kBlockK;
@@ -206,21 +206,6 @@ struct Int8Loader {
     }
   }
 };
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(gemm::smem_addr(smem)));
-}
-
-__device__ __forceinline__ void mma_s8_16832(int (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                             uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 // Transposes a 4 x 4 block of bytes: in w[i] byte j is element (i, j); out o[j] byte i.
 __device__ __forceinline__ void transpose4x4(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3,
@@ -276,7 +261,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     int8_gemm_kernel(const Int8GemmParams p) {
   extern __shared__ __align__(128) int8_t i8_smem[];
   constexpr int kTM = Cfg::kTilesM, kNB = Cfg::kNB;
-  const gemm::TileCoord tile = gemm::raster_tile<8>(blockIdx.x, p.s.tiles_m, p.s.tiles_n);
+  const TileCoord tile = raster_tile<8>(blockIdx.x, p.s.tiles_m, p.s.tiles_n);
   const int m0 = tile.m * Cfg::kBlockM;
   const int n0 = tile.n * Cfg::kBlockN;
   const int k_tiles = (p.s.k + Cfg::kBlockK - 1) / Cfg::kBlockK;
@@ -299,7 +284,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 #pragma unroll
   for (int s = 0; s < Cfg::kStages - 1; ++s) {
     if (s < k_tiles) loader.load(p, m0, n0, stage_a(s), stage_b(s));
-    gemm::cp_async_commit();
+    cp_async_commit();
   }
 
   // Per-lane fragment coordinates (see the header comment).
@@ -310,11 +295,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 
   int read_stage = 0, write_stage = Cfg::kStages - 1;
   for (int kt = 0; kt < k_tiles; ++kt) {
-    gemm::cp_async_wait<Cfg::kStages - 2>();
+    cp_async_wait<Cfg::kStages - 2>();
     __syncthreads();  // tile kt visible; every warp done with tile kt - 1 (write_stage)
     if (kt + Cfg::kStages - 1 < k_tiles)
       loader.load(p, m0, n0, stage_a(write_stage), stage_b(write_stage));
-    gemm::cp_async_commit();
+    cp_async_commit();
     write_stage = write_stage + 1 == Cfg::kStages ? 0 : write_stage + 1;
 
     const int8_t* As = stage_a(read_stage);
@@ -327,7 +312,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       for (int i = 0; i < kTM; ++i) {
         const int r = warp_m + 16 * i + a_row;
         const int chunk = swizzle_a<Cfg::kChunksA>(r, 2 * ks + a_half);
-        ldmatrix_x4(af[i], As + r * Cfg::kBlockK + chunk * 16);
+        ptx::ldmatrix_x4(af[i], smem_addr(As + r * Cfg::kBlockK + chunk * 16));
       }
       uint32_t bf[kNB][2];
 #pragma unroll
@@ -350,10 +335,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 #pragma unroll
       for (int i = 0; i < kTM; ++i)
 #pragma unroll
-        for (int t = 0; t < kNB; ++t) mma_s8_16832(acc[i][t], af[i], bf[t][0], bf[t][1]);
+        for (int t = 0; t < kNB; ++t) ptx::mma_m16n8k32_s8(acc[i][t], af[i], bf[t][0], bf[t][1]);
     }
   }
-  gemm::cp_async_wait<0>();
+  cp_async_wait<0>();
 
   // Epilogue: lane holds columns col0 .. col0 + 2 kNB - 1 of rows g and g + 8 per m tile.
   const int g = lane >> 2;
@@ -452,4 +437,4 @@ __global__ void __launch_bounds__(kTransposeThreads)
   }
 }
 
-}  // namespace gks::kernels
+}  // namespace gks::kernels::gemm

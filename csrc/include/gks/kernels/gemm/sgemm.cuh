@@ -2,7 +2,7 @@
 // SGEMM device code: c = a @ b in fp32 with FFMA (no Tensor Cores, no TF32).
 //
 // A block computes a kBlockM x kBlockN tile of c, walking K in kBlockK steps through a
-// kStages-deep ring of shared-memory tiles filled by cp.async (gemm::multistage_k_loop:
+// kStages-deep ring of shared-memory tiles filled by cp.async (multistage_k_loop:
 // copies for tile k + S - 1 in flight while tile k is computed, each k-step's operands
 // loaded into registers while the previous step's FFMAs run). Each warp owns a kWarpM x kWarpN sub-tile and
 // each thread a kThreadM x kThreadN block of it, held in registers, as 4 x 4 pieces spread
@@ -25,9 +25,9 @@
 
 #include <cstdint>
 
-#include "gks/kernels/gemm_common.cuh"
+#include "gks/kernels/gemm/common.cuh"
 
-namespace gks::kernels {
+namespace gks::kernels::gemm {
 
 template <int kWarpsM_, int kWarpsN_, int kLanesM_, int kThreadM_, int kThreadN_, int kBlockK_,
           int kStages_, int kMinBlocks_ = 512 / (kWarpsM_ * kWarpsN_ * 32), bool kACopyByRows_ = false>
@@ -72,7 +72,7 @@ struct SgemmParams {
   const float* a;
   const float* b;
   float* c;
-  gemm::GemmShape s;
+  GemmShape s;
   bool c_vec4;  // c rows are 16-byte aligned: store float4s
 };
 
@@ -151,23 +151,23 @@ struct SgemmLoader {
           const float* src = a_ptr;
 #pragma unroll
           for (int j = 0; j < kAPerThread; ++j, src += a_row_step)
-            gemm::cp_async_zfill<4>(a_dst + j * kARowStep, src, 4);
+            cp_async_zfill<4>(a_dst + j * kARowStep, src, 4);
         } else {
 #pragma unroll
           for (int j = 0; j < kAPerThread; ++j) {
             const bool ok = (a_rows_ok >> j) & 1u;
-            gemm::cp_async_zfill<4>(a_dst + j * kARowStep, ok ? a_ptr + j * a_row_step : a_base,
+            cp_async_zfill<4>(a_dst + j * kARowStep, ok ? a_ptr + j * a_row_step : a_base,
                                     ok ? 4 : 0);
           }
         }
       } else {
 #pragma unroll
         for (int j = 0; j < kAPerThread; ++j)
-          gemm::cp_async_zfill<4>(a_dst + j * Cfg::kStrideA, a_ptr + j, a_bytes);
+          cp_async_zfill<4>(a_dst + j * Cfg::kStrideA, a_ptr + j, a_bytes);
       }
 #pragma unroll
       for (int i = 0; i < kCopiesB; ++i)
-        gemm::cp_async_zfill<4 * kBWidth>(b_dst + i * kRowStepB * Cfg::kStrideB,
+        cp_async_zfill<4 * kBWidth>(b_dst + i * kRowStepB * Cfg::kStrideB,
                                           b_ptr + int64_t(i * kRowStepB) * ldb, b_bytes);
     } else {  // the last, partial tile: also check k per element
       if constexpr (kByRows) {
@@ -175,14 +175,14 @@ struct SgemmLoader {
 #pragma unroll
         for (int j = 0; j < kAPerThread; ++j) {
           const bool ok = k_ok && ((a_rows_ok >> j) & 1u);
-          gemm::cp_async_zfill<4>(a_dst + j * kARowStep, ok ? a_ptr + j * a_row_step : a_base,
+          cp_async_zfill<4>(a_dst + j * kARowStep, ok ? a_ptr + j * a_row_step : a_base,
                                   ok ? 4 : 0);
         }
       } else {
 #pragma unroll
         for (int j = 0; j < kAPerThread; ++j) {
           const bool ok = a_bytes > 0 && next_k0 + a_k() + j < k;
-          gemm::cp_async_zfill<4>(a_dst + j * Cfg::kStrideA, ok ? a_ptr + j : a_base,
+          cp_async_zfill<4>(a_dst + j * Cfg::kStrideA, ok ? a_ptr + j : a_base,
                                   ok ? 4 : 0);
         }
       }
@@ -190,7 +190,7 @@ struct SgemmLoader {
       for (int i = 0; i < kCopiesB; ++i) {
         const bool ok = b_bytes > 0 && next_k0 + b_row() + i * kRowStepB < k;
         const float* src = ok ? b_ptr + int64_t(i * kRowStepB) * ldb : b_base;
-        gemm::cp_async_zfill<4 * kBWidth>(b_dst + i * kRowStepB * Cfg::kStrideB, src,
+        cp_async_zfill<4 * kBWidth>(b_dst + i * kRowStepB * Cfg::kStrideB, src,
                                           ok ? b_bytes : 0);
       }
     }
@@ -205,7 +205,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     sgemm_kernel(const SgemmParams p) {
   extern __shared__ __align__(16) float smem[];
   constexpr int kTM = Cfg::kThreadM, kTN = Cfg::kThreadN;
-  const gemm::TileCoord tile = gemm::raster_tile<8>(blockIdx.x, p.s.tiles_m, p.s.tiles_n);
+  const TileCoord tile = raster_tile<8>(blockIdx.x, p.s.tiles_m, p.s.tiles_n);
   const int m0 = tile.m * Cfg::kBlockM;
   const int n0 = tile.n * Cfg::kBlockN;
   const int k_tiles = (p.s.k + Cfg::kBlockK - 1) / Cfg::kBlockK;
@@ -233,7 +233,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     float a[kTM], b[kTN];
   };
   SgemmLoader<Cfg, kVecB> loader(p, m0, n0);
-  gemm::multistage_k_loop<Cfg::kStages, Cfg::kBlockK, Frags>(
+  multistage_k_loop<Cfg::kStages, Cfg::kBlockK, Frags>(
       k_tiles, [&](int stage) { loader.load(stage_a(stage), stage_b(stage)); },
       [&](Frags& f, int stage, int kk) {
         const float* As = stage_a(stage) + kk * Cfg::kStrideA + a_off;
@@ -279,4 +279,4 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   }
 }
 
-}  // namespace gks::kernels
+}  // namespace gks::kernels::gemm

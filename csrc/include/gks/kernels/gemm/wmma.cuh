@@ -6,7 +6,7 @@
 // mma.sync m16n8k16 (HMMA.16816). Operand fragments come from wmma::load_matrix_sync
 // (ldmatrix) for fp16, and from ldmatrix directly for bf16 (see ldmatrix_frag). K is walked
 // in kBlockK steps through a kStages-deep ring of shared tiles filled by 16-byte cp.async
-// (gemm::multistage_k_loop: copies for tile k + S - 1 in flight while tile k is computed,
+// (multistage_k_loop: copies for tile k + S - 1 in flight while tile k is computed,
 // each k-step's fragments loaded while the previous step's MMAs run).
 //
 // Shared layout: As[m][k] with rows of kBlockK + 8 elements and Bs[k][n] with rows of
@@ -31,10 +31,10 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "gks/kernels/gemm_common.cuh"
+#include "gks/kernels/gemm/common.cuh"
 #include "gks/kernels/vec.cuh"
 
-namespace gks::kernels {
+namespace gks::kernels::gemm {
 
 template <int kWarpsM_, int kWarpsN_, int kFragsM_, int kFragsN_, int kBlockK_, int kStages_>
 struct WmmaTile {
@@ -80,7 +80,7 @@ struct WmmaGemmParams {
   const void* a;
   const void* b;
   void* c;
-  gemm::GemmShape s;
+  GemmShape s;
   bool c_is_f32;  // else c has the input dtype
   bool c_vec;     // c rows are 16-byte aligned: 16-byte stores
 };
@@ -93,14 +93,14 @@ __device__ __forceinline__ void wmma_load_tile(const WmmaGemmParams& p, int m0, 
   const auto* a = static_cast<const uint16_t*>(p.a);
   const auto* b = static_cast<const uint16_t*>(p.b);
   if constexpr (kAligned) {  // 8-element chunks into rows padded to kStrideA / kStrideB
-    gemm::cp_async_tile_checked<Cfg::kBlockM, Cfg::kBlockK / 8, Cfg::kThreads>(
+    cp_async_tile_checked<Cfg::kBlockM, Cfg::kBlockK / 8, Cfg::kThreads>(
         As, a, p.s.lda, m0, k0, p.s.m, p.s.k, [](int r, int c) { return r * Cfg::kStrideA + c * 8; });
-    gemm::cp_async_tile_checked<Cfg::kBlockK, Cfg::kBlockN / 8, Cfg::kThreads>(
+    cp_async_tile_checked<Cfg::kBlockK, Cfg::kBlockN / 8, Cfg::kThreads>(
         Bs, b, p.s.ldb, k0, n0, p.s.k, p.s.n, [](int r, int c) { return r * Cfg::kStrideB + c * 8; });
   } else {  // 2-byte alignment is all we can assume
-    gemm::copy_tile_elementwise<Cfg::kBlockM, Cfg::kBlockK, Cfg::kThreads>(
+    copy_tile_elementwise<Cfg::kBlockM, Cfg::kBlockK, Cfg::kThreads>(
         As, a, p.s.lda, m0, k0, p.s.m, p.s.k, [](int r, int c) { return r * Cfg::kStrideA + c; });
-    gemm::copy_tile_elementwise<Cfg::kBlockK, Cfg::kBlockN, Cfg::kThreads>(
+    copy_tile_elementwise<Cfg::kBlockK, Cfg::kBlockN, Cfg::kThreads>(
         Bs, b, p.s.ldb, k0, n0, p.s.k, p.s.n, [](int r, int c) { return r * Cfg::kStrideB + c; });
   }
 }
@@ -140,11 +140,11 @@ struct WmmaLoader {
       uint16_t* b_dst = Bs + (tid / kPerRowB) * Cfg::kStrideB + (tid % kPerRowB) * 8;
 #pragma unroll
       for (int i = 0; i < kCopiesA; ++i)
-        gemm::cp_async_zfill<16>(a_dst + i * kRowStepA * Cfg::kStrideA,
+        cp_async_zfill<16>(a_dst + i * kRowStepA * Cfg::kStrideA,
                                  a_ptr + int64_t(i * kRowStepA) * p.s.lda, 16);
 #pragma unroll
       for (int i = 0; i < kCopiesB; ++i)
-        gemm::cp_async_zfill<16>(b_dst + i * kRowStepB * Cfg::kStrideB,
+        cp_async_zfill<16>(b_dst + i * kRowStepB * Cfg::kStrideB,
                                  b_ptr + int64_t(i * kRowStepB) * p.s.ldb, 16);
       a_ptr += Cfg::kBlockK;
       b_ptr += int64_t(Cfg::kBlockK) * p.s.ldb;
@@ -164,16 +164,12 @@ template <bool kTrans, class Frag>
 __device__ __forceinline__ void ldmatrix_frag(Frag& frag, const uint16_t* tile, int ld) {
   static_assert(sizeof(frag.x) == 16, "a 16x16 16-bit fragment of 4 registers per lane");
   const int lane = threadIdx.x % 32;
-  const uint32_t addr = gemm::smem_addr(tile + (lane % 16) * ld + (lane / 16) * 8);
-  uint32_t* r = reinterpret_cast<uint32_t*>(&frag.x[0]);
+  const uint32_t addr = smem_addr(tile + (lane % 16) * ld + (lane / 16) * 8);
+  uint32_t(&r)[4] = *reinterpret_cast<uint32_t(*)[4]>(&frag.x[0]);
   if constexpr (kTrans) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
+    ptx::ldmatrix_x4_trans(r, addr);
   } else {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
+    ptx::ldmatrix_x4(r, addr);
   }
 }
 
@@ -203,7 +199,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   using namespace nvcuda;
   using Elem = typename WmmaElem<T>::type;
   extern __shared__ __align__(128) uint16_t wmma_smem[];
-  const gemm::TileCoord tile = gemm::raster_tile<8>(blockIdx.x, p.s.tiles_m, p.s.tiles_n);
+  const TileCoord tile = raster_tile<8>(blockIdx.x, p.s.tiles_m, p.s.tiles_n);
   const int m0 = tile.m * Cfg::kBlockM;
   const int n0 = tile.n * Cfg::kBlockN;
   const int k_tiles = (p.s.k + Cfg::kBlockK - 1) / Cfg::kBlockK;
@@ -228,7 +224,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     wmma::fragment<wmma::matrix_b, 16, 16, 16, Elem, wmma::row_major> b[Cfg::kFragsN];
   };
   WmmaLoader<Cfg, kAligned> loader(p, m0, n0);
-  gemm::multistage_k_loop<Cfg::kStages, Cfg::kBlockK / 16, Frags>(
+  multistage_k_loop<Cfg::kStages, Cfg::kBlockK / 16, Frags>(
       k_tiles, [&](int stage) { loader.load(p, m0, n0, stage_a(stage), stage_b(stage)); },
       [&](Frags& f, int stage, int step) {
         const uint16_t* As = stage_a(stage) + warp_m * Cfg::kStrideA + 16 * step;
@@ -286,4 +282,4 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   }
 }
 
-}  // namespace gks::kernels
+}  // namespace gks::kernels::gemm

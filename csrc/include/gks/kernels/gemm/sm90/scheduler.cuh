@@ -1,0 +1,200 @@
+// SPDX-License-Identifier: Apache-2.0
+// The Hopper GEMM's tile schedulers: which output tiles (and which of their k-blocks) each
+// persistent CTA computes, in what order. The producer and the consumers of a CTA walk the
+// same sequence independently. A scheduler is the kernel's third policy:
+//  * DataParallelScheduler: output tiles (or, with clusters, a cluster's tiles: a
+//    "scheduling unit") in groups of `group_m` unit rows, so the CTAs in flight share A rows
+//    and B columns in L2; each CTA takes every gridDim-th unit. Split-K (k_splits > 1, for
+//    outputs with too few tiles to fill the GPU) shares a tile's k-blocks among k_splits
+//    units; each writes its raw sums to a workspace slice, which split_k_reduce_kernel
+//    (epilogue.cuh) adds in order.
+//  * StreamKScheduler (single CTAs; sk_tiles > 0): after the data-parallel units (a whole
+//    number of waves), the last sk_tiles tiles' k-blocks, as one sequence of tile-major
+//    iterations, are dealt out in equal ranges to the grid's CTAs, so every SM works to the
+//    end instead of a part-empty last wave. A CTA runs its range last piece first: a piece
+//    that stops short of its tile's last k-block is a partial (at most one a CTA, the first
+//    it runs), stored raw in the CTA's workspace slot with a flag set after it; the piece
+//    that ends the tile adds the partials of the CTAs before it (lower ranks, which ran
+//    theirs first) in a fixed order and runs the epilogue. So the waits go to CTAs that
+//    were scheduled no later and are long done, and the sums are deterministic for a given
+//    grid.
+// A scheduler gives the kernel: a constructor (params, cluster id, clusters), done(),
+// next() -> UnitWork, and fixup(): what the consumer does with a unit's accumulators before
+// the epilogue (true: the unit is finished without one).
+#pragma once
+
+#include <cstdint>
+
+#include "gks/kernels/gemm/sm90/tile.cuh"
+#include "gks/kernels/ptx/sm90.cuh"
+#include "gks/kernels/vec.cuh"
+
+namespace gks::kernels::gemm::sm90 {
+
+// What one scheduling unit computes: unit row `row` (a tile row, or a cluster's pair of
+// them), unit column `col` (a tile column, or a cluster's 2 or 4 of them), over k-blocks
+// [kb_begin, kb_end) as split `split`; with stream-K, also whether the piece is a whole
+// tile, a partial or the tile's finish, and the first iteration of its tile (which says
+// whose partials the finish adds).
+enum class Piece { kWhole, kPartial, kFinish };
+struct UnitWork {
+  int row, col, split, kb_begin, kb_end;
+  Piece piece;
+  int64_t tile_first;
+};
+
+// The tile a CTA computes of its cluster's unit: clusters along M stack their CTAs' tiles
+// in M, clusters along N put them side by side.
+template <class Cfg>
+__device__ __forceinline__ int tile_row(const UnitWork& w, uint32_t cta_rank) {
+  return w.row * Cfg::kClusterM + (Cfg::kClusterM > 1 ? int(cta_rank) : 0);
+}
+template <class Cfg>
+__device__ __forceinline__ int tile_col(const UnitWork& w, uint32_t cta_rank) {
+  return w.col * Cfg::kClusterN + (Cfg::kClusterN > 1 ? int(cta_rank) : 0);
+}
+
+// Scheduling unit -> its work. Splits are the slowest-moving index, so the units in flight
+// together cover as many tiles as possible; within a split, units go in groups of
+// `group_m` unit rows, walking down a group's rows before moving right.
+__device__ __forceinline__ UnitWork unit_work(const Params& p, int unit) {
+  UnitWork w;
+  const int per_split = p.unit_rows * p.unit_cols;
+  w.split = unit / per_split;
+  unit -= w.split * per_split;
+  const int per_group = p.group_m * p.unit_cols;
+  const int group = unit / per_group;
+  const int first_row = group * p.group_m;
+  const int rows_in_group = min(p.unit_rows - first_row, p.group_m);
+  const int in_group = unit - group * per_group;
+  w.row = first_row + in_group % rows_in_group;
+  w.col = in_group / rows_in_group;
+  w.kb_begin = w.split * p.kb_per_split;
+  w.kb_end = min(p.k_blocks, w.kb_begin + p.kb_per_split);
+  w.piece = Piece::kWhole;
+  w.tile_first = 0;
+  return w;
+}
+
+// Stream-K: the first iteration of cluster `cluster`'s range.
+__device__ __forceinline__ int64_t sk_range_begin(const Params& p, int cluster, int clusters) {
+  return int64_t(cluster) * (int64_t(p.sk_tiles) * p.k_blocks) / clusters;
+}
+
+// Stream-K slot `slot` (CTA * 2 + half) of p.sk_partial: the fragments of one consumer
+// warpgroup, 16 bytes a thread in turn, so a warp's stores and loads are contiguous.
+template <class Op, class Cfg>
+__device__ __forceinline__ Vec<typename Op::Acc, 4>* sk_slot(const Params& p, int slot) {
+  constexpr int kVecsPerSlot = Cfg::kAtomsM * Cfg::kAccum / 4 * 128;
+  return static_cast<Vec<typename Op::Acc, 4>*>(p.sk_partial) + int64_t(slot) * kVecsPerSlot +
+         threadIdx.x % 128;
+}
+
+// Stream-K: stores the warpgroup's raw sums in its slot, then (once every thread's stores
+// are done) one thread sets the slot's flag with release semantics.
+template <class Op, class Cfg>
+__device__ __forceinline__ void sk_store_partial(
+    const Params& p, const typename Op::Acc (&acc)[Cfg::kAtomsM][Cfg::kAccum], int slot,
+    int barrier_id) {
+  Vec<typename Op::Acc, 4>* dst = sk_slot<Op, Cfg>(p, slot);
+#pragma unroll
+  for (int a = 0; a < Cfg::kAtomsM; ++a)
+#pragma unroll
+    for (int j = 0; j < Cfg::kAccum / 4; ++j) {
+      Vec<typename Op::Acc, 4> v;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v.v[i] = acc[a][4 * j + i];
+      dst[(a * Cfg::kAccum / 4 + j) * 128] = v;
+    }
+  ptx::named_barrier_sync<128>(barrier_id);
+  // The barrier made the warpgroup's stores visible to the thread that releases the flag.
+  ptx::flag_release_if_zero(p.sk_flags + slot, uint32_t(threadIdx.x % 128));
+}
+
+// Stream-K: adds to a tile's finishing piece the partials of the CTAs before `cluster`
+// that hold the rest of the tile, nearest first, each once its flag is set. Every thread
+// waits on the flag itself (acquire), so no barrier is needed after it.
+template <class Op, class Cfg>
+__device__ __forceinline__ void sk_add_partials(const Params& p,
+                                                typename Op::Acc (&acc)[Cfg::kAtomsM][Cfg::kAccum],
+                                                int64_t tile_first, int cluster, int clusters,
+                                                int half) {
+  for (int from = cluster - 1; from >= 0; --from) {
+    const int slot = from * 2 + half;
+    ptx::flag_acquire_wait(p.sk_flags + slot);
+    const Vec<typename Op::Acc, 4>* src = sk_slot<Op, Cfg>(p, slot);
+#pragma unroll
+    for (int a = 0; a < Cfg::kAtomsM; ++a)
+#pragma unroll
+      for (int j = 0; j < Cfg::kAccum / 4; ++j) {
+        const Vec<typename Op::Acc, 4> v = src[(a * Cfg::kAccum / 4 + j) * 128];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[a][4 * j + i] += v.v[i];
+      }
+    if (sk_range_begin(p, from, clusters) <= tile_first) break;  // its range holds the start
+  }
+}
+
+// The sequence of work of one cluster, which its producer and consumers walk alike: its
+// data-parallel units (every clusters-th), then (kStreamK) its stream-K range, last piece
+// first.
+template <bool kStreamK_>
+struct PersistentScheduler {
+  static constexpr bool kStreamK = kStreamK_;
+  int unit;         // the next data-parallel unit
+  int64_t sk_next;  // stream-K: one past the range's last iteration not yet handed out
+  int64_t sk_begin;
+
+  __device__ __forceinline__ PersistentScheduler(const Params& p, int cluster, int clusters)
+      : unit(cluster),
+        sk_next(kStreamK ? sk_range_begin(p, cluster + 1, clusters) : 0),
+        sk_begin(kStreamK ? sk_range_begin(p, cluster, clusters) : 0) {}
+
+  __device__ __forceinline__ bool done(const Params& p) const {
+    return unit >= p.num_units && (!kStreamK || sk_next <= sk_begin);
+  }
+
+  __device__ __forceinline__ UnitWork next(const Params& p, int clusters) {
+    if (!kStreamK || unit < p.num_units) {
+      const UnitWork w = unit_work(p, unit);
+      unit += clusters;
+      return w;
+    }
+    const int64_t tile = (sk_next - 1) / p.k_blocks;
+    const int64_t first = tile * p.k_blocks;
+    const int64_t begin = max(sk_begin, first);
+    UnitWork w = unit_work(p, p.num_units + int(tile));
+    w.kb_begin = int(begin - first);
+    w.kb_end = int(sk_next - first);
+    w.piece = w.kb_end < p.k_blocks ? Piece::kPartial
+              : w.kb_begin > 0      ? Piece::kFinish
+                                    : Piece::kWhole;
+    w.tile_first = first;
+    sk_next = begin;
+    return w;
+  }
+
+  // Stream-K: a partial piece goes to the workspace (true: no epilogue); a tile's finishing
+  // piece first adds the partials before it. The warpgroup's rows of the tile (ping-pong:
+  // the whole tile) are slot `half` of the CTA's two.
+  template <class Op, class Cfg>
+  static __device__ __forceinline__ bool fixup(
+      const Params& p, typename Op::Acc (&acc)[Cfg::kAtomsM][Cfg::kAccum], const UnitWork& w,
+      int cluster_id, int num_clusters, int wg) {
+    if constexpr (kStreamK) {
+      const int half = Cfg::kPingPong ? 0 : wg;
+      if (w.piece == Piece::kPartial) {
+        sk_store_partial<Op, Cfg>(p, acc, cluster_id * 2 + half, kEpilogue + wg);
+        return true;
+      }
+      if (w.piece == Piece::kFinish)
+        sk_add_partials<Op, Cfg>(p, acc, w.tile_first, cluster_id, num_clusters, half);
+    }
+    return false;
+  }
+};
+
+using DataParallelScheduler = PersistentScheduler<false>;
+using StreamKScheduler = PersistentScheduler<true>;
+
+}  // namespace gks::kernels::gemm::sm90

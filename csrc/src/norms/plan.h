@@ -1,0 +1,28 @@
+// SPDX-License-Identifier: Apache-2.0
+// The norms family's launch planners (pure: host tests check them without a GPU).
+#pragma once
+
+#include <cstdint>
+
+#include "gks/device_limits.h"
+#include "gks/tensor.h"
+#include "rows/plan.h"
+
+namespace gks::detail {
+
+// rmsnorm: aligned16, base pointers and rows 16-byte aligned and a whole number of 16-byte
+// accesses; config, -1 or an index into kRmsNormConfigs.
+RowPlan plan_rmsnorm(int64_t cols, DType dtype, bool aligned16, int config = -1,
+                     const DeviceLimits& limits = DeviceLimits{});
+
+// softmax_rmsnorm (softmax's rows, softmax/plan.h, and the fused op's cluster and staged
+// shapes): config, -1 or an index into kSoftmaxRmsNormConfigs; clusters, the device has
+// thread block clusters; smem_per_block, the shared memory a block may opt in to.
+RowPlan plan_softmax_rmsnorm(int64_t cols, DType dtype, bool aligned16, int config = -1,
+                             bool clusters = false, int64_t smem_per_block = 0);
+
+// True when the library compiled the op's kernel for the plan (host tests check every plan).
+bool rmsnorm_plan_has_kernel(const RowPlan& plan, DType dtype);
+bool softmax_rmsnorm_plan_has_kernel(const RowPlan& plan, DType dtype, int64_t cols);
+
+}  // namespace gks::detail

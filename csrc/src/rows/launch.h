@@ -1,0 +1,145 @@
+// SPDX-License-Identifier: Apache-2.0
+// The row skeleton's host side: the kernel of a plan's shape, for a row functor
+// (kernels/rows/skeleton.cuh), found among the shapes the functor compiles.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "core/launch.h"
+#include "gks/error.h"
+#include "gks/kernels/rows/skeleton.cuh"
+#include "rows/plan.h"
+
+namespace gks::detail {
+
+// A type as a value (for visitors that pick a functor).
+template <typename T>
+struct Type {
+  using type = T;
+};
+
+namespace rows_launch {
+
+namespace kr = kernels::rows;
+
+template <int... kValues>
+using Ints = std::integer_sequence<int, kValues...>;
+
+// Every shape a row functor may compile; RowFunctor::compiled<Shape>() picks its own. One
+// row a block but for warps (4 rows a block); clusters of 2, 4 or 8 CTAs.
+template <int kThreads, int... kVecs>
+using WarpShapes = std::tuple<kr::Registers<kThreads, kVecs, 4, 1>...>;
+template <int kThreads, int kVecs, int... kClusters>
+using ClusterShapes = std::tuple<kr::Registers<kThreads, kVecs, 1, kClusters>...>;
+template <int kThreads, int... kVecs>
+using BlockShapes = decltype(std::tuple_cat(ClusterShapes<kThreads, kVecs, 1, 2, 4, 8>{}...));
+using RegisterShapes = decltype(std::tuple_cat(
+    WarpShapes<32, 1, 2, 4, 8>{}, BlockShapes<64, 1, 2, 4, 8>{}, BlockShapes<128, 1, 2, 4, 8>{},
+    BlockShapes<256, 1, 2, 4, 8>{}, BlockShapes<512, 1, 2, 4, 8>{},
+    BlockShapes<1024, 1, 2, 4, 8>{}));
+using LoopedShapes = std::tuple<kr::Looped<128>, kr::Looped<256>, kr::Looped<512>, kr::Looped<1024>>;
+template <int... kThreadsPerRow>
+using TiledShapesOf = decltype(std::tuple_cat(
+    std::tuple<kr::Tiled<kThreadsPerRow, 256 / kThreadsPerRow, 1>,
+               kr::Tiled<kThreadsPerRow, 256 / kThreadsPerRow, 2>>{}...));
+using TiledShapes = TiledShapesOf<32, 64, 128, 256>;
+
+template <class S>
+bool matches(const RowPlan& plan) {
+  if constexpr (kr::kIsRegisters<S>) {
+    return plan.kind == RowPlan::Kind::kRegisters && plan.threads_per_row == S::kThreadsPerRow &&
+           plan.vecs_per_thread == S::kVecsPerThread && plan.rows_per_block == S::kRowsPerBlock &&
+           plan.cluster == S::kCluster;
+  } else if constexpr (kr::kIsLooped<S>) {
+    return plan.kind == RowPlan::Kind::kLooped && plan.threads_per_row == S::kThreads;
+  } else {
+    return plan.kind == RowPlan::Kind::kTiled && plan.threads_per_row == S::kThreadsPerRow &&
+           plan.rows_per_block == S::kRowsPerBlock && plan.vecs_per_thread == S::kVecsPerThread;
+  }
+}
+
+// The grid: a block (or a cluster of blocks) a row or per rows_per_block rows; tiled
+// kernels take p.blocks blocks (striding when there are more than a grid holds).
+template <class Row, class S>
+void launch(const typename Row::Params& p, cudaStream_t stream) {
+  if constexpr (kr::kIsRegisters<S>) {
+    const auto kernel = kr::registers_kernel<Row, S>;
+    const dim3 block(S::kThreadsPerRow, S::kRowsPerBlock);
+    const auto grid = static_cast<unsigned>(ceil_div(p.rows, S::kRowsPerBlock) * S::kCluster);
+    if constexpr (S::kCluster == 1) {
+      kernel<<<grid, block, 0, stream>>>(p);
+    } else {
+      const LaunchConfig launch(dim3(grid), block, 0, stream, S::kCluster, /*early_start=*/false);
+      cudaLaunchKernelEx(&launch.config, kernel, p);  // errors surface in check_launch
+    }
+  } else if constexpr (kr::kIsLooped<S>) {
+    kr::looped_kernel<Row, S><<<static_cast<unsigned>(p.rows), S::kThreads, 0, stream>>>(p);
+  } else {
+    const auto grid = static_cast<unsigned>(std::min<int64_t>(p.blocks, INT32_MAX));
+    kr::tiled_kernel<Row, S><<<grid, dim3(S::kThreadsPerRow, S::kRowsPerBlock), 0, stream>>>(p);
+  }
+}
+
+template <class Row, class Shapes, size_t... kI>
+bool launch_first(const RowPlan& plan, const typename Row::Params& p, cudaStream_t stream,
+                  std::index_sequence<kI...>) {
+  const auto try_one = [&](auto shape) {
+    using S = decltype(shape);
+    if constexpr (Row::template compiled<S>()) {
+      if (matches<S>(plan)) {
+        launch<Row, S>(p, stream);
+        return true;
+      }
+    }
+    return false;
+  };
+  return (try_one(std::tuple_element_t<kI, Shapes>{}) || ...);
+}
+
+template <class Row, class Shapes, size_t... kI>
+bool has_any(const RowPlan& plan, std::index_sequence<kI...>) {
+  const auto one = [&](auto shape) {
+    using S = decltype(shape);
+    if constexpr (Row::template compiled<S>()) return matches<S>(plan);
+    return false;
+  };
+  return (one(std::tuple_element_t<kI, Shapes>{}) || ...);
+}
+
+template <class Row, class Shapes>
+constexpr auto indices = std::make_index_sequence<std::tuple_size_v<Shapes>>{};
+
+}  // namespace rows_launch
+
+// True when Row compiles a kernel of the plan's shape (host tests check every plan).
+template <class Row>
+bool row_kernel_exists(const RowPlan& plan) {
+  using namespace rows_launch;
+  return has_any<Row, RegisterShapes>(plan, indices<Row, RegisterShapes>) ||
+         has_any<Row, LoopedShapes>(plan, indices<Row, LoopedShapes>) ||
+         has_any<Row, TiledShapes>(plan, indices<Row, TiledShapes>);
+}
+
+// Launches Row's kernel of the plan's shape on `stream`; an internal error (a gks bug) if
+// the functor has none.
+template <class Row>
+void launch_rows(const RowPlan& plan, const typename Row::Params& p, cudaStream_t stream,
+                 const char* op) {
+  using namespace rows_launch;
+  const bool launched = launch_first<Row, RegisterShapes>(plan, p, stream, indices<Row, RegisterShapes>) ||
+                        launch_first<Row, LoopedShapes>(plan, p, stream, indices<Row, LoopedShapes>) ||
+                        launch_first<Row, TiledShapes>(plan, p, stream, indices<Row, TiledShapes>);
+  GKS_CHECK(launched, kInvalidArgument)
+      << op << ": internal error: no " << row_plan_kind_name(plan.kind) << " kernel of "
+      << plan.threads_per_row << " threads x " << plan.vecs_per_thread << " accesses, "
+      << plan.rows_per_block << " rows a block, clusters of " << plan.cluster << " (a gks bug)";
+}
+
+}  // namespace gks::detail

@@ -1,0 +1,329 @@
+// SPDX-License-Identifier: Apache-2.0
+// Host-side logic of the norms family (gks::rmsnorm, gks::softmax_rmsnorm): validation,
+// which must throw before anything touches a GPU, and the launch plans.
+#include <gtest/gtest.h>
+
+#include <iterator>
+#include <string>
+
+#include "gks/gks.h"
+#include "norms/plan.h"
+
+#include "test_util.h"
+
+namespace {
+
+using gks_test::expect_error;
+using gks_test::kCpu;
+using gks_test::kGpu;
+using gks::DType;
+using gks::ErrorKind;
+
+gks::RmsNormArgs valid_args(void* p) {
+  gks::RmsNormArgs a;
+  a.x = gks::TensorRef::make(p, gks::DType::kFloat16, {4, 8}, kGpu);
+  a.weight = gks::TensorRef::make(p, gks::DType::kFloat16, {8}, kGpu);
+  a.y = gks::TensorRef::make(p, gks::DType::kFloat16, {4, 8}, kGpu);
+  return a;
+}
+
+gks::SoftmaxRmsNormArgs fused_args(void* p) {
+  gks::SoftmaxRmsNormArgs a;
+  a.x = gks::TensorRef::make(p, DType::kBFloat16, {4, 8}, kGpu);
+  a.weight = gks::TensorRef::make(p, DType::kBFloat16, {8}, kGpu);
+  a.y = gks::TensorRef::make(p, DType::kBFloat16, {4, 8}, kGpu);
+  return a;
+}
+
+TEST(RmsNorm, RejectsCpuTensor) {
+  char buf[64];
+  auto a = valid_args(buf);
+  a.x.device = kCpu;
+  expect_error([&] { gks::rmsnorm(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "argument 'x' must be a CUDA tensor");
+}
+
+TEST(RmsNorm, RejectsMismatchedDtype) {
+  char buf[64];
+  auto a = valid_args(buf);
+  a.weight.dtype = gks::DType::kFloat32;
+  expect_error([&] { gks::rmsnorm(a, nullptr); }, gks::ErrorKind::kUnsupportedDtype,
+               "argument 'weight' must have the dtype of 'x' (float16), got float32");
+}
+
+TEST(RmsNorm, RejectsIntegerInput) {
+  char buf[64];
+  auto a = valid_args(buf);
+  a.x.dtype = a.weight.dtype = a.y.dtype = gks::DType::kInt8;
+  expect_error([&] { gks::rmsnorm(a, nullptr); }, gks::ErrorKind::kUnsupportedDtype,
+               "argument 'x' must be float32, float16 or bfloat16, got int8");
+}
+
+TEST(RmsNorm, RejectsWeightOfWrongLength) {
+  char buf[64];
+  auto a = valid_args(buf);
+  a.weight.shape[0] = 7;
+  expect_error([&] { gks::rmsnorm(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "argument 'weight' must have shape [8]");
+}
+
+TEST(RmsNorm, RejectsOutputOfWrongShape) {
+  char buf[64];
+  auto a = valid_args(buf);
+  a.y.shape[0] = 3;
+  expect_error([&] { gks::rmsnorm(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "argument 'y' must have the shape of 'x'");
+}
+
+TEST(RmsNorm, RejectsOtherDevice) {
+  char buf[64];
+  auto a = valid_args(buf);
+  a.weight.device.index = 1;
+  expect_error([&] { gks::rmsnorm(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "argument 'weight' must be on the device of 'x' (cuda:0), got cuda:1");
+}
+
+TEST(RmsNorm, RejectsUnknownConfig) {
+  char buf[64];
+  auto a = valid_args(buf);
+  a.config = int(std::size(gks::kRmsNormConfigs));
+  expect_error([&] { gks::rmsnorm(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "argument 'config' must be -1 (heuristic) or an index below " +
+                   std::to_string(std::size(gks::kRmsNormConfigs)));
+}
+
+TEST(RmsNorm, RejectsNegativeEps) {
+  char buf[64];
+  auto a = valid_args(buf);
+  a.eps = -1.f;
+  expect_error([&] { gks::rmsnorm(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "argument 'eps' must be >= 0");
+}
+
+TEST(RmsNormPlan, WarpPerRowForShortRows) {
+  const auto p = gks::detail::plan_rmsnorm(512, gks::DType::kBFloat16, true);
+  EXPECT_EQ(p.kind, gks::detail::RowPlan::Kind::kRegisters);
+  EXPECT_EQ(p.vec, 8);
+  EXPECT_EQ(p.threads_per_row, 32);
+  EXPECT_EQ(p.vecs_per_thread, 2);  // 512 / 8 = 64 accesses = 32 lanes x 2
+  EXPECT_EQ(p.rows_per_block, 4);
+  // 128 accesses: a 64-thread block, 2 each (the heuristic); a warp, 4 each (registers-4x16B).
+  const auto b = gks::detail::plan_rmsnorm(1024, gks::DType::kBFloat16, true);
+  EXPECT_EQ(b.threads_per_row, 64);
+  EXPECT_EQ(b.vecs_per_thread, 2);
+  EXPECT_EQ(b.rows_per_block, 1);
+  const auto w = gks::detail::plan_rmsnorm(1024, gks::DType::kBFloat16, true, 2);
+  EXPECT_EQ(w.threads_per_row, 32);
+  EXPECT_EQ(w.vecs_per_thread, 4);
+  EXPECT_EQ(w.rows_per_block, 4);
+}
+
+TEST(RmsNormPlan, RegistersConfigsCoverTheRow) {
+  for (int config : {0, 2, 3, 4}) {
+    for (int64_t cols : {1025, 4096, 8191, 32768, 262144}) {
+      for (auto dtype : {gks::DType::kFloat32, gks::DType::kBFloat16}) {
+        const auto p = gks::detail::plan_rmsnorm(cols, dtype, true, config);
+        ASSERT_EQ(p.kind, gks::detail::RowPlan::Kind::kRegisters) << cols;
+        EXPECT_GE(int64_t(p.threads_per_row) * p.vecs_per_thread * p.vec * p.cluster, cols) << cols;
+        EXPECT_EQ(p.rows_per_block, p.threads_per_row > 32 ? 1 : 4);
+        EXPECT_LE(p.cluster, 8);
+        if (cols > 32768) continue;  // 262144: past every config's shape, the widest one
+        // A cluster only once a CTA has its config's most threads.
+        if (p.cluster > 1) EXPECT_EQ(p.threads_per_row, config == 3 ? 256 : 1024) << cols;
+        EXPECT_LE(p.vecs_per_thread, config == 0 ? 8 : config == 4 ? 2 : 4) << cols;
+      }
+    }
+  }
+}
+
+TEST(RmsNormPlan, HeuristicLoopsOverShortFp32RowsAndHoldsTheRest) {
+  using gks::detail::plan_rmsnorm;
+  using Kind = gks::detail::RowPlan::Kind;
+  const auto s = plan_rmsnorm(4096, gks::DType::kFloat32, true);  // 1024 accesses, 16 KB rows
+  EXPECT_EQ(s.kind, Kind::kLooped);
+  EXPECT_EQ(s.threads_per_row, 256);  // 132 SMs x 8 CTAs x 16 KB = 17 MB <= 25 MB
+  EXPECT_EQ(plan_rmsnorm(2048, gks::DType::kFloat32, true).kind, Kind::kLooped);  // 512
+  // 16-bit rows, longer fp32 rows and unaligned rows are held in registers.
+  const auto h = plan_rmsnorm(4096, gks::DType::kBFloat16, true);  // 512 accesses
+  EXPECT_EQ(h.kind, Kind::kRegisters);
+  EXPECT_EQ(h.threads_per_row, 256);
+  EXPECT_EQ(h.vecs_per_thread, 2);
+  const auto m = plan_rmsnorm(8192, gks::DType::kFloat32, true);  // 2048: past 512 x 2
+  EXPECT_EQ(m.kind, Kind::kRegisters);
+  EXPECT_EQ(m.threads_per_row, 512);
+  EXPECT_EQ(m.vecs_per_thread, 4);
+  const auto b = plan_rmsnorm(32768, gks::DType::kBFloat16, true);  // 4096 accesses
+  EXPECT_EQ(b.kind, Kind::kRegisters);
+  EXPECT_EQ(b.threads_per_row, 1024);
+  EXPECT_EQ(b.vecs_per_thread, 4);
+  const auto f = plan_rmsnorm(32768, gks::DType::kFloat32, true);  // 8192 accesses
+  EXPECT_EQ(f.kind, Kind::kRegisters);
+  EXPECT_EQ(f.threads_per_row, 1024);
+  EXPECT_EQ(f.vecs_per_thread, 8);
+  EXPECT_EQ(f.cluster, 1);
+  EXPECT_EQ(plan_rmsnorm(4096, gks::DType::kFloat32, false).kind, Kind::kRegisters);
+  const auto l = plan_rmsnorm(65536, gks::DType::kFloat32, true);  // past one CTA: a cluster
+  EXPECT_EQ(l.kind, Kind::kRegisters);
+  EXPECT_EQ(l.cluster, 4);
+  EXPECT_EQ(int64_t(l.threads_per_row) * l.vecs_per_thread * l.vec * l.cluster, 65536);
+}
+
+TEST(RmsNormPlan, ClustersNeedSm90AndAlignedRows) {
+  gks::detail::DeviceLimits a100{108, 40 << 20, 2048, /*clusters=*/false};
+  const auto p = gks::detail::plan_rmsnorm(32768, gks::DType::kFloat32, true, 3, a100);
+  EXPECT_EQ(p.cluster, 1);
+  EXPECT_GE(int64_t(p.threads_per_row) * p.vecs_per_thread * p.vec, 32768);
+  EXPECT_EQ(gks::detail::plan_rmsnorm(32768, gks::DType::kFloat32, false, 3).cluster, 1);
+  // Without clusters, rows past 1024 threads x 8 accesses loop.
+  EXPECT_EQ(gks::detail::plan_rmsnorm(65536, gks::DType::kFloat32, true, 0, a100).kind,
+            gks::detail::RowPlan::Kind::kLooped);
+}
+
+TEST(RmsNormPlan, LongOrUnalignedRowsLoop) {
+  const auto p = gks::detail::plan_rmsnorm(524288, gks::DType::kFloat32, true);
+  EXPECT_EQ(p.kind, gks::detail::RowPlan::Kind::kLooped);
+  EXPECT_EQ(p.threads_per_row, 1024);
+  const auto q = gks::detail::plan_rmsnorm(16385, gks::DType::kFloat32, false);
+  EXPECT_EQ(q.vec, 1);
+  EXPECT_EQ(q.kind, gks::detail::RowPlan::Kind::kLooped);
+  const auto h = gks::detail::plan_rmsnorm(4097, gks::DType::kFloat16, false);
+  EXPECT_EQ(h.vec, 1);
+  EXPECT_EQ(h.cluster, 1);
+  EXPECT_GE(int64_t(h.threads_per_row) * h.vecs_per_thread, 4097);
+  EXPECT_EQ(gks::detail::plan_rmsnorm(32768, gks::DType::kFloat16, true, /*config=*/1).kind,
+            gks::detail::RowPlan::Kind::kLooped);
+}
+
+TEST(RmsNormPlan, LoopedRowsInFlightFitHalfTheL2) {
+  gks::detail::DeviceLimits h200{132, 60 << 20, 2048};
+  for (int64_t cols : {2048, 4096, 16384}) {
+    const auto p = gks::detail::plan_rmsnorm(cols, gks::DType::kFloat32, true, /*config=*/1, h200);
+    ASSERT_EQ(p.kind, gks::detail::RowPlan::Kind::kLooped);
+    const int64_t in_flight = int64_t(h200.sms) * (h200.max_threads_per_sm / p.threads_per_row);
+    EXPECT_LE(in_flight * cols * 4, h200.l2_bytes / 2) << cols;
+    // ... and with the fewest threads that do: half as many would not fit.
+    if (p.threads_per_row > 128) EXPECT_GT(2 * in_flight * cols * 4, h200.l2_bytes / 2) << cols;
+  }
+}
+
+TEST(RmsNormPlan, Looped512tLoopsWith512ThreadsAtAnyLength) {
+  for (int64_t cols : {1, 1000, 4096, 262144}) {
+    for (bool aligned : {true, false}) {
+      const auto p = gks::detail::plan_rmsnorm(cols, gks::DType::kFloat32, aligned, /*config=*/5);
+      EXPECT_EQ(p.kind, gks::detail::RowPlan::Kind::kLooped) << cols;
+      EXPECT_EQ(p.threads_per_row, 512) << cols;
+    }
+  }
+}
+
+TEST(SoftmaxRmsNorm, RejectsWeightOfWrongShape) {
+  char buf[64];
+  auto a = fused_args(buf);
+  a.weight.shape[0] = 7;
+  expect_error([&] { gks::softmax_rmsnorm(a, nullptr); }, ErrorKind::kInvalidArgument,
+               "gks.softmax_rmsnorm: argument 'weight' must have shape [8] (the last dim of x), got [7]");
+  a = fused_args(buf);
+  a.weight = gks::TensorRef::make(buf, DType::kBFloat16, {1, 8}, kGpu);
+  expect_error([&] { gks::softmax_rmsnorm(a, nullptr); }, ErrorKind::kInvalidArgument,
+               "argument 'weight' must have shape [8] (the last dim of x), got [1, 8]");
+}
+
+TEST(SoftmaxRmsNorm, RejectsStridedWeight) {
+  char buf[64];
+  auto a = fused_args(buf);
+  a.weight.strides[0] = 2;
+  expect_error([&] { gks::softmax_rmsnorm(a, nullptr); }, ErrorKind::kInvalidArgument,
+               "argument 'weight' must be contiguous, got stride 2");
+}
+
+TEST(SoftmaxRmsNorm, RejectsWeightOfOtherDtypeOrDevice) {
+  char buf[64];
+  auto a = fused_args(buf);
+  a.weight.dtype = DType::kFloat32;
+  expect_error([&] { gks::softmax_rmsnorm(a, nullptr); }, ErrorKind::kUnsupportedDtype,
+               "argument 'weight' must have the dtype of 'x' (bfloat16), got float32");
+  a = fused_args(buf);
+  a.weight.device = kCpu;
+  expect_error([&] { gks::softmax_rmsnorm(a, nullptr); }, ErrorKind::kInvalidArgument,
+               "argument 'weight' must be on the device of 'x' (cuda:0), got cpu");
+}
+
+TEST(SoftmaxRmsNorm, RejectsBadEps) {
+  char buf[64];
+  auto a = fused_args(buf);
+  a.eps = -1e-6f;
+  expect_error([&] { gks::softmax_rmsnorm(a, nullptr); }, ErrorKind::kInvalidArgument,
+               "argument 'eps' must be >= 0");
+  a.eps = std::numeric_limits<float>::quiet_NaN();
+  expect_error([&] { gks::softmax_rmsnorm(a, nullptr); }, ErrorKind::kInvalidArgument,
+               "argument 'eps' must be >= 0");
+}
+
+TEST(SoftmaxRmsNorm, RejectsBadXAndY) {
+  char buf[64];
+  auto a = fused_args(buf);
+  a.x.device = kCpu;
+  expect_error([&] { gks::softmax_rmsnorm(a, nullptr); }, ErrorKind::kInvalidArgument,
+               "gks.softmax_rmsnorm: argument 'x' must be a CUDA tensor");
+  a = fused_args(buf);
+  a.y.shape[0] = 5;
+  expect_error([&] { gks::softmax_rmsnorm(a, nullptr); }, ErrorKind::kInvalidArgument,
+               "argument 'y' must have the shape of 'x'");
+}
+
+TEST(SoftmaxRmsNorm, EmptyTensorsReturnWithoutTouchingTheGpu) {
+  gks::SoftmaxRmsNormArgs a;
+  a.x = gks::TensorRef::make(nullptr, DType::kFloat16, {0, 16}, kGpu);
+  a.weight = gks::TensorRef::make(nullptr, DType::kFloat16, {16}, kGpu);
+  a.y = gks::TensorRef::make(nullptr, DType::kFloat16, {0, 16}, kGpu);
+  EXPECT_NO_THROW(gks::softmax_rmsnorm(a, nullptr));
+  a.x = gks::TensorRef::make(nullptr, DType::kFloat16, {5, 0}, kGpu);
+  a.weight = gks::TensorRef::make(nullptr, DType::kFloat16, {0}, kGpu);
+  a.y = gks::TensorRef::make(nullptr, DType::kFloat16, {5, 0}, kGpu);
+  EXPECT_NO_THROW(gks::softmax_rmsnorm(a, nullptr));
+}
+
+// ---------------------------------------------------------------- plans
+
+TEST(SoftmaxRmsNorm, RejectsUnknownConfig) {
+  char buf[64];
+  auto f = fused_args(buf);
+  f.config = -2;
+  expect_error([&] { gks::softmax_rmsnorm(f, nullptr); }, ErrorKind::kInvalidArgument,
+               "gks.softmax_rmsnorm: argument 'config' must be -1");
+  f.config = 5;
+  expect_error([&] { gks::softmax_rmsnorm(f, nullptr); }, ErrorKind::kInvalidArgument,
+               "2 (registers-wide), 3 (cluster) or 4 (staged), got 5");
+}
+
+TEST(NormsPlan, EveryPlanHasAKernel) {
+  // Every plan the planners make, over lengths across every shape, is one the library
+  // compiled a kernel for (the launcher reports an internal error otherwise). A plan of a
+  // shape it has no kernel for is told apart:
+  gks::detail::RowPlan none;
+  none.vec = 8;
+  none.threads_per_row = 1024;  // one 16-byte access a thread: not a shape rmsnorm compiles
+  EXPECT_FALSE(gks::detail::rmsnorm_plan_has_kernel(none, DType::kBFloat16));
+  none.vecs_per_thread = 2;
+  EXPECT_TRUE(gks::detail::rmsnorm_plan_has_kernel(none, DType::kBFloat16));
+  for (int64_t cols = 1; cols <= 70000; cols += cols < 2100 ? 1 : 37) {
+    for (auto dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+      for (bool aligned : {true, false}) {
+        for (int config = -1; config < int(std::size(gks::kRmsNormConfigs)); ++config) {
+          const auto p = gks::detail::plan_rmsnorm(cols, dtype, aligned, config);
+          ASSERT_TRUE(gks::detail::rmsnorm_plan_has_kernel(p, dtype)) << cols << " " << config;
+        }
+        for (int config = -1; config < int(std::size(gks::kSoftmaxRmsNormConfigs)); ++config) {
+          for (bool clusters : {false, true}) {
+            const auto p = gks::detail::plan_softmax_rmsnorm(cols, dtype, aligned, config, clusters,
+                                                             227 << 10);
+            ASSERT_TRUE(gks::detail::softmax_rmsnorm_plan_has_kernel(p, dtype, cols))
+                << cols << " " << config;
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
