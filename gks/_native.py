@@ -9,6 +9,7 @@ the source tree and the site-packages folder that holds the built library).
 from __future__ import annotations
 
 import functools
+import json
 import os
 from pathlib import Path
 
@@ -51,3 +52,16 @@ def available() -> bool:
     except (NativeLibraryUnavailable, OSError, RuntimeError):
         return False
     return True
+
+
+@functools.cache
+def config_table(op: str) -> tuple[dict, ...]:
+    """The config table the library compiles for op's CUDA kernel, in index order (the
+    `config` argument indexes it): one record per config with the C++ struct's fields
+    (lists become tuples). The C++ table is the only copy; raises NativeLibraryUnavailable
+    when the library is not built."""
+
+    def freeze(record: dict) -> dict:
+        return {k: tuple(v) if isinstance(v, list) else v for k, v in record.items()}
+
+    return tuple(freeze(r) for r in json.loads(str(getattr(module(), f"{op}_configs")())))

@@ -128,7 +128,7 @@ def gemm_config_names(kernel: str) -> list[str]:
     (the Hopper kernel), in index order (the `config` argument indexes this list)."""
     if kernel not in GEMM_KERNELS:
         raise ValueError(f"gemm_config_names: unknown GEMM '{kernel}'")
-    return [str(name) for name in getattr(_native.module(), f"{kernel}_configs")()]
+    return [c["name"] for c in _native.config_table(kernel)]
 
 
 def gemm_heuristic(kernel: str, m: int, n: int, k: int, num_sms: int) -> int:

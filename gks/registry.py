@@ -12,6 +12,7 @@ row-wise op over an ``[M, N]`` input). Every callable that takes inputs takes th
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -69,6 +70,33 @@ def reference_peer(op: str, *, compiled: bool) -> Peer:
     return Peer("torch.compile" if compiled else "torch eager", make)
 
 
+class NativeConfigs(Sequence):
+    """An op's CUDA config table, read from the library when first used
+    (gks._native.config_table): the C++ table is its one declaration. Empty where the
+    library is not built (the CUDA backend cannot run there either)."""
+
+    def __init__(self, op: str):
+        self.op = op
+
+    @functools.cached_property
+    def _table(self) -> tuple[Mapping[str, Any], ...]:
+        from gks import _native
+
+        try:
+            return _native.config_table(self.op)
+        except _native.NativeLibraryUnavailable:
+            return ()
+
+    def __getitem__(self, index):
+        return self._table[index]
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def __repr__(self) -> str:
+        return f"NativeConfigs({self.op!r})"
+
+
 @dataclasses.dataclass(frozen=True)
 class OpSpec:
     """Everything about one op."""
@@ -88,8 +116,9 @@ class OpSpec:
     bench_shapes: tuple[tuple[int, ...], ...]
     peers: tuple[Peer, ...] = ()
     # The CUDA kernel's configs (its `config` argument), in index order: tile configs, or the
-    # kernel shapes of a row op. gks autotune chooses among them (gks.profile.autotune).
-    configs: tuple[Mapping[str, Any], ...] = ()
+    # kernel shapes of a row op (NativeConfigs: read from the library, which declares them).
+    # gks autotune chooses among them (gks.profile.autotune).
+    configs: Sequence[Mapping[str, Any]] = ()
     # Shape dims the autotuner's shape bucket keeps exact instead of rounding them up to a
     # power of two: flags, and dims that pick another kernel.
     bucket_exact: tuple[str, ...] = ()

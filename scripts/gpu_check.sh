@@ -10,8 +10,8 @@
 # GKS_CHECK_STEPS (default "build ctest example pytest sanitize bench"; also available:
 # pyexample (examples/python/transformer_block.py), ceilings (gks roofline --measure),
 # autotune (every tunable kernel, see GKS_AUTOTUNE below),
-# profile (gks profile under ncu, GKS_PROFILE_ARGS)), GKS_OPS (build only these kernel
-# families, e.g. "rmsnorm"), GKS_PYTEST_ARGS (default "tests"), GKS_SANITIZE_ARGS (arguments
+# profile (gks profile under ncu, GKS_PROFILE_ARGS)), GKS_FAMILIES (build only these kernel
+# families, e.g. "norms;softmax"), GKS_PYTEST_ARGS (default "tests"), GKS_SANITIZE_ARGS (arguments
 # of scripts/sanitize_cases.py), GKS_STEP_TIMEOUT (seconds any one step may run, default
 # 3600: a step past it is stopped so the later steps and the summary still run),
 # GKS_BENCH_EACH (e.g. "sgemm gemm": the bench step runs once per op listed, each with the
@@ -59,7 +59,7 @@ run_step() {  # name, command...: runs it, logs to $OUT/name.log, records status
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$OUT/gpu.txt" 2>&1
 GTEST_ARG=()
 [ -d .gtest ] && GTEST_ARG=(-DGKS_GTEST_SOURCE_DIR="$ROOT/.gtest")
-run_step build bash -c "cmake -S . -B '$BUILD' -G Ninja -DGKS_CUDA_ARCHS='$ARCHS' -DGKS_OPS='${GKS_OPS:-}' -DPython_EXECUTABLE=\$(command -v $PY) ${GTEST_ARG[*]} && cmake --build '$BUILD' -j 16" || { printf '%s\n' "${SUMMARY[@]}"; exit 1; }
+run_step build bash -c "cmake -S . -B '$BUILD' -G Ninja -DGKS_CUDA_ARCHS='$ARCHS' -DGKS_FAMILIES='${GKS_FAMILIES:-}' -DPython_EXECUTABLE=\$(command -v $PY) ${GTEST_ARG[*]} && cmake --build '$BUILD' -j 16" || { printf '%s\n' "${SUMMARY[@]}"; exit 1; }
 run_step ctest ctest --test-dir "$BUILD" --output-on-failure
 run_step example "$BUILD/examples/cpp/rmsnorm_example"
 run_step pytest $PY -m pytest ${GKS_PYTEST_ARGS:-tests} -q -p no:cacheprovider --junitxml="$OUT/pytest.xml"

@@ -58,13 +58,19 @@ def _padded(t: torch.Tensor, extra_cols: int, offset: int = 0) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------
 
 
-@requires_gpu
 @requires_native
-@pytest.mark.parametrize("kernel", KERNELS)
-def test_config_names_match_spec(kernel):
-    from gks import cuda
+@pytest.mark.parametrize("kernel", (*KERNELS, "gemm"))
+def test_configs_are_the_librarys_table(kernel):
+    """The spec's configs are the C++ table as the library exports it (no Python copy):
+    distinct names, a tile shape and a pipeline depth each."""
+    from gks import _native, cuda
 
-    assert cuda.gemm_config_names(kernel) == [c["name"] for c in _spec(kernel).configs]
+    table = _native.config_table(kernel)
+    assert list(_spec(kernel).configs) == list(table)
+    names = [c["name"] for c in table]
+    assert cuda.gemm_config_names(kernel) == names and len(set(names)) == len(names) >= 2
+    for c in table:
+        assert len(c["block"]) == 3 and min(c["block"]) >= 8 and c["stages"] >= 2, c
 
 
 @requires_gpu

@@ -50,11 +50,6 @@ def _assert_guard_untouched(buf, m, n, pad_rows=1, pad_cols=8):
 
 
 @requires_native
-def test_config_names_match_the_library():
-    assert [str(n) for n in _native.module().gemm_configs()] == CONFIG_NAMES
-
-
-@requires_native
 def test_heuristic_picks_a_valid_config():
     mod = _native.module()
     for m, n, k in SPEC.bench_shapes + SPEC.test_shapes:
@@ -426,8 +421,7 @@ def test_opcheck_and_compile():
 # ---------------------------------------------------------------- int8 on the Hopper kernel
 
 INT8_SPEC = registry.get("int8_gemm")
-INT8_MMA = 4  # the mma.sync configs lead gks.cuda.gemm_config_names("int8_gemm")
-INT8_HOPPER = [i for i, c in enumerate(INT8_SPEC.configs) if c["name"].startswith("hopper_")]
+INT8_HOPPER = [i for i, c in enumerate(INT8_SPEC.configs) if c["kernel"] == "hopper"]
 # As CONFIG_SHAPES, plus a long K (many laps of the ring within a tile).
 INT8_SHAPES = [(600, 712, 1000), (2000, 2056, 520), (1, 8, 8), (129, 136, 72), (257, 264, 4104)]
 B_LAYOUTS = ["k_major", "row_major", "row_major_unaligned"]
@@ -474,10 +468,12 @@ def _int8_check(out, inputs, out_dtype):
 
 
 @requires_native
-def test_int8_config_names_match_the_library():
-    assert [str(n) for n in _native.module().int8_gemm_configs()] == [c["name"] for c in INT8_SPEC.configs]
-    assert all(not c["name"].startswith("hopper_") for c in INT8_SPEC.configs[:INT8_MMA])
-    assert INT8_HOPPER == list(range(INT8_MMA, len(INT8_SPEC.configs)))
+def test_int8_configs_list_the_mma_kernel_then_the_hopper_kernel():
+    kernels = [c["kernel"] for c in INT8_SPEC.configs]
+    first_hopper = kernels.index("hopper")
+    assert first_hopper > 0 and set(kernels[:first_hopper]) == {"mma"}
+    assert INT8_HOPPER == list(range(first_hopper, len(kernels)))
+    assert all(c["name"].startswith("hopper_") == (c["kernel"] == "hopper") for c in INT8_SPEC.configs)
 
 
 @requires_gpu

@@ -40,7 +40,18 @@ tvm::ffi::String flash_attention_fwd_path(tvm::ffi::TensorView q, tvm::ffi::Tens
   return tvm::ffi::String(name);
 }
 
+// The config table, as JSON (gks.specs reads it).
+tvm::ffi::String flash_attention_fwd_configs() {
+  gks::ffi::ConfigTable table;
+  for (const auto& c : gks::kFlashAttentionFwdConfigs) {
+    const bool wgmma = c.kernel == gks::FlashAttentionFwdConfig::Kernel::kWgmma;
+    table.row().str("name", c.name).str("kernel", wgmma ? "wgmma" : "mma.sync");
+  }
+  return table.json();
+}
+
 }  // namespace
 
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(flash_attention_fwd, flash_attention_fwd);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(flash_attention_fwd_configs, flash_attention_fwd_configs);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(flash_attention_fwd_path, flash_attention_fwd_path);

@@ -7,8 +7,10 @@
 #include <tvm/ffi/error.h>
 #include <tvm/ffi/extra/c_env_api.h>
 #include <tvm/ffi/function.h>
+#include <tvm/ffi/string.h>
 
 #include <initializer_list>
+#include <string>
 
 #include "gks/gks.h"
 
@@ -77,6 +79,55 @@ inline tvm::ffi::Tensor new_tensor(std::initializer_list<int64_t> shape, DLDataT
       << "allocate the output and call the _out entry point instead";
   return tvm::ffi::Tensor::FromEnvAlloc(TVMFFIEnvTensorAlloc, tvm::ffi::ShapeView(shape), dtype,
                                         device);
+}
+
+// A config table as JSON, the form Python reads it in (gks.specs: an op's configs come from
+// here, never from a copy): a list of records, one per config in index order, whose fields
+// are the C++ struct's. Names and enum spellings are plain identifiers, so no escaping.
+//   ConfigTable t; for (c : table) t.row().str("name", c.name).num("stages", c.stages); t.json()
+class ConfigTable {
+ public:
+  ConfigTable& row() {
+    text_ += rows_++ ? "},{" : "{";
+    first_ = true;
+    return *this;
+  }
+  ConfigTable& str(const char* key, const char* value) {
+    return raw(key, std::string("\"") + value + "\"");
+  }
+  ConfigTable& num(const char* key, long long value) { return raw(key, std::to_string(value)); }
+  ConfigTable& flag(const char* key, bool value) { return raw(key, value ? "true" : "false"); }
+  ConfigTable& nums(const char* key, std::initializer_list<long long> values) {
+    std::string list = "[";
+    for (long long v : values) list += (list.size() > 1 ? "," : "") + std::to_string(v);
+    return raw(key, list + "]");
+  }
+  tvm::ffi::String json() const { return tvm::ffi::String("[" + text_ + (rows_ ? "}]" : "]")); }
+
+ private:
+  ConfigTable& raw(const char* key, const std::string& value) {
+    text_ += std::string(first_ ? "" : ",") + "\"" + key + "\":" + value;
+    first_ = false;
+    return *this;
+  }
+  std::string text_;
+  int rows_ = 0;
+  bool first_ = true;
+};
+
+// softmax's and softmax_rmsnorm's tables (one struct, SoftmaxConfig).
+template <class Configs>
+tvm::ffi::String softmax_config_table(const Configs& configs) {
+  ConfigTable table;
+  for (const gks::SoftmaxConfig& c : configs) {
+    using Path = gks::SoftmaxConfig::Path;
+    const char* path = c.path == Path::kRegisters ? "registers"
+                       : c.path == Path::kLooped  ? "looped"
+                       : c.path == Path::kCluster ? "cluster"
+                                                  : "staged";
+    table.row().str("name", c.name).str("path", path).flag("wide", c.wide);
+  }
+  return table.json();
 }
 
 // The caller's current stream for the device of `t` (nullptr for non-CUDA tensors, which

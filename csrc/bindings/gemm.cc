@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The GEMM family's entry points: sgemm, wmma_gemm, int8_gemm, gemm (each with its config
 // names and heuristic), the allocating forms and the path queries.
-#include <tvm/ffi/container/array.h>
 #include <tvm/ffi/string.h>
 
 #include <algorithm>
@@ -13,12 +12,10 @@ namespace {
 
 int config_arg(int64_t config) { return static_cast<int>(std::clamp<int64_t>(config, INT_MIN, INT_MAX)); }
 
-// The names of a config table, in index order.
-template <class Configs>
-tvm::ffi::Array<tvm::ffi::String> names_of(const Configs& configs) {
-  tvm::ffi::Array<tvm::ffi::String> names;
-  for (const auto& c : configs) names.push_back(tvm::ffi::String(c.name));
-  return names;
+// A tile config's fields, the ones every GEMM table has.
+void tile_fields(gks::ffi::ConfigTable& table, const gks::GemmConfigInfo& c) {
+  table.row().str("name", c.name).nums("block", {c.block_m, c.block_n, c.block_k});
+  table.num("threads", c.threads).num("stages", c.stages);
 }
 
 // c = a @ b (fp32 FFMA). config: an index into sgemm_configs(), or -1 for the heuristic.
@@ -133,16 +130,41 @@ tvm::ffi::String gemm_path(tvm::ffi::TensorView a, tvm::ffi::TensorView b,
   return tvm::ffi::String(name);
 }
 
-// The compiled tile configs' names, in index order, and the config each heuristic picks for
-// an M x N x K problem on a GPU with num_sms SMs.
-tvm::ffi::Array<tvm::ffi::String> sgemm_configs() { return names_of(gks::detail::sgemm_configs()); }
-tvm::ffi::Array<tvm::ffi::String> wmma_gemm_configs() {
-  return names_of(gks::detail::wmma_gemm_configs());
+// The compiled tile configs, in index order, as JSON (gks.specs reads them), and the config
+// each heuristic picks for an M x N x K problem on a GPU with num_sms SMs.
+tvm::ffi::String sgemm_configs() {
+  gks::ffi::ConfigTable table;
+  for (const auto& c : gks::detail::sgemm_configs()) tile_fields(table, c);
+  return table.json();
 }
-tvm::ffi::Array<tvm::ffi::String> int8_gemm_configs() {
-  return names_of(gks::detail::int8_gemm_configs());
+tvm::ffi::String wmma_gemm_configs() {
+  gks::ffi::ConfigTable table;
+  for (const auto& c : gks::detail::wmma_gemm_configs()) tile_fields(table, c);
+  return table.json();
 }
-tvm::ffi::Array<tvm::ffi::String> gemm_configs() { return names_of(gks::detail::hopper_gemm_configs()); }
+// The mma.sync kernel's tiles, then the Hopper kernel's ("kernel": which one a config is of).
+tvm::ffi::String int8_gemm_configs() {
+  using gks::detail::Int8GemmKernel;
+  gks::ffi::ConfigTable table;
+  const auto& configs = gks::detail::int8_gemm_configs();
+  for (int i = 0; i < static_cast<int>(configs.size()); ++i) {
+    const auto ref = gks::detail::int8_gemm_config_ref(i);
+    const bool hopper = ref.kernel == Int8GemmKernel::kHopper;
+    tile_fields(table, configs[i]);
+    table.str("kernel", hopper ? "hopper" : "mma");
+    table.num("cluster", hopper ? gks::detail::kHopperInt8Configs[ref.index].cluster_m : 1);
+  }
+  return table.json();
+}
+tvm::ffi::String gemm_configs() {
+  gks::ffi::ConfigTable table;
+  for (const auto& c : gks::detail::hopper_gemm_configs()) {
+    table.row().str("name", c.name).nums("block", {c.block_m, c.block_n, c.block_k});
+    table.num("stages", c.stages).num("cluster", c.cluster_m).num("cluster_n", c.cluster_n);
+    table.flag("ping_pong", c.ping_pong).flag("stream_k", c.stream_k);
+  }
+  return table.json();
+}
 
 int64_t sgemm_heuristic(int64_t m, int64_t n, int64_t k, int64_t num_sms) {
   return gks::detail::sgemm_heuristic(m, n, k, static_cast<int>(num_sms));

@@ -25,7 +25,26 @@ void softmax_rmsnorm(tvm::ffi::TensorView x, tvm::ffi::TensorView weight,
   });
 }
 
+const char* path_name(gks::RmsNormConfig::Path path) {
+  return path == gks::RmsNormConfig::Path::kLooped ? "looped" : "registers";
+}
+
+// The config tables, as JSON (gks.specs reads them).
+tvm::ffi::String rmsnorm_configs() {
+  gks::ffi::ConfigTable table;
+  for (const auto& c : gks::kRmsNormConfigs) {
+    table.row().str("name", c.name).str("path", path_name(c.path)).num("vecs", c.vecs);
+    table.num("max_threads", c.max_threads).num("looped_threads", c.looped_threads);
+  }
+  return table.json();
+}
+tvm::ffi::String softmax_rmsnorm_configs() {
+  return gks::ffi::softmax_config_table(gks::kSoftmaxRmsNormConfigs);
+}
+
 }  // namespace
 
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(rmsnorm, rmsnorm);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(softmax_rmsnorm, softmax_rmsnorm);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(rmsnorm_configs, rmsnorm_configs);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(softmax_rmsnorm_configs, softmax_rmsnorm_configs);

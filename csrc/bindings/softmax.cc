@@ -12,6 +12,10 @@ void softmax(tvm::ffi::TensorView x, tvm::ffi::TensorView y, int64_t config) {
   });
 }
 
+// The config table, as JSON (gks.specs reads it).
+tvm::ffi::String softmax_configs() { return gks::ffi::softmax_config_table(gks::kSoftmaxConfigs); }
+
 }  // namespace
 
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(softmax, softmax);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(softmax_configs, softmax_configs);

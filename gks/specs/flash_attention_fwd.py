@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from gks.registry import Backend, ELEM_BYTES, OpSpec, Peer, register
+from gks.registry import Backend, ELEM_BYTES, NativeConfigs, OpSpec, Peer, register
 
 
 def make_inputs(shape, dtype, device, seed):
@@ -188,7 +188,7 @@ SPEC = register(
         ),
         # The CUDA kernels (gks.cuda.flash_attention_fwd_out's config): mma.sync for every
         # GPU and head dim; wgmma for D = 64 and 128 on sm_90 (elsewhere it gives way).
-        configs=({"name": "mma.sync"}, {"name": "wgmma"}),
+        configs=NativeConfigs("flash_attention_fwd"),
         shape_names=("B", "Hq", "Hkv", "Sq", "Sk", "D", "causal"),
         # The head dim picks the kernel's tiles; causal is a flag, not a size.
         bucket_exact=("D", "causal"),

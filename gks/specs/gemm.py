@@ -7,7 +7,7 @@ Shapes are (M, N, K): c [M, N] = a [M, K] @ b [K, N], c in a's dtype.
 
 from __future__ import annotations
 
-from gks.registry import Backend, ELEM_BYTES, OpSpec, Peer, register
+from gks.registry import Backend, ELEM_BYTES, NativeConfigs, OpSpec, Peer, register
 from gks.specs import _gemm
 
 # Every operand stays within 2^18 elements. The Hopper kernel needs rows of a and b that
@@ -29,28 +29,6 @@ BENCH_SHAPES = tuple(dict.fromkeys(((4096, 4096, 4096), (8192, 8192, 8192)) + tu
     (m, n, k) for m in (128, 1024, 4096) for n, k in ((4096, 4096), (14336, 4096), (4096, 14336))
 )))
 
-# The Hopper kernel's compiled configs, in index order (GemmArgs::config); a test keeps
-# this in step with the library's gemm_configs(). Name: BMxBNxBK_s<stages>_c<cluster along
-# M> or _cn<cluster along N>, then _pp (ping-pong consumers) or _sk (stream-K).
-CONFIGS = (
-    {"name": "128x256x64_s4_c1", "block": (128, 256, 64), "stages": 4, "cluster": 1},
-    {"name": "128x256x64_s4_c2", "block": (128, 256, 64), "stages": 4, "cluster": 2},
-    {"name": "256x128x64_s4_c1", "block": (256, 128, 64), "stages": 4, "cluster": 1},
-    {"name": "256x128x64_s4_c2", "block": (256, 128, 64), "stages": 4, "cluster": 2},
-    {"name": "128x128x64_s6_c1", "block": (128, 128, 64), "stages": 6, "cluster": 1},
-    {"name": "128x128x64_s6_c2", "block": (128, 128, 64), "stages": 6, "cluster": 2},
-    {"name": "128x64x64_s8_c1", "block": (128, 64, 64), "stages": 8, "cluster": 1},
-    {"name": "128x128x64_s6_c1_pp", "block": (128, 128, 64), "stages": 6, "cluster": 1, "ping_pong": True},
-    {"name": "128x128x64_s6_c2_pp", "block": (128, 128, 64), "stages": 6, "cluster": 2, "ping_pong": True},
-    {"name": "64x256x64_s5_c1_pp", "block": (64, 256, 64), "stages": 5, "cluster": 1, "ping_pong": True},
-    {"name": "64x128x64_s8_c1_pp", "block": (64, 128, 64), "stages": 8, "cluster": 1, "ping_pong": True},
-    {"name": "64x64x64_s10_c1_pp", "block": (64, 64, 64), "stages": 10, "cluster": 1, "ping_pong": True},
-    {"name": "128x256x64_s4_c1_sk", "block": (128, 256, 64), "stages": 4, "cluster": 1, "stream_k": True},
-    {"name": "128x128x64_s6_cn2", "block": (128, 128, 64), "stages": 6, "cluster": 1, "cluster_n": 2},
-    {"name": "128x128x64_s6_cn4", "block": (128, 128, 64), "stages": 6, "cluster": 1, "cluster_n": 4},
-    {"name": "128x64x64_s8_cn2", "block": (128, 64, 64), "stages": 8, "cluster": 1, "cluster_n": 2},
-    {"name": "128x256x64_s4_cn2", "block": (128, 256, 64), "stages": 4, "cluster": 1, "cluster_n": 2},
-)
 
 
 def make_inputs(shape, dtype, device, seed):
@@ -101,7 +79,9 @@ SPEC = register(
         test_shapes=TEST_SHAPES,
         bench_shapes=BENCH_SHAPES,
         peers=(Peer("cuBLAS (torch.matmul)", _cublas),),
-        configs=CONFIGS,
+        # The Hopper kernel's: BMxBNxBK_s<stages>_c<cluster along M> or _cn<cluster along N>,
+        # then _pp (ping-pong consumers) or _sk (stream-K).
+        configs=NativeConfigs("gemm"),
         compute="tensor",
         check=check,
     )

@@ -4,7 +4,7 @@ scales in the epilogue. The spec's dtype is the output dtype."""
 
 from __future__ import annotations
 
-from gks.registry import Backend, OpSpec, Peer, register
+from gks.registry import Backend, NativeConfigs, OpSpec, Peer, register
 from gks.specs import _gemm
 
 _OUT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
@@ -73,21 +73,6 @@ def _int_mm_row_major_b():
     return run
 
 
-# The compiled configs in index order: the mma.sync kernel's, then the Hopper kernel's
-# (TMA + int8 wgmma, sm_90a; where that path cannot run they give way to the mma.sync
-# heuristic's pick). A test keeps this in step with gks.cuda.gemm_config_names("int8_gemm").
-CONFIGS = (
-    {"name": "128x128x64_w64x64_s4", "block": (128, 128, 64), "threads": 128, "stages": 4},
-    {"name": "128x128x128_w64x64_s3", "block": (128, 128, 128), "threads": 128, "stages": 3},
-    {"name": "128x256x128_w64x64_s3", "block": (128, 256, 128), "threads": 256, "stages": 3},
-    {"name": "64x64x128_w32x32_s4", "block": (64, 64, 128), "threads": 128, "stages": 4},
-    {"name": "hopper_128x256x128_s4_c1", "block": (128, 256, 128), "threads": 384, "stages": 4, "cluster": 1},
-    {"name": "hopper_128x256x128_s4_c2", "block": (128, 256, 128), "threads": 384, "stages": 4, "cluster": 2},
-    {"name": "hopper_256x128x128_s4_c1", "block": (256, 128, 128), "threads": 384, "stages": 4, "cluster": 1},
-    {"name": "hopper_128x128x128_s6_c1", "block": (128, 128, 128), "threads": 384, "stages": 6, "cluster": 1},
-    {"name": "hopper_128x64x128_s8_c1", "block": (128, 64, 128), "threads": 384, "stages": 8, "cluster": 1},
-)
-MMA_CONFIGS = 4  # the mma.sync configs lead the list
 
 SPEC = register(
     OpSpec(
@@ -112,7 +97,9 @@ SPEC = register(
         bench_shapes=_gemm.BENCH_SHAPES,
         peers=(Peer("torch._int_mm + scales", _int_mm),
                Peer("torch._int_mm + scales, row-major b", _int_mm_row_major_b)),
-        configs=CONFIGS,
+        # The mma.sync kernel's, then the Hopper kernel's ("kernel": "hopper"; TMA + int8
+        # wgmma, sm_90a; where that path cannot run they give way to the mma.sync heuristic).
+        configs=NativeConfigs("int8_gemm"),
         compute="int8",
         check=_check,
     )

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from gks.registry import Backend, ELEM_BYTES, OpSpec, Peer, reference_peer, register
+from gks.registry import Backend, ELEM_BYTES, NativeConfigs, OpSpec, Peer, reference_peer, register
 
 
 def make_inputs(shape, dtype, device, seed, weight_spread=0.1):
@@ -57,8 +57,7 @@ SPEC = register(
         ),
         bench_shapes=((32768, 4096), (8192, 32768), (65536, 1024)),
         peers=(Peer("F.rms_norm", _torch_rms_norm), reference_peer("rmsnorm", compiled=True)),
-        # RmsNormArgs::config indexes these (kRmsNormConfigs in csrc/include/gks/rmsnorm.h).
-        configs=tuple({"name": n} for n in ("registers-8x16B", "looped", "registers-4x16B", "cluster-256t",
-                                               "registers-2x16B", "looped-512t")),
+        # RmsNormArgs::config indexes these (kRmsNormConfigs in csrc/include/gks/norms.h).
+        configs=NativeConfigs("rmsnorm"),
     )
 )

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from gks.registry import Backend, OpSpec, Peer, register
+from gks.registry import Backend, NativeConfigs, OpSpec, Peer, register
 from gks.specs import _gemm
 
 
@@ -42,14 +42,6 @@ def _cublas_fp32():
     return run
 
 
-# The compiled tile configs, in the C++ order (gks.cuda.gemm_config_names("sgemm"); a GPU
-# test checks the two agree).
-CONFIGS = (
-    {"name": "128x256x16_t8x16_s3", "block": (128, 256, 16), "threads": 256, "stages": 3},
-    {"name": "128x128x16_t8x16_s3", "block": (128, 128, 16), "threads": 128, "stages": 3},
-    {"name": "64x64x8_t8x8_s3", "block": (64, 64, 8), "threads": 64, "stages": 3},
-    {"name": "32x32x16_t4x4_s3", "block": (32, 32, 16), "threads": 64, "stages": 3},
-)
 
 SPEC = register(
     OpSpec(
@@ -72,7 +64,7 @@ SPEC = register(
         test_shapes=_gemm.TEST_SHAPES,
         bench_shapes=_gemm.BENCH_SHAPES,
         peers=(Peer("cuBLAS fp32 (torch.matmul, TF32 off)", _cublas_fp32),),
-        configs=CONFIGS,
+        configs=NativeConfigs("sgemm"),
         compute="fp32",
         check=_check,
     )

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from gks.registry import Backend, ELEM_BYTES, OpSpec, Peer, reference_peer, register
+from gks.registry import Backend, ELEM_BYTES, NativeConfigs, OpSpec, Peer, reference_peer, register
 
 
 def make_inputs(shape, dtype, device, seed):
@@ -65,6 +65,6 @@ SPEC = register(
         bench_shapes=((32768, 4096), (8192, 32768), (65536, 1024)),
         peers=(Peer("torch.softmax", _torch_softmax), reference_peer("softmax", compiled=True)),
         # SoftmaxArgs::config indexes these (kSoftmaxConfigs in csrc/include/gks/softmax.h).
-        configs=tuple({"name": n} for n in ("registers", "looped", "registers-wide")),
+        configs=NativeConfigs("softmax"),
     )
 )

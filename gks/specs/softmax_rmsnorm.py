@@ -4,7 +4,7 @@ no round trip of the normalized row through memory (it stays fp32, never rounded
 
 from __future__ import annotations
 
-from gks.registry import Backend, ELEM_BYTES, OpSpec, Peer, reference_peer, register
+from gks.registry import Backend, ELEM_BYTES, NativeConfigs, OpSpec, Peer, reference_peer, register
 from gks.specs.rmsnorm import make_inputs as rmsnorm_inputs
 from gks.specs.softmax import TEST_SHAPES
 
@@ -58,7 +58,7 @@ SPEC = register(
         bench_shapes=((32768, 4096), (8192, 32768), (65536, 1024)),
         peers=(Peer("F.rms_norm+torch.softmax", _torch_two_step), reference_peer("softmax_rmsnorm", compiled=True)),
         # SoftmaxRmsNormArgs::config indexes these (kSoftmaxRmsNormConfigs in
-        # csrc/include/gks/softmax.h).
-        configs=tuple({"name": n} for n in ("registers", "looped", "registers-wide", "cluster", "staged")),
+        # csrc/include/gks/norms.h).
+        configs=NativeConfigs("softmax_rmsnorm"),
     )
 )

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from gks.registry import Backend, ELEM_BYTES, OpSpec, Peer, register
+from gks.registry import Backend, ELEM_BYTES, NativeConfigs, OpSpec, Peer, register
 from gks.specs import _gemm
 
 
@@ -39,13 +39,6 @@ def _cublas():
     return lambda a, b, **_: torch.matmul(a, b)
 
 
-CONFIGS = (
-    {"name": "128x256x32_w64x64_s4", "block": (128, 256, 32), "threads": 256, "stages": 4},
-    {"name": "128x128x32_w64x64_s4", "block": (128, 128, 32), "threads": 128, "stages": 4},
-    {"name": "128x128x64_w64x64_s3", "block": (128, 128, 64), "threads": 128, "stages": 3},
-    {"name": "64x64x32_w32x32_s4", "block": (64, 64, 32), "threads": 128, "stages": 4},
-)
-
 SPEC = register(
     OpSpec(
         name="wmma_gemm",
@@ -66,7 +59,7 @@ SPEC = register(
         test_shapes=_gemm.TEST_SHAPES,
         bench_shapes=_gemm.BENCH_SHAPES,
         peers=(Peer("cuBLAS (torch.matmul)", _cublas),),
-        configs=CONFIGS,
+        configs=NativeConfigs("wmma_gemm"),
         compute="tensor",
         check=_check,
     )

@@ -514,6 +514,27 @@ TEST(HopperGemmStreamK, WholeWavesButTheLastAreDataParallel) {
 // ---- gks::int8_gemm's Hopper path ----
 
 // A Hopper-capable machine, a_q [M, 64] TMA can load, b_q row-major [64, 64].
+// The mma.sync configs that lead int8_gemm_configs().
+int int8_mma_configs() {
+  int n = 0;
+  while (gks::detail::int8_gemm_config_ref(n).kernel == gks::detail::Int8GemmKernel::kMma) ++n;
+  return n;
+}
+
+TEST(Int8GemmConfigs, EachNamesItsKernelAndItsIndexThere) {
+  using gks::detail::Int8GemmKernel;
+  EXPECT_EQ(gks::detail::int8_gemm_config_ref(-1).kernel, Int8GemmKernel::kHeuristic);
+  const auto& all = gks::detail::int8_gemm_configs();
+  ASSERT_EQ(int8_mma_configs(), 4);
+  for (int i = 0; i < int(all.size()); ++i) {
+    const auto ref = gks::detail::int8_gemm_config_ref(i);
+    const bool hopper = std::string(all[i].name).rfind("hopper_", 0) == 0;
+    EXPECT_EQ(ref.kernel, hopper ? Int8GemmKernel::kHopper : Int8GemmKernel::kMma) << all[i].name;
+    if (hopper) EXPECT_STREQ(gks::detail::kHopperInt8Configs[ref.index].name, all[i].name);
+    else EXPECT_EQ(ref.index, i);
+  }
+}
+
 gks::detail::Int8PathFacts int8_facts(int64_t m) {
   gks::detail::Int8PathFacts f;
   f.device_is_sm90 = true;
@@ -548,9 +569,9 @@ TEST(Int8HopperPath, RowMajorBIsTransposedOnlyForLargeMOrAForcedHopperConfig) {
   EXPECT_EQ(gks::detail::choose_int8_gemm_path(int8_facts(big)), Int8GemmPath::kHopperTransposed);
   EXPECT_EQ(gks::detail::choose_int8_gemm_path(int8_facts(big - 1)), Int8GemmPath::kMma);
   auto forced = int8_facts(16);
-  forced.config = gks::detail::kInt8MmaConfigs;  // the first Hopper config
+  forced.config = int8_mma_configs();  // the first Hopper config
   EXPECT_EQ(gks::detail::choose_int8_gemm_path(forced), Int8GemmPath::kHopperTransposed);
-  forced.config = gks::detail::kInt8MmaConfigs - 1;
+  forced.config = int8_mma_configs() - 1;
   EXPECT_EQ(gks::detail::choose_int8_gemm_path(forced), Int8GemmPath::kMma);
 }
 
@@ -567,7 +588,7 @@ TEST(Int8HopperPath, ATmaCannotLoadOrTooLargeMeansMma) {
   f = int8_facts(1024);
   f.n = gks::detail::kMaxTmaDim + 1;  // TMA coordinates are int32
   EXPECT_EQ(gks::detail::choose_int8_gemm_path(f), Int8GemmPath::kMma);
-  f.config = gks::detail::kInt8MmaConfigs;  // a forced Hopper config gives way too
+  f.config = int8_mma_configs();  // a forced Hopper config gives way too
   EXPECT_EQ(gks::detail::choose_int8_gemm_path(f), Int8GemmPath::kMma);
 }
 
@@ -581,12 +602,12 @@ TEST(Int8HopperPath, Names) {
 
 TEST(Int8HopperConfigs, FollowTheMmaConfigsAndSpellTheirShape) {
   const auto& all = gks::detail::int8_gemm_configs();
-  ASSERT_EQ(int(all.size()), gks::detail::kInt8MmaConfigs + gks::detail::kNumHopperInt8Configs);
+  ASSERT_EQ(int(all.size()), int8_mma_configs() + gks::detail::kNumHopperInt8Configs);
   std::set<std::string> names;
   for (const auto& c : all) EXPECT_TRUE(names.insert(c.name).second) << "duplicate " << c.name;
   for (int i = 0; i < gks::detail::kNumHopperInt8Configs; ++i) {
     const auto& h = gks::detail::kHopperInt8Configs[i];
-    const auto& c = all[gks::detail::kInt8MmaConfigs + i];
+    const auto& c = all[int8_mma_configs() + i];
     EXPECT_STREQ(c.name, h.name);
     EXPECT_EQ(h.block_k, 128) << h.name;  // 128 bytes of K, like the 16-bit tiles' 64
     const std::string expected = "hopper_" + std::to_string(h.block_m) + "x" +
@@ -597,7 +618,7 @@ TEST(Int8HopperConfigs, FollowTheMmaConfigsAndSpellTheirShape) {
   // The mma.sync heuristic never picks a Hopper config; the Hopper one a single-CTA config.
   for (int64_t m : {1, 128, 4096, 8192})
     for (int64_t n : {8, 4096, 14336}) {
-      EXPECT_LT(gks::detail::int8_gemm_heuristic(m, n, 4096, kH200Sms), gks::detail::kInt8MmaConfigs);
+      EXPECT_LT(gks::detail::int8_gemm_heuristic(m, n, 4096, kH200Sms), int8_mma_configs());
       const int h = gks::detail::hopper_int8_gemm_heuristic(m, n, 4096, kH200Sms);
       ASSERT_GE(h, 0);
       ASSERT_LT(h, gks::detail::kNumHopperInt8Configs);

@@ -23,6 +23,17 @@
 
 namespace gks {
 
+// The kernels the `config` argument forces (-1: the best kernel here).
+struct FlashAttentionFwdConfig {
+  enum class Kernel { kMmaSync, kWgmma };
+  const char* name;  // stable: the autotuner's tables key on the names
+  Kernel kernel;
+};
+inline constexpr FlashAttentionFwdConfig kFlashAttentionFwdConfigs[] = {
+    {"mma.sync", FlashAttentionFwdConfig::Kernel::kMmaSync},
+    {"wgmma", FlashAttentionFwdConfig::Kernel::kWgmma},
+};
+
 struct FlashAttentionFwdArgs {
   TensorRef q;    // [B, Hq, Sq, D], fp16 or bf16, last dim contiguous, other strides free
   TensorRef k;    // [B, Hkv, Sk, D], q's dtype, Hq % Hkv == 0
@@ -31,7 +42,7 @@ struct FlashAttentionFwdArgs {
   TensorRef lse;  // [B, Hq, Sq], float32, any strides
   bool causal = false;
   std::optional<float> softmax_scale;  // unset: 1 / sqrt(D); otherwise finite and > 0
-  int config = -1;                     // -1: the best kernel here; 0 mma.sync; 1 wgmma
+  int config = -1;  // -1: the best kernel here; else an index into kFlashAttentionFwdConfigs
 };
 
 // Validates the arguments (throws gks::Error) and launches on `stream`.

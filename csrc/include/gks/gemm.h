@@ -175,9 +175,9 @@ struct Int8GemmArgs {
   TensorRef b_scale;  // [1, N] or [N] float32, any stride
   TensorRef c;        // [M, N] float16, bfloat16 or float32, row-major, any leading dim
   // Index into detail::int8_gemm_configs(); -1 = heuristic pick (the Hopper kernel where
-  // it can run). The first kInt8MmaConfigs are the mma.sync kernel's, the rest the Hopper
-  // kernel's; a Hopper config where the Hopper path cannot run gives way to the mma.sync
-  // heuristic's pick.
+  // it can run). The list holds the mma.sync kernel's configs, then the Hopper kernel's
+  // ("hopper_..."); a Hopper config where the Hopper path cannot run gives way to the
+  // mma.sync heuristic's pick.
   int config = -1;
 };
 
@@ -185,9 +185,16 @@ struct Int8GemmArgs {
 void int8_gemm(const Int8GemmArgs& args, cudaStream_t stream);
 
 namespace detail {
-inline constexpr int kInt8MmaConfigs = 4;  // mma.sync configs lead int8_gemm_configs()
 const std::vector<GemmConfigInfo>& int8_gemm_configs();
-// The mma.sync config the heuristic picks (an index below kInt8MmaConfigs).
+// Which kernel config `config` (an index into int8_gemm_configs(), or -1) is of, and its
+// index in that kernel's own table (the mma.sync tiles, or kHopperInt8Configs).
+enum class Int8GemmKernel { kHeuristic, kMma, kHopper };
+struct Int8GemmConfigRef {
+  Int8GemmKernel kernel;
+  int index;
+};
+Int8GemmConfigRef int8_gemm_config_ref(int config);
+// The mma.sync config the heuristic picks (an index into the mma.sync kernel's table).
 int int8_gemm_heuristic(int64_t m, int64_t n, int64_t k, int num_sms);
 
 // The smallest M for which the Hopper path transposes a row-major b_q rather than leave
@@ -273,7 +280,7 @@ struct HopperGemmConfig {
   int cluster_n = 1;
 };
 
-// The compiled configs, in index order (GemmArgs::config); hopper_gemm_sm90a.cu checks
+// The compiled configs, in index order (GemmArgs::config); gemm_sm90a.cu checks
 // its kernels against this table at compile time.
 inline constexpr HopperGemmConfig kHopperGemmConfigs[] = {
     {"128x256x64_s4_c1", 128, 256, 64, 4, 1},
@@ -303,7 +310,7 @@ inline constexpr int kNumHopperGemmConfigs =
 
 // The same kernel's int8 configs (gks::int8_gemm's Hopper path): a k-block is 128 bytes
 // either way, so the int8 tiles are 128 elements deep with the 16-bit tiles' footprint.
-// They follow the mma.sync configs in int8_gemm_configs() (see int8_gemm.h).
+// They follow the mma.sync configs in int8_gemm_configs().
 inline constexpr HopperGemmConfig kHopperInt8Configs[] = {
     {"hopper_128x256x128_s4_c1", 128, 256, 128, 4, 1},
     {"hopper_128x256x128_s4_c2", 128, 256, 128, 4, 2},
@@ -390,7 +397,7 @@ struct HopperGemmLaunch {
   int num_sms;
 };
 
-// Defined in hopper_gemm_sm90a.cu, which exists in the library only when GKS_WITH_SM90A is
+// Defined in gemm_sm90a.cu, which exists in the library only when GKS_WITH_SM90A is
 // defined; call it only under that macro.
 void launch_hopper_gemm_sm90a(const HopperGemmLaunch& launch, cudaStream_t stream);
 

@@ -2,9 +2,11 @@
 #include "gks/attention.h"
 
 #include <cmath>
+#include <iterator>
 #include <limits>
 
 #include "attention/launch.h"
+#include "core/config.h"
 #include "gks/device_limits.h"
 #include "gks/kernels/attention/fwd_sm80.cuh"
 #include "core/launch.h"
@@ -159,17 +161,16 @@ float validate(const FlashAttentionFwdArgs& args) {
   GKS_CHECK(heads_q <= 65535 && batch <= 65535, kInvalidArgument)
       << kOp << ": at most 65535 query heads and 65535 batches are supported, got "
       << heads_q << " and " << batch;
-  GKS_CHECK(args.config >= -1 && args.config <= 1, kInvalidArgument)
-      << kOp << ": argument 'config' must be -1 (the best kernel here), 0 (mma.sync) or 1 "
-      << "(wgmma), got " << args.config;
+  check_listed_config(args.config, kFlashAttentionFwdConfigs, kOp, "the best kernel here");
   return scale;
 }
 
 // wgmma needs an sm_90a build, a compute-capability 9.0 GPU and a head dim it serves.
 bool use_wgmma(const FlashAttentionFwdArgs& args) {
 #if defined(GKS_WITH_SM90A)
-  return args.config != 0 && wgmma_flash_head_dim(args.q.shape[3]) &&
-         device_is_sm90(args.q.device.index);
+  const bool allowed = args.config < 0 || kFlashAttentionFwdConfigs[args.config].kernel ==
+                                               FlashAttentionFwdConfig::Kernel::kWgmma;
+  return allowed && wgmma_flash_head_dim(args.q.shape[3]) && device_is_sm90(args.q.device.index);
 #else
   (void)args;
   return false;

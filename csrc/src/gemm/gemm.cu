@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // gks::gemm: validation, the Hopper-or-WMMA decision, config choice and dispatch. Compiled
-// for every architecture; the sm_90a kernels live in hopper_gemm_sm90a.cu and are reached
+// for every architecture; the sm_90a kernels live in gemm_sm90a.cu and are reached
 // only under GKS_WITH_SM90A.
 #include "gks/gemm.h"
 

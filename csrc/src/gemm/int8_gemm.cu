@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <tuple>
 
 #include "gemm/launch.h"
 #include "gks/kernels/gemm/int8.cuh"
@@ -19,10 +20,20 @@ namespace {
 // H200 (TOP/s at 4096^3 / 8192^3; torch._int_mm: 105 / 109): 128x128x64 s4 684 / 737,
 // 128x128x128 s3 692 / 702, 128x256x128 s3 627 / 672 (128x256x64 and 256x128x64: 545-589);
 // 64x64x128 (462 / 482) is for small and skinny outputs.
-using Int8_128x128x64 = kernels::gemm::Int8Tile<2, 2, 4, 8, 64, 4>;
-using Int8_128x128x128 = kernels::gemm::Int8Tile<2, 2, 4, 8, 128, 3>;
-using Int8_128x256x128 = kernels::gemm::Int8Tile<2, 4, 4, 8, 128, 3>;
-using Int8_64x64x128 = kernels::gemm::Int8Tile<2, 2, 2, 4, 128, 4>;
+struct Int8_128x128x64 : kernels::gemm::Int8Tile<2, 2, 4, 8, 64, 4> {
+  static constexpr const char* kName = "128x128x64_w64x64_s4";
+};
+struct Int8_128x128x128 : kernels::gemm::Int8Tile<2, 2, 4, 8, 128, 3> {
+  static constexpr const char* kName = "128x128x128_w64x64_s3";
+};
+struct Int8_128x256x128 : kernels::gemm::Int8Tile<2, 4, 4, 8, 128, 3> {
+  static constexpr const char* kName = "128x256x128_w64x64_s3";
+};
+struct Int8_64x64x128 : kernels::gemm::Int8Tile<2, 2, 2, 4, 128, 4> {
+  static constexpr const char* kName = "64x64x128_w32x32_s4";
+};
+using Int8MmaConfigs = std::tuple<Int8_128x128x64, Int8_128x128x128, Int8_128x256x128, Int8_64x64x128>;
+constexpr int kMmaConfigs = int(std::tuple_size_v<Int8MmaConfigs>);
 
 template <class Cfg>
 void launch_config(kernels::gemm::Int8GemmParams p, bool aligned, int device, cudaStream_t stream) {
@@ -53,12 +64,7 @@ int64_t scale_stride(const TensorRef& s, int64_t len, bool column, const char* o
 
 const std::vector<GemmConfigInfo>& int8_gemm_configs() {
   static const std::vector<GemmConfigInfo> configs = [] {
-    std::vector<GemmConfigInfo> list = {
-        gemm_config_info<Int8_128x128x64>("128x128x64_w64x64_s4"),
-        gemm_config_info<Int8_128x128x128>("128x128x128_w64x64_s3"),
-        gemm_config_info<Int8_128x256x128>("128x256x128_w64x64_s3"),
-        gemm_config_info<Int8_64x64x128>("64x64x128_w32x32_s4"),
-    };
+    std::vector<GemmConfigInfo> list = gemm_config_infos<Int8MmaConfigs>();
     for (const HopperGemmConfig& c : kHopperInt8Configs)
       list.push_back({c.name, c.block_m, c.block_n, c.block_k, 384, c.stages});
     return list;
@@ -66,11 +72,16 @@ const std::vector<GemmConfigInfo>& int8_gemm_configs() {
   return configs;
 }
 
+Int8GemmConfigRef int8_gemm_config_ref(int config) {
+  if (config < 0) return {Int8GemmKernel::kHeuristic, -1};
+  if (config < kMmaConfigs) return {Int8GemmKernel::kMma, config};
+  return {Int8GemmKernel::kHopper, config - kMmaConfigs};
+}
+
 int int8_gemm_heuristic(int64_t m, int64_t n, int64_t /*k*/, int num_sms) {
   // Relative speeds as measured (see above); blocks per SM from registers and shared memory.
   static const std::vector<GemmConfigTraits> traits = {{2, 1.0}, {2, 0.98}, {1, 0.9}, {4, 0.65}};
-  const auto& all = int8_gemm_configs();
-  static const std::vector<GemmConfigInfo> mma(all.begin(), all.begin() + kInt8MmaConfigs);
+  static const std::vector<GemmConfigInfo> mma = gemm_config_infos<Int8MmaConfigs>();
   return pick_gemm_config(mma, traits, m, n, num_sms);
 }
 
@@ -85,8 +96,9 @@ const char* int8_gemm_path_name(Int8GemmPath path) {
 
 Int8GemmPath choose_int8_gemm_path(const Int8PathFacts& f) {
   const Int8GemmPath mma = f.b_k_major ? Int8GemmPath::kMmaTransposed : Int8GemmPath::kMma;
-  const bool forced_mma = f.config >= 0 && f.config < kInt8MmaConfigs;
-  const bool forced_hopper = f.config >= kInt8MmaConfigs;
+  const Int8GemmKernel forced = int8_gemm_config_ref(f.config).kernel;
+  const bool forced_mma = forced == Int8GemmKernel::kMma;
+  const bool forced_hopper = forced == Int8GemmKernel::kHopper;
   if (forced_mma || !f.device_is_sm90 || !f.built_with_sm90a || !tma_can_describe(f.a, 1))
     return mma;
   if (f.a.rows > kMaxTmaDim || f.a.cols > kMaxTmaDim || f.n > kMaxTmaDim) return mma;
@@ -215,8 +227,9 @@ void launch_mma(const Int8GemmArgs& args, const Int8Validated& v, const void* b,
   const GemmMatrix &a = v.ops.a, &c = v.ops.c;
   const int64_t m = v.ops.m, n = v.ops.n, k = v.ops.k;
   const auto& configs = int8_gemm_configs();
-  const int config = args.config >= 0 && args.config < kInt8MmaConfigs
-                         ? args.config
+  const Int8GemmConfigRef forced = int8_gemm_config_ref(args.config);
+  const int config = forced.kernel == Int8GemmKernel::kMma
+                         ? forced.index
                          : int8_gemm_heuristic(m, n, k, device_sm_count(device));
   GKS_CHECK(gemm_tile_count(configs[config], m, n) <= INT_MAX, kInvalidArgument)
       << kOp << ": the output " << m << " x " << n << " needs more than 2^31 - 1 tiles";
@@ -239,12 +252,9 @@ void launch_mma(const Int8GemmArgs& args, const Int8Validated& v, const void* b,
   p.c_kind = gemm_c_kind(args.c.dtype);
   p.c_vec = gemm_rows_aligned16(c, dtype_size(args.c.dtype));
   const bool aligned = gemm_rows_aligned16(a, 1) && gemm_rows_aligned16(b_rows, 1);
-  switch (config) {
-    case 0: launch_config<Int8_128x128x64>(p, aligned, device, stream); break;
-    case 1: launch_config<Int8_128x128x128>(p, aligned, device, stream); break;
-    case 2: launch_config<Int8_128x256x128>(p, aligned, device, stream); break;
-    default: launch_config<Int8_64x64x128>(p, aligned, device, stream); break;
-  }
+  with_gemm_config<Int8MmaConfigs>(config, [&](auto cfg) {
+    launch_config<decltype(cfg)>(p, aligned, device, stream);
+  });
   check_launch(kOp);
 }
 
@@ -275,8 +285,9 @@ void int8_gemm(const Int8GemmArgs& args, cudaStream_t stream) {
 #if defined(GKS_WITH_SM90A)
     case Int8GemmPath::kHopper:
     case Int8GemmPath::kHopperTransposed: {
-      const int config = args.config >= kInt8MmaConfigs
-                             ? args.config - kInt8MmaConfigs
+      const Int8GemmConfigRef forced = int8_gemm_config_ref(args.config);
+      const int config = forced.kernel == Int8GemmKernel::kHopper
+                             ? forced.index
                              : hopper_int8_gemm_heuristic(m, n, k, device_sm_count(device));
       if (path == Int8GemmPath::kHopper) {
         launch_hopper(args, v, bs.data, bs.ld, config, device, stream);

@@ -6,6 +6,8 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "gks/error.h"
@@ -14,10 +16,31 @@
 
 namespace gks::detail {
 
-// A compiled config's description, from its tile type (kBlockM/N/K, kThreads, kStages).
+// A GEMM's compiled configs are a list of tile types (std::tuple<Tile...>), each naming
+// itself (kName), in index order: the `config` argument indexes it, and the table the
+// library reports (and the autotuner keys on) is made from it.
 template <class Cfg>
-GemmConfigInfo gemm_config_info(const char* name) {
-  return {name, Cfg::kBlockM, Cfg::kBlockN, Cfg::kBlockK, Cfg::kThreads, Cfg::kStages};
+GemmConfigInfo gemm_config_info() {
+  return {Cfg::kName, Cfg::kBlockM, Cfg::kBlockN, Cfg::kBlockK, Cfg::kThreads, Cfg::kStages};
+}
+
+template <class Configs, size_t... kI>
+std::vector<GemmConfigInfo> gemm_config_infos(std::index_sequence<kI...>) {
+  return {gemm_config_info<std::tuple_element_t<kI, Configs>>()...};
+}
+template <class Configs>
+std::vector<GemmConfigInfo> gemm_config_infos() {
+  return gemm_config_infos<Configs>(std::make_index_sequence<std::tuple_size_v<Configs>>{});
+}
+
+// Calls f(Cfg{}) with the tile type of config `index` of Configs (a valid index).
+template <class Configs, class F, size_t... kI>
+void with_gemm_config(int index, F&& f, std::index_sequence<kI...>) {
+  ((index == int(kI) && (f(std::tuple_element_t<kI, Configs>{}), true)) || ...);
+}
+template <class Configs, class F>
+void with_gemm_config(int index, F&& f) {
+  with_gemm_config<Configs>(index, f, std::make_index_sequence<std::tuple_size_v<Configs>>{});
 }
 
 // Launches kKernel, tile config Cfg, one CTA per Cfg::kBlockM x kBlockN output tile; sets

@@ -2,6 +2,8 @@
 #include "gks/gemm.h"
 
 #include <climits>
+#include <tuple>
+#include <type_traits>
 
 #include "gemm/launch.h"
 #include "gks/kernels/gemm/sgemm.cuh"
@@ -18,10 +20,19 @@ namespace {
 // 49.1 TFLOP/s, two 4-warp 128x128 blocks per SM 47.0 / 47.3 (its 16x8 thread tile 44.6 /
 // 45.0, 256x128 46.7 / 47.0). 64x64 and 32x32 are for small and skinny outputs (about half
 // and a third of the 128x128 rate at 4096^3 before the multistage loop).
-using Sgemm128x256x16t8x16 = kernels::gemm::SgemmTile<2, 4, 8, 8, 16, 16, 3, 1, true>;
-using Sgemm128x128x16t8x16 = kernels::gemm::SgemmTile<2, 2, 8, 8, 16, 16, 3, 2, true>;
-using Sgemm64x64x8 = kernels::gemm::SgemmTile<1, 2, 8, 8, 8, 8, 3>;
-using Sgemm32x32x16 = kernels::gemm::SgemmTile<1, 2, 8, 4, 4, 16, 3>;
+struct Sgemm128x256 : kernels::gemm::SgemmTile<2, 4, 8, 8, 16, 16, 3, 1, true> {
+  static constexpr const char* kName = "128x256x16_t8x16_s3";
+};
+struct Sgemm128x128 : kernels::gemm::SgemmTile<2, 2, 8, 8, 16, 16, 3, 2, true> {
+  static constexpr const char* kName = "128x128x16_t8x16_s3";
+};
+struct Sgemm64x64 : kernels::gemm::SgemmTile<1, 2, 8, 8, 8, 8, 3> {
+  static constexpr const char* kName = "64x64x8_t8x8_s3";
+};
+struct Sgemm32x32 : kernels::gemm::SgemmTile<1, 2, 8, 4, 4, 16, 3> {
+  static constexpr const char* kName = "32x32x16_t4x4_s3";
+};
+using SgemmConfigs = std::tuple<Sgemm128x256, Sgemm128x128, Sgemm64x64, Sgemm32x32>;
 
 template <class Cfg>
 void launch_config(kernels::gemm::SgemmParams p, bool vec_b, int device, cudaStream_t stream) {
@@ -34,12 +45,7 @@ void launch_config(kernels::gemm::SgemmParams p, bool vec_b, int device, cudaStr
 }  // namespace
 
 const std::vector<GemmConfigInfo>& sgemm_configs() {
-  static const std::vector<GemmConfigInfo> configs = {
-      gemm_config_info<Sgemm128x256x16t8x16>("128x256x16_t8x16_s3"),
-      gemm_config_info<Sgemm128x128x16t8x16>("128x128x16_t8x16_s3"),
-      gemm_config_info<Sgemm64x64x8>("64x64x8_t8x8_s3"),
-      gemm_config_info<Sgemm32x32x16>("32x32x16_t4x4_s3"),
-  };
+  static const std::vector<GemmConfigInfo> configs = gemm_config_infos<SgemmConfigs>();
   return configs;
 }
 
@@ -95,12 +101,9 @@ void sgemm(const SgemmArgs& args, cudaStream_t stream) {
   p.s.ldc = c.ld;
   p.c_vec4 = detail::gemm_rows_aligned16(c, 4);
   const bool vec_b = detail::gemm_rows_aligned16(b, 4);
-  switch (config) {
-    case 0: detail::launch_config<detail::Sgemm128x256x16t8x16>(p, vec_b, device, stream); break;
-    case 1: detail::launch_config<detail::Sgemm128x128x16t8x16>(p, vec_b, device, stream); break;
-    case 2: detail::launch_config<detail::Sgemm64x64x8>(p, vec_b, device, stream); break;
-    default: detail::launch_config<detail::Sgemm32x32x16>(p, vec_b, device, stream); break;
-  }
+  detail::with_gemm_config<detail::SgemmConfigs>(config, [&](auto cfg) {
+    detail::launch_config<decltype(cfg)>(p, vec_b, device, stream);
+  });
   detail::check_launch(kOp);
 }
 

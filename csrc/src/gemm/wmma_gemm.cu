@@ -2,6 +2,8 @@
 #include "gks/gemm.h"
 
 #include <climits>
+#include <tuple>
+#include <type_traits>
 
 #include "gemm/launch.h"
 #include "gks/kernels/gemm/wmma.cuh"
@@ -19,10 +21,20 @@ namespace {
 // blocks per SM 322 / 329 and 331 / 339 (BK 64, 3 stages: 322 / 326 and 321 / 324);
 // 256x128 ran 349 / 360 and 362 / 376, and 128x256 with BK 64 331 / 325 and 349 / 336.
 // 64x64 is for small and skinny outputs.
-using Wmma128x256x32 = kernels::gemm::WmmaTile<2, 4, 4, 4, 32, 4>;
-using Wmma128x128x32 = kernels::gemm::WmmaTile<2, 2, 4, 4, 32, 4>;
-using Wmma128x128x64 = kernels::gemm::WmmaTile<2, 2, 4, 4, 64, 3>;
-using Wmma64x64x32 = kernels::gemm::WmmaTile<2, 2, 2, 2, 32, 4>;
+struct Wmma128x256x32 : kernels::gemm::WmmaTile<2, 4, 4, 4, 32, 4> {
+  static constexpr const char* kName = "128x256x32_w64x64_s4";
+};
+struct Wmma128x128x32 : kernels::gemm::WmmaTile<2, 2, 4, 4, 32, 4> {
+  static constexpr const char* kName = "128x128x32_w64x64_s4";
+};
+struct Wmma128x128x64 : kernels::gemm::WmmaTile<2, 2, 4, 4, 64, 3> {
+  static constexpr const char* kName = "128x128x64_w64x64_s3";
+};
+struct Wmma64x64x32 : kernels::gemm::WmmaTile<2, 2, 2, 2, 32, 4> {
+  static constexpr const char* kName = "64x64x32_w32x32_s4";
+};
+using WmmaConfigs = std::tuple<Wmma128x256x32, Wmma128x128x32, Wmma128x128x64, Wmma64x64x32>;
+constexpr int kWmma64x64 = 3;
 
 template <typename T, class Cfg>
 void launch_config(kernels::gemm::WmmaGemmParams p, bool aligned, int device, cudaStream_t stream) {
@@ -32,34 +44,18 @@ void launch_config(kernels::gemm::WmmaGemmParams p, bool aligned, int device, cu
     launch_gemm_tiles<Cfg, kernels::gemm::wmma_gemm_kernel<T, Cfg, false>>(p, device, stream);
 }
 
-template <typename T>
-void launch_index(int config, const kernels::gemm::WmmaGemmParams& p, bool aligned, int device,
-                  cudaStream_t stream) {
-  switch (config) {
-    case 0: return launch_config<T, Wmma128x256x32>(p, aligned, device, stream);
-    case 1: return launch_config<T, Wmma128x128x32>(p, aligned, device, stream);
-    case 2: return launch_config<T, Wmma128x128x64>(p, aligned, device, stream);
-    default: return launch_config<T, Wmma64x64x32>(p, aligned, device, stream);
-  }
-}
-
 }  // namespace
 
 const std::vector<GemmConfigInfo>& wmma_gemm_configs() {
-  static const std::vector<GemmConfigInfo> configs = {
-      gemm_config_info<Wmma128x256x32>("128x256x32_w64x64_s4"),
-      gemm_config_info<Wmma128x128x32>("128x128x32_w64x64_s4"),
-      gemm_config_info<Wmma128x128x64>("128x128x64_w64x64_s3"),
-      gemm_config_info<Wmma64x64x32>("64x64x32_w32x32_s4"),
-  };
+  static const std::vector<GemmConfigInfo> configs = gemm_config_infos<WmmaConfigs>();
   return configs;
 }
 
 int wmma_gemm_heuristic(int64_t m, int64_t n, int64_t /*k*/, int num_sms) {
   // Outputs of a few rows are bound by reading b, and the most CTAs read it fastest, not the
   // densest tile (H200, 16 x 4096 x 4096: 64x64 36 us, 128x256 98 us).
-  constexpr int k64x64 = 3;
-  if (m <= 64) return k64x64;
+  static_assert(std::is_same_v<std::tuple_element_t<kWmma64x64, WmmaConfigs>, Wmma64x64x32>);
+  if (m <= 64) return kWmma64x64;
   // Relative speeds at 4096^3 as measured (see above; 64x64: 0.42); blocks per SM from
   // registers and shared memory.
   static const std::vector<GemmConfigTraits> traits = {{1, 1.0}, {2, 0.88}, {2, 0.87}, {4, 0.42}};
@@ -103,10 +99,12 @@ void wmma_gemm(const WmmaGemmArgs& args, cudaStream_t stream) {
   p.c_is_f32 = args.c.dtype == DType::kFloat32;
   p.c_vec = detail::gemm_rows_aligned16(c, c_elem);
   const bool aligned = detail::gemm_rows_aligned16(a, 2) && detail::gemm_rows_aligned16(b, 2);
-  if (args.a.dtype == DType::kFloat16)
-    detail::launch_index<__half>(config, p, aligned, device, stream);
-  else
-    detail::launch_index<__nv_bfloat16>(config, p, aligned, device, stream);
+  detail::with_gemm_config<detail::WmmaConfigs>(config, [&](auto cfg) {
+    if (args.a.dtype == DType::kFloat16)
+      detail::launch_config<__half, decltype(cfg)>(p, aligned, device, stream);
+    else
+      detail::launch_config<__nv_bfloat16, decltype(cfg)>(p, aligned, device, stream);
+  });
   detail::check_launch(kOp);
 }
 
