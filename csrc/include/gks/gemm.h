@@ -199,7 +199,7 @@ int int8_gemm_heuristic(int64_t m, int64_t n, int64_t k, int num_sms);
 
 // The smallest M for which the Hopper path transposes a row-major b_q rather than leave
 // the problem to the mma.sync kernel: the copy moves 2 N K bytes, which the faster
-// Tensor Cores win back once M is about this large (measured on an H200).
+// Tensor Cores win back once M is about this large (docs/perf/gemm.md).
 inline constexpr int64_t kInt8HopperMinRows = 512;
 
 enum class Int8GemmPath {

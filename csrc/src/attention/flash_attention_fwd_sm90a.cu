@@ -15,13 +15,9 @@ namespace ka = kernels::attention;
 namespace {
 
 // The tile per head dim, two CTAs an SM for both: while one CTA's warpgroups work through
-// the softmax, the other's keep the Tensor Cores busy. The launch bound caps a thread at
-// 128 registers (ptxas spills two, 8 bytes of stack, at D = 128 non-causal). Speed-up
-// over the mma.sync kernel on an H200 (fp16, H * D = 2048, 32k tokens, causal and not,
-// 2026-11-30):
-//   D = 128, 64-key tiles: 1.34-1.47x (128-key tiles one CTA an SM 1.19-1.33x, 64-key
-//     tiles one CTA an SM 1.00-1.28x);
-//   D = 64, 128-key tiles: 1.30-1.47x (one CTA an SM 1.00-1.06x, 64-key tiles 1.17-1.28x).
+// the softmax, the other's keep the Tensor Cores busy; one CTA an SM is slower with either
+// key-tile size (docs/perf/attention.md). The launch bound caps a thread at 128 registers
+// (ptxas spills two, 8 bytes of stack, at D = 128 non-causal).
 template <int kHeadDim>
 using TileFor = ka::sm90::Tile<kHeadDim, kHeadDim == 64 ? 128 : 64, 2>;
 

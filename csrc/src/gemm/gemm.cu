@@ -59,8 +59,7 @@ const std::vector<HopperGemmConfig>& hopper_gemm_configs() {
 int hopper_gemm_heuristic(int64_t m, int64_t n, int64_t /*k*/, int num_sms) {
   const int pick = pick_hopper_config(kHopperGemmConfigs, m, n, num_sms);
   // One row of 128 x 128 tiles, enough of them not to split K: every tile reads all of A,
-  // which a cluster of 4 along N loads once for four tiles. (H200, 128x14336x4096 bf16:
-  // 34.3 us against 36.3 single-CTA, cuBLAS 34.1 in the same run.)
+  // which a cluster of 4 along N loads once for four tiles (docs/perf/gemm.md).
   const HopperGemmConfig& c = kHopperGemmConfigs[pick];
   const int64_t tiles_n = (n + c.block_n - 1) / c.block_n;
   if (c.block_m == 128 && c.block_n == 128 && c.cluster_m == 1 && m <= c.block_m &&

@@ -16,10 +16,9 @@ namespace detail {
 namespace {
 
 // The compiled configs. Template arguments: warps (m, n), m16 tiles per warp, n8 tiles per
-// warp (= bytes a lane reads per B row), block K in bytes, pipeline stages. Measured on an
-// H200 (TOP/s at 4096^3 / 8192^3; torch._int_mm: 105 / 109): 128x128x64 s4 684 / 737,
-// 128x128x128 s3 692 / 702, 128x256x128 s3 627 / 672 (128x256x64 and 256x128x64: 545-589);
-// 64x64x128 (462 / 482) is for small and skinny outputs.
+// warp (= bytes a lane reads per B row), block K in bytes, pipeline stages. The 128x128
+// tiles run fastest on large outputs, 128x256 a little behind; 64x64x128 is for small and
+// skinny outputs (docs/perf/gemm.md has the tile rates).
 struct Int8_128x128x64 : kernels::gemm::Int8Tile<2, 2, 4, 8, 64, 4> {
   static constexpr const char* kName = "128x128x64_w64x64_s4";
 };
@@ -79,7 +78,8 @@ Int8GemmConfigRef int8_gemm_config_ref(int config) {
 }
 
 int int8_gemm_heuristic(int64_t m, int64_t n, int64_t /*k*/, int num_sms) {
-  // Relative speeds as measured (see above); blocks per SM from registers and shared memory.
+  // Relative speeds on large outputs (docs/perf/gemm.md); blocks per SM from registers and
+  // shared memory.
   static const std::vector<GemmConfigTraits> traits = {{2, 1.0}, {2, 0.98}, {1, 0.9}, {4, 0.65}};
   static const std::vector<GemmConfigInfo> mma = gemm_config_infos<Int8MmaConfigs>();
   return pick_gemm_config(mma, traits, m, n, num_sms);

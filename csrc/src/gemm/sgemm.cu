@@ -15,11 +15,9 @@ namespace {
 
 // The compiled configs, largest tile first. Template arguments: warps (m, n), lanes along m
 // in a warp, thread tile (m, n), block K, pipeline stages, min blocks per SM, A copies by
-// rows. Measured on an H200 at 4096^3 / 8192^3 (the kernels timed directly, back to back;
-// cuBLAS FP32 in the bench: 49.7 / 48.8 TFLOP/s): one 8-warp 128x256 block per SM 48.6 /
-// 49.1 TFLOP/s, two 4-warp 128x128 blocks per SM 47.0 / 47.3 (its 16x8 thread tile 44.6 /
-// 45.0, 256x128 46.7 / 47.0). 64x64 and 32x32 are for small and skinny outputs (about half
-// and a third of the 128x128 rate at 4096^3 before the multistage loop).
+// rows. One 8-warp 128x256 block per SM runs fastest on large outputs, two 4-warp 128x128
+// blocks per SM a little behind; 64x64 and 32x32 are for small and skinny outputs, at a
+// fraction of that rate (docs/perf/gemm.md has the tile rates).
 struct Sgemm128x256 : kernels::gemm::SgemmTile<2, 4, 8, 8, 16, 16, 3, 1, true> {
   static constexpr const char* kName = "128x256x16_t8x16_s3";
 };
@@ -50,7 +48,8 @@ const std::vector<GemmConfigInfo>& sgemm_configs() {
 }
 
 int sgemm_heuristic(int64_t m, int64_t n, int64_t /*k*/, int num_sms) {
-  // Relative inner-loop speeds as measured (see above); blocks per SM from registers.
+  // Relative inner-loop speeds on large outputs (docs/perf/gemm.md); blocks per SM from
+  // registers.
   static const std::vector<GemmConfigTraits> traits = {{1, 1.0}, {2, 0.97}, {8, 0.46}, {8, 0.36}};
   return pick_gemm_config(sgemm_configs(), traits, m, n, num_sms);
 }

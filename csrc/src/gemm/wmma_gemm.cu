@@ -15,12 +15,9 @@ namespace {
 
 // The compiled configs. Template arguments: warps (m, n), 16x16 fragments per warp (m, n),
 // block K, pipeline stages. 64 x 64 warp tiles keep shared-memory reads (ldmatrix) under
-// the Tensor Cores' appetite. Measured on an H200 with the multistage K loop, the kernels
-// timed directly (fp16 / bf16 TFLOP/s at 4096^3 and 8192^3; cuBLAS in the bench 667-673 /
-// 665-712): one 8-warp 128x256 block per SM 357 / 370 and 376 / 378; two 4-warp 128x128
-// blocks per SM 322 / 329 and 331 / 339 (BK 64, 3 stages: 322 / 326 and 321 / 324);
-// 256x128 ran 349 / 360 and 362 / 376, and 128x256 with BK 64 331 / 325 and 349 / 336.
-// 64x64 is for small and skinny outputs.
+// the Tensor Cores' appetite. One 8-warp 128x256 block per SM runs fastest on large
+// outputs, two 4-warp 128x128 blocks per SM next; 64x64 is for small and skinny outputs
+// (docs/perf/gemm.md has the tile rates).
 struct Wmma128x256x32 : kernels::gemm::WmmaTile<2, 4, 4, 4, 32, 4> {
   static constexpr const char* kName = "128x256x32_w64x64_s4";
 };
@@ -53,11 +50,11 @@ const std::vector<GemmConfigInfo>& wmma_gemm_configs() {
 
 int wmma_gemm_heuristic(int64_t m, int64_t n, int64_t /*k*/, int num_sms) {
   // Outputs of a few rows are bound by reading b, and the most CTAs read it fastest, not the
-  // densest tile (H200, 16 x 4096 x 4096: 64x64 36 us, 128x256 98 us).
+  // densest tile (docs/perf/gemm.md).
   static_assert(std::is_same_v<std::tuple_element_t<kWmma64x64, WmmaConfigs>, Wmma64x64x32>);
   if (m <= 64) return kWmma64x64;
-  // Relative speeds at 4096^3 as measured (see above; 64x64: 0.42); blocks per SM from
-  // registers and shared memory.
+  // Relative speeds at 4096^3 (docs/perf/gemm.md); blocks per SM from registers and shared
+  // memory.
   static const std::vector<GemmConfigTraits> traits = {{1, 1.0}, {2, 0.88}, {2, 0.87}, {4, 0.42}};
   return pick_gemm_config(wmma_gemm_configs(), traits, m, n, num_sms);
 }

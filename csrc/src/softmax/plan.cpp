@@ -14,10 +14,10 @@ namespace {
 // as loaded (16 bytes: 4 registers, whatever the dtype) and converts them to fp32 at each
 // use, so that a thread needs about 32 registers and an SM holds 2048 threads: one row's
 // loads then overlap other rows' reductions and stores. (Kept as fp32, 32 values a thread
-// took 64 registers or more: 1024 threads an SM or fewer, which left 16-bit rows of 32768
-// well short of copy bandwidth.) It holds 4 accesses a thread. The fused kernel holds its
-// values in fp32 (one exp a value, see kernels/rows/norm.cuh): 16 a thread, 4 fp32 or 2
-// 16-bit accesses, at 40 registers.
+// take 64 registers or more: 1024 threads an SM or fewer, too few for 16-bit rows of 32768
+// to reach copy bandwidth; docs/perf/softmax.md.) It holds 4 accesses a thread. The fused
+// kernel holds its values in fp32 (one exp a value, see kernels/rows/norm.cuh): 16 a
+// thread, 4 fp32 or 2 16-bit accesses, at 40 registers.
 // Rows longer than 1024 threads' worth take more a thread in a 1024-thread block, one to an
 // SM, up to 8 fp32 or 4 16-bit accesses (so rows of up to 32768 elements). Unaligned rows
 // (one element an access) keep 8 accesses a thread, as RMSNorm does, and 16-bit ones at

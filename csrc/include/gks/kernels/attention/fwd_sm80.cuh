@@ -59,16 +59,14 @@ struct FlashFwdTile {
                 "tile copies: whole 16-byte chunks per thread");
 };
 
-// Tile per head dim and mask: 4 warps of 32 query rows (D = 256: of 16 rows), the best of
-// the shapes timed on an H200 (fp16, H * D = 2048, 32k tokens; 2026-11-30). 32-row warps
-// beat 16-row warps by 10-25%, and 8 warps of 16 rows lose 20-50%. O takes kMTiles * D / 2
-// fp32 registers per thread and S kMTiles * kBlockN / 2: at D = 128 the 64-key tile runs
-// at the 255-register limit with a few spilled loop invariants (ptxas -v: 24 bytes), and
-// still beats the 32-key tile by 13-17%; at D = 96 by 14-21%. D = 64 takes 128-key tiles
-// with Q in shared memory: non-causal with one rescale vote a tile (4.5% faster than
-// 64-key tiles with Q in registers; the per-row votes there are no faster than those),
-// causal with a vote a row pair (the vote per tile costs it 5%, and 64-key tiles 6%).
-// D = 32 keeps Q's fragments in registers unless causal (13% faster causal without).
+// Tile per head dim and mask: 4 warps of 32 query rows (D = 256: of 16 rows). A 32-row
+// warp feeds each K/V fragment to two m-tiles, half the shared-memory traffic per flop of a
+// 16-row warp (4 or 8 of them). O takes kMTiles * D / 2 fp32 registers per thread and S
+// kMTiles * kBlockN / 2: at D = 128 the 64-key tile runs at the 255-register limit with a
+// few spilled loop invariants (ptxas -v: 24 bytes) and is still faster than 32-key tiles,
+// as at D = 96. D = 64 takes 128-key tiles with Q in shared memory: non-causal with one
+// rescale vote a tile, causal with a vote a row pair. D = 32 keeps Q's fragments in
+// registers unless causal. (docs/perf/attention.md has what these were measured against.)
 template <int kHeadDim, bool kCausal> struct FlashFwdConfig;
 template <bool kCausal> struct FlashFwdConfig<32, kCausal> {
   using Tile = FlashFwdTile<32, 128, 64, 4, !kCausal>;

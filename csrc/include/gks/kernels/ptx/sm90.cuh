@@ -193,7 +193,7 @@ __device__ __forceinline__ void registers_decrease() {
 }
 
 // ---- programmatic dependent launch (the host asks for it with LaunchConfig's early_start,
-// csrc/src/launch.h). Both are no-ops in a kernel launched without it, and compile to
+// csrc/src/core/launch.h). Both are no-ops in a kernel launched without it, and compile to
 // nothing below sm_90. ----
 
 // Waits until the grids before this one in the stream have completed and their writes are

@@ -217,9 +217,9 @@ struct RmsNormRow {
 
 // One row of the fused registers kernel for long fp32 rows (1024 threads x 8 accesses): x
 // is held as loaded and x * inv_rms * w recomputed at each use, the weight read twice
-// (mostly from L1), two exps a value. Holding 32 fp32 values a thread instead (below) took
-// these rows from 614 to 778-814 us at 8192x32768 on an H200: x, w and the values do not
-// fit the 64 registers of a 1024-thread block without serializing the loads.
+// (mostly from L1), two exps a value. Holding 32 fp32 values a thread instead (below) is
+// slower on these rows: x, w and the values do not fit the 64 registers of a 1024-thread
+// block without serializing the loads (docs/perf/norms.md).
 template <bool kRagged, typename T, int kVec, int kThreadsPerRow, int kVecsPerThread>
 __device__ __forceinline__ void softmax_rmsnorm_row_recompute(const SoftmaxParams& p, int64_t row,
                                                               float* scratch_m, float* scratch_s) {
@@ -294,7 +294,7 @@ __device__ __forceinline__ float products_and_sum_squares(LoadX load_x, LoadW lo
 // merge of the (m_t, s_t) pairs gives the row's (M, S), and the thread writes
 // e * exp(m_t - M) / S. One exp a value and no second read of the weight, which the fused
 // op needs to keep up with memory (recomputing x * inv_rms * w and its exp for the output
-// held 16-bit rows to 55-69% of copy bandwidth on an H200).
+// holds 16-bit rows well short of copy bandwidth; docs/perf/norms.md).
 // load_x(i) and load_w(i) give access i of the thread's part of x and of the weight, as
 // load_raw would (0 past the row's end).
 template <bool kRagged, typename T, int kVec, int kThreadsPerRow, int kVecsPerThread, int kCluster,
@@ -477,15 +477,8 @@ struct SoftmaxRmsNormRow {
 // log2 e, -M * log2 e)), one FFMA and one ex2 a value; a plain sum of the e; e / S written.
 // No exp in either reduction and one barrier each (each its own scratch, the other's
 // barrier between a scratch's uses).
-// Measured on an H200 at 8192x32768, back to back in one process (µs; fp32, fp16, bf16):
-// this 556, 273, 272; one buffer and launched plainly 562, 277, 276; the kernel before it,
-// whose threads kept their own max and merged (max, sum) pairs (two exps a merge step, two
-// barriers a reduction) with fp32's weight read from L2, 576, 291, 295 (single launches).
-// Two 1024-thread blocks an SM holding x as loaded (16 registers), the weight read at each
-// of three uses, two exps a value: 16-bit 331-347. Streaming stores (st.global.cs) lost
-// 1%; the weight's L2 reads issued before the wait for the row changed nothing. Older
-// variants that lost or tied: the row by one thread's cp.async.bulk; two CTAs of a cluster
-// sharing a row; 512-thread blocks of 64 values two an SM.
+// docs/perf/norms.md has what this kernel, its one-buffer and plain-launch forms, and the
+// variants tried before it measured.
 template <typename T, int kVec, int kThreads, int kVecsPerThread, int kBuffers, int kWeightSlots>
 __global__ void __launch_bounds__(kThreads, 1) softmax_rmsnorm_staged_kernel(const SoftmaxParams p) {
   static_assert(kVec * sizeof(T) == 16, "16-byte accesses");

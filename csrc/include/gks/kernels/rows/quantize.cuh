@@ -446,8 +446,8 @@ struct QuantizeRow {
 // A chunk is one 16-byte store of out (kChunk = 4 fp32 or 8 fp16/bf16, from a 4- or 8-byte
 // load of q), and consecutive lanes take consecutive chunks, so every warp access is
 // contiguous. (Chunks of 16 int8 per lane would make each fp32 store instruction touch 32
-// separate 16-byte pieces: stores do not merge in L1 the way loads hit it, and that ran at
-// under half the bandwidth.) The grid may be smaller than p.blocks; blocks then stride.
+// separate 16-byte pieces, and stores do not merge in L1 the way loads hit it;
+// docs/perf/quantize.md.) The grid may be smaller than p.blocks; blocks then stride.
 template <typename T, int kChunk>
 struct DequantizeRow {
   using Params = DequantizeInt8Params;
