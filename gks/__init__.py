@@ -4,7 +4,8 @@
 ``gks.<op>`` runs the CUDA backend on torch tensors (a torch custom op). The same ops, with
 the same meaning, are ``gks.triton.<op>`` (torch tensors), ``gks.pallas.<op>`` (JAX arrays)
 and ``gks.reference.<op>`` (plain PyTorch). ``gks.cuda`` holds the framework-neutral
-DLPack entry points and ``gks.registry`` the op specs.
+DLPack entry points and ``gks.registry`` the op specs: the one list of ops, through which
+all of these find theirs.
 
 Backends are imported on first use, so ``import gks`` needs neither triton nor jax.
 """
@@ -16,18 +17,19 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("cuda", "pallas", "reference", "registry", "triton")
-# The CUDA-backed torch ops; kept in step with gks._torch_ops.__all__ by a test.
-_TORCH_OPS = (
-    "rmsnorm", "softmax", "softmax_rmsnorm", "quantize_int8", "dequantize_int8",
-    "sgemm", "wmma_gemm", "int8_gemm", "gemm", "flash_attention_fwd",
-)
+_SUBMODULES = ("cuda", "pallas", "reference", "registry", "runtime", "triton")
 
 
 def __getattr__(name: str) -> Any:
     if name in _SUBMODULES:
         return importlib.import_module(f"gks.{name}")
-    if name in _TORCH_OPS:
+    from gks import registry
+
+    try:
+        spec = registry.get(name)
+    except KeyError:
+        spec = None
+    if spec is not None and spec.has_backend("cuda"):
         # Kept as a module attribute, so that later `gks.<op>` lookups skip this function
         # and its import machinery (several µs a call, as much as a small kernel).
         op = getattr(importlib.import_module("gks._torch_ops"), name)
@@ -37,4 +39,6 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(list(globals()) + list(_SUBMODULES) + list(_TORCH_OPS))
+    from gks import registry
+
+    return sorted(set(globals()) | set(_SUBMODULES) | set(registry.ops_with("cuda")))

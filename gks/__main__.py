@@ -22,12 +22,14 @@ from gks import registry
 FORMAT_JSON = """\
 `gks list --format json` prints {"gks_version": str, "ops": [op, ...]}; each op is:
   name          the op's name (gks.<name>, gks.triton.<name>, gks.pallas.<name>, gks.reference.<name>)
+  family        its kernel family (the module it lives in, in every layer: norms, gemm, ...)
   summary       one line on what it computes
   signature     arguments and result, with shapes
   shape_names   what each entry of a bench/test shape means, e.g. ["M", "N"]
   dtypes        input dtypes the op accepts (torch names)
   backends      [{name, archs (GPU architectures it is built or tuned for), interpreted
-                (whether it also runs on a CPU through an interpreter)}]
+                (whether it also runs on a CPU through an interpreter), tunable (whether it
+                compiles several configs that gks autotune chooses among)}]
   tolerance     {dtype: [atol, rtol]} against the float64 reference
   bench_shapes  the shapes `gks bench` times by default
   peers         the reference implementations `gks bench --with-references` times beside it

@@ -64,4 +64,12 @@ def config_table(op: str) -> tuple[dict, ...]:
     def freeze(record: dict) -> dict:
         return {k: tuple(v) if isinstance(v, list) else v for k, v in record.items()}
 
-    return tuple(freeze(r) for r in json.loads(str(getattr(module(), f"{op}_configs")())))
+    try:
+        export = getattr(module(), f"{op}_configs")
+    except AttributeError:
+        raise RuntimeError(
+            f"gks: the library at {library_path()} exports no config table for '{op}' "
+            f"({op}_configs): it was built from other sources than this package's; rebuild it "
+            "(pip install -e ., or scripts/setup.sh)"
+        ) from None
+    return tuple(freeze(r) for r in json.loads(str(export())))

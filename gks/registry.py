@@ -1,8 +1,16 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The op registry: one OpSpec per op says everything about it, once.
+"""The op registry: one OpSpec per op says everything about it, once. It is the one list
+of ops: ``gks.<op>``, the backends' namespaces, the tests, the benchmarks, the autotuner,
+the CLI, the README table and the SASS/IR tools all find ops here.
 
-Tests, benchmarks, the CLI, the README table and the roofline all read these specs. A spec
-lives in ``gks/specs/<op>.py`` and registers itself with :func:`register`.
+Ops come in kernel families (norms, softmax, quantize, gemm, attention), and a family is one
+module in every layer: its specs in ``gks/specs/<family>.py`` (each registers itself with
+:func:`register`), and its op functions in ``gks/reference/<family>.py``,
+``gks/_torch_ops/<family>.py`` (the CUDA backend as torch ops), ``gks/cuda/<family>.py`` (the
+DLPack entry points), ``gks/triton/<family>.py`` and ``gks/pallas/<family>.py``. A backend a
+spec declares is found at ``BACKEND_MODULES[backend].<family>:<op>``, and each backend package
+exports what its family modules list in ``__all__`` (:func:`export_families`): no other list
+says where an op lives.
 
 Shapes are tuples whose meaning the spec's ``shape_names`` gives (e.g. ``("M", "N")`` for a
 row-wise op over an ``[M, N]`` input). Every callable that takes inputs takes the dict that
@@ -24,20 +32,32 @@ ELEM_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "int8": 1, "int32": 4}
 ARCH_NAMES = {"sm_80": (8, 0), "sm_90": (9, 0), "sm_90a": (9, 0)}
 
 
+# Where each backend's public ops live: the op `name` of family `f` is
+# f"{BACKEND_MODULES[backend]}.{f}:{name}" (gks.<name> re-exports the CUDA one).
+BACKEND_MODULES = {"cuda": "gks._torch_ops", "triton": "gks.triton", "pallas": "gks.pallas"}
+# The harness calls every backend with torch tensors; Pallas's ops take JAX arrays, so its
+# entry is the torch-in, torch-out bridge over gks.pallas.<name>.
+_HARNESS_MODULES = {"pallas": "gks.pallas._bridge"}
+
+
 @dataclasses.dataclass(frozen=True)
 class Backend:
     """One implementation of an op.
 
-    ``entry`` is "module:function": the function takes torch tensors (the harness's common
-    currency) with the op's meaning. ``archs`` lists the GPU architectures it is built or
-    tuned for; ``interpreted`` says whether it also runs on a CPU machine (Triton's
-    interpreter, Pallas interpret mode).
+    ``archs`` lists the GPU architectures it is built or tuned for; ``interpreted`` says
+    whether it also runs on a CPU machine (Triton's interpreter, Pallas interpret mode);
+    ``tunable`` whether it compiles several configs and takes a `config` argument that
+    ``gks autotune`` chooses (the CUDA kernel's configs are the library's table for the op,
+    OpSpec.configs; another backend's names come from ``<module>.<family>.<op>_config_names()``).
+    ``entry`` ("module:function", filled in by the registry from the op's family) takes torch
+    tensors, the harness's common currency, with the op's meaning.
     """
 
     name: str
-    entry: str
     archs: tuple[str, ...]
     interpreted: bool = False
+    tunable: bool = False
+    entry: str = ""
 
     def load(self) -> Callable[..., Any]:
         module_name, _, attr = self.entry.partition(":")
@@ -68,6 +88,21 @@ def reference_peer(op: str, *, compiled: bool) -> Peer:
         return torch.compile(fn, dynamic=False)
 
     return Peer("torch.compile" if compiled else "torch eager", make)
+
+
+@dataclasses.dataclass(frozen=True)
+class BadInput:
+    """One bad call that every backend of the op must refuse alike (tests/contract runs it on
+    each): ``make(torch, device)`` builds the call's keyword arguments; the call must raise
+    ``error`` (a type or a tuple of types) with ``message`` in its text, which names the
+    argument and what was expected. ``jax``: whether the case can be handed to the Pallas
+    backend at all (JAX arrays have no strides and, by default, no float64)."""
+
+    id: str
+    make: Callable[[Any, str], dict[str, Any]]
+    error: type | tuple[type, ...]
+    message: str
+    jax: bool = True
 
 
 class NativeConfigs(Sequence):
@@ -102,6 +137,7 @@ class OpSpec:
     """Everything about one op."""
 
     name: str
+    family: str  # the kernel family (the module name in every layer): norms, gemm, ...
     summary: str
     signature: str
     shape_names: tuple[str, ...]
@@ -116,9 +152,21 @@ class OpSpec:
     bench_shapes: tuple[tuple[int, ...], ...]
     peers: tuple[Peer, ...] = ()
     # The CUDA kernel's configs (its `config` argument), in index order: tile configs, or the
-    # kernel shapes of a row op (NativeConfigs: read from the library, which declares them).
-    # gks autotune chooses among them (gks.profile.autotune).
+    # kernel shapes of a row op. Filled in for a tunable CUDA backend: NativeConfigs, the
+    # library's own table. gks autotune chooses among them (gks.profile.autotune).
     configs: Sequence[Mapping[str, Any]] = ()
+    # The CUDA kernels this op launches: regular expressions (re.search) over their demangled
+    # names. tools/dump_sass.py selects an op's kernels with them; a test checks that every
+    # kernel in the library belongs to exactly one op.
+    sass_kernels: tuple[str, ...] = ()
+    # A small shape (a test shape) for the contract tests of tests/contract: opcheck,
+    # torch.compile, CUDA graphs, the caller's stream, the _out entry point.
+    example_shape: tuple[int, ...] = ()
+    # The bad calls every backend must refuse alike (BadInput).
+    bad_inputs: tuple[BadInput, ...] = ()
+    # Calls the op's gks.cuda `_out` entry point: (gks.cuda, inputs, outputs), the outputs a
+    # tuple shaped like the reference's result.
+    cuda_out: Callable[[Any, dict[str, Any], tuple], None] | None = None
     # Shape dims the autotuner's shape bucket keeps exact instead of rounding them up to a
     # power of two: flags, and dims that pick another kernel.
     bucket_exact: tuple[str, ...] = ()
@@ -128,12 +176,45 @@ class OpSpec:
     # Compares an output with the reference; default is allclose with `tolerance`.
     check: Callable[..., None] | None = None
 
+    def __post_init__(self) -> None:
+        bound = []
+        for b in self.backends:
+            if b.name not in BACKEND_MODULES:
+                raise ValueError(f"op '{self.name}': unknown backend '{b.name}' "
+                                 f"(known: {', '.join(BACKEND_MODULES)})")
+            module = _HARNESS_MODULES.get(b.name) or f"{BACKEND_MODULES[b.name]}.{self.family}"
+            bound.append(b if b.entry else dataclasses.replace(b, entry=f"{module}:{self.name}"))
+        object.__setattr__(self, "backends", tuple(bound))
+        cuda = next((b for b in bound if b.name == "cuda"), None)
+        if cuda is not None and cuda.tunable and not self.configs:
+            object.__setattr__(self, "configs", NativeConfigs(self.name))
+
     def backend(self, name: str) -> Backend:
         for b in self.backends:
             if b.name == name:
                 return b
         known = ", ".join(b.name for b in self.backends)
         raise KeyError(f"op '{self.name}' has no backend '{name}' (it has: {known})")
+
+    def has_backend(self, name: str) -> bool:
+        return any(b.name == name for b in self.backends)
+
+    def public(self, backend: str) -> Callable[..., Any]:
+        """The op as users call it: gks.<backend>.<op> (gks._torch_ops for "cuda": gks.<op>),
+        or gks.reference.<op>."""
+        package = "gks.reference" if backend == "reference" else BACKEND_MODULES[backend]
+        return getattr(importlib.import_module(package), self.name)
+
+    def config_names(self, backend: str = "cuda") -> tuple[str, ...]:
+        """The names of the configs `backend` compiles for this op, in index order (its
+        `config` argument indexes them); () where it has none to choose from."""
+        b = self.backend(backend)
+        if not b.tunable:
+            return ()
+        if backend == "cuda":
+            return tuple(c["name"] for c in self.configs)
+        module = importlib.import_module(f"{BACKEND_MODULES[backend]}.{self.family}")
+        return tuple(getattr(module, f"{self.name}_config_names")())
 
     def arithmetic_intensity(self, shape: tuple[int, ...], dtype: str) -> float:
         return self.flops(shape) / self.bytes_moved(shape, dtype)
@@ -165,6 +246,39 @@ def ops() -> Sequence[OpSpec]:
     return [_REGISTRY[k] for k in sorted(_REGISTRY)]
 
 
+def families() -> tuple[str, ...]:
+    """The kernel families, in name order."""
+    return tuple(sorted({s.family for s in ops()}))
+
+
+def ops_with(backend: str, *, tunable: bool = False) -> tuple[str, ...]:
+    """The names of the ops that have `backend` (and, with tunable, can tune it)."""
+    return tuple(s.name for s in ops() if s.has_backend(backend)
+                 and (not tunable or s.backend(backend).tunable))
+
+
+def export_families(package: str, namespace: dict[str, Any]) -> list[str]:
+    """Fills a backend package's namespace (gks.triton, gks.cuda, ...: packages whose modules
+    are the families) with its families' public names, each module's __all__: the ops and
+    their helpers. Every module is imported before any name is bound, so an op named like its
+    family's module (softmax, gemm) is the op, not the module. Returns the names bound."""
+    modules = []
+    for family in families():
+        try:
+            modules.append(importlib.import_module(f"{package}.{family}"))
+        except ModuleNotFoundError as e:
+            if e.name != f"{package}.{family}":
+                raise
+            # The package has no module for this family (gks.cuda has one for every family;
+            # a backend without any op of a family has none).
+    names = []
+    for module in modules:
+        for name in getattr(module, "__all__", ()):
+            namespace[name] = getattr(module, name)
+            names.append(name)
+    return sorted(names)
+
+
 def get(name: str) -> OpSpec:
     _load_specs()
     try:
@@ -178,12 +292,13 @@ def describe(spec: OpSpec) -> dict[str, Any]:
     """A JSON-ready description of a spec (the `gks list --format json` record)."""
     return {
         "name": spec.name,
+        "family": spec.family,
         "summary": spec.summary,
         "signature": spec.signature,
         "shape_names": list(spec.shape_names),
         "dtypes": list(spec.dtypes),
         "backends": [
-            {"name": b.name, "archs": list(b.archs), "interpreted": b.interpreted}
+            {"name": b.name, "archs": list(b.archs), "interpreted": b.interpreted, "tunable": b.tunable}
             for b in spec.backends
         ],
         "tolerance": {k: list(v) for k, v in spec.tolerance.items()},

@@ -17,7 +17,7 @@
 # GKS_BENCH_EACH (e.g. "sgemm gemm": the bench step runs once per op listed, each with the
 # bench args, its own time limit, log bench-OP.log and JSON bench-OP.json), GKS_AUTOTUNE
 # (the "autotune" step's BACKEND:KERNEL list, default every tunable kernel; the cache goes to
-# OUTDIR/autotune.json, which is what gks/profile/tuned/nvidia-h200.json is made of).
+# OUTDIR/autotune.json, which is what gks/runtime/tuned/nvidia-h200.json is made of).
 # Wheels in .whl/ (e.g. apache-tvm-ffi, absent from the GPU image) are installed first.
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_check.sh OUTDIR [bench args...]}

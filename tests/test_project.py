@@ -46,13 +46,6 @@ def test_readme_kernel_table_matches_registry():
         "README's kernel table is stale: regenerate it with `python -m gks list --format markdown`")
 
 
-def test_torch_ops_exported_from_gks():
-    import gks
-    import gks._torch_ops as ops
-
-    assert tuple(sorted(gks._TORCH_OPS)) == tuple(sorted(ops.__all__))
-
-
 def _gks(*args):
     return subprocess.run([sys.executable, "-m", "gks", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=600)
@@ -75,10 +68,11 @@ def test_cli_list_json_schema():
     names = [op["name"] for op in doc["ops"]]
     assert names == [s.name for s in registry.ops()]
     for op in doc["ops"]:
-        assert set(op) == {"name", "summary", "signature", "shape_names", "dtypes", "backends",
+        assert set(op) == {"name", "family", "summary", "signature", "shape_names", "dtypes", "backends",
                            "tolerance", "bench_shapes", "peers", "configs", "compute"}
+        assert op["family"] in registry.families()
         for b in op["backends"]:
-            assert set(b) == {"name", "archs", "interpreted"}
+            assert set(b) == {"name", "archs", "interpreted", "tunable"}
             assert all(a in registry.ARCH_NAMES for a in b["archs"])
         for dtype, tol in op["tolerance"].items():
             assert dtype in op["dtypes"] and len(tol) == 2

@@ -11,8 +11,8 @@ speed, and is reported last.
     python tools/dump_sass.py [--lib build/libgks_tvm_ffi.so] [--kernel rmsnorm] [--sass-out DIR]
 
 --kernel takes a registry op (rmsnorm, softmax_rmsnorm, int8_gemm, ...: exactly the CUDA
-kernels that op launches, as OP_KERNELS lists them) or, for any other word, a substring of
-the demangled kernel names (e.g. hopper_gemm_kernel, split_k, Int8Operands).
+kernels that op launches, as its spec's sass_kernels say) or, for any other word, a
+substring of the demangled kernel names (e.g. split_k, Int8Operands, RmsNormRow).
 
 Runs without a GPU (cuobjdump from the CUDA toolkit, or the one Triton ships).
 """
@@ -25,63 +25,25 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 
 COUNTED = ("HGMMA", "IGMMA", "HMMA", "IMMA", "LDGSTS", "UTMALDG", "UTMASTG", "LDSM", "STSM", "SHFL", "BAR",
            "FFMA", "MUFU")
 WIDTHS = ("LDS", "STS", "LDG", "STG")
 
 
-def _any(args: tuple[str, ...]) -> bool:
-    return True
+def _op_patterns() -> dict[str, tuple[re.Pattern, ...]]:
+    """The CUDA kernels each registry op launches, as its spec says (OpSpec.sass_kernels:
+    patterns over the demangled names), for `--kernel OP`. Every kernel of the library
+    belongs to one op (tests/harness/test_ir_tools.py checks that on the built library). Patterns,
+    not names alone: the row-op skeleton's kernels serve every row op (the functor tells
+    which), and the Hopper GEMM serves gemm and int8_gemm (the operand type tells which)."""
+    from gks import registry
 
-
-def _arg(i: int, value: str) -> Callable[[tuple[str, ...]], bool]:
-    """Template argument i is `value`."""
-    return lambda args: len(args) > i and args[i] == value
-
-
-def _arg_of(i: int, template: str) -> Callable[[tuple[str, ...]], bool]:
-    """Template argument i is an instance of class template `template`."""
-    return lambda args: len(args) > i and args[i].startswith(template + "<")
-
-
-# The CUDA kernels each registry op launches: (kernel function, test of its template
-# arguments, namespaces dropped), for `--kernel OP`. Every kernel of the library belongs to
-# one op (tests/test_ir_tools.py checks that on the built library). Names alone would not
-# do: several templates serve two ops, and one op's name is inside another's.
-OP_KERNELS: dict[str, tuple[tuple[str, Callable[[tuple[str, ...]], bool]], ...]] = {
-    # Not softmax_rmsnorm_*: "rmsnorm" is a substring of those.
-    "rmsnorm": (("rmsnorm_registers_kernel", _any), ("rmsnorm_looped_kernel", _any)),
-    # softmax.cuh's row kernels serve the fused op too; their bool kFused tells which: the
-    # 6th template argument of the registers kernel, the 4th of the looped one.
-    "softmax": (("softmax_registers_kernel", _arg(5, "false")),
-                ("softmax_looped_kernel", _arg(3, "false"))),
-    # ... and the fused op's longest rows have kernels of their own (staged, cluster).
-    "softmax_rmsnorm": (("softmax_registers_kernel", _arg(5, "true")),
-                        ("softmax_looped_kernel", _arg(3, "true")),
-                        ("softmax_rmsnorm_staged_kernel", _any),
-                        ("softmax_rmsnorm_cluster_kernel", _any)),
-    # Not dequantize_int8_kernel: "quantize_int8" is a substring of it.
-    "quantize_int8": (("quantize_int8_registers_kernel", _any), ("quantize_int8_looped_kernel", _any)),
-    "dequantize_int8": (("dequantize_int8_kernel", _any),),
-    "sgemm": (("sgemm_kernel", _any),),
-    "wmma_gemm": (("wmma_gemm_kernel", _any),),
-    # The Hopper GEMM template (hopper_gemm.cuh) and its split-K reduction serve gemm and
-    # int8_gemm; the operand type Op, the first template argument, tells which. Where the
-    # Hopper kernel cannot run, gemm falls back to wmma_gemm's kernels (--kernel wmma_gemm).
-    "gemm": (("hopper_gemm_kernel", _arg_of(0, "HalfOperands")),
-             ("split_k_reduce_kernel", _arg_of(0, "HalfOperands"))),
-    # mma.sync (sm_80) and wgmma (sm_90a) kernels, and the transpose of a b_q given in the
-    # layout the chosen kernel does not read (int8_gemm.cu).
-    "int8_gemm": (("int8_gemm_kernel", _any),
-                  ("hopper_gemm_kernel", _arg(0, "Int8Operands")),
-                  ("split_k_reduce_kernel", _arg(0, "Int8Operands")),
-                  ("transpose_int8_kernel", _any)),
-    "flash_attention_fwd": (("flash_attention_fwd_kernel", _any),
-                            ("flash_attention_fwd_hopper_kernel", _any)),
-}
+    return {s.name: tuple(re.compile(p) for p in s.sass_kernels) for s in registry.ops() if s.sass_kernels}
 
 
 def parse_kernel(demangled: str) -> tuple[str, tuple[str, ...]]:
@@ -99,24 +61,29 @@ def parse_kernel(demangled: str) -> tuple[str, tuple[str, ...]]:
             elif ch in ">)":
                 depth -= 1
             if (ch == "," and depth == 1) or depth == 0:
-                args.append(re.sub(r"\b\w+::", "", text[start:i]).strip())
+                args.append(re.sub(r"\b\w+::|\(anonymous namespace\)::", "", text[start:i]).strip())
                 start = i + 1
             if depth == 0:
                 break
     return name, tuple(args)
 
 
+def ops_of(demangled: str) -> list[str]:
+    """The registry ops whose spec claims this kernel (exactly one, for every kernel of the
+    library: tests/harness/test_ir_tools.py)."""
+    return [op for op, patterns in _op_patterns().items() if any(p.search(demangled) for p in patterns)]
+
+
 def op_of(demangled: str) -> str | None:
-    """The registry op whose kernel this is (OP_KERNELS), or None."""
-    name, args = parse_kernel(demangled)
-    return next((op for op, rules in OP_KERNELS.items()
-                 if any(name == kernel and test(args) for kernel, test in rules)), None)
+    """The registry op whose kernel this is, or None (none, or more than one, claims it)."""
+    ops = ops_of(demangled)
+    return ops[0] if len(ops) == 1 else None
 
 
 def select_kernels(kernel: str, names: Iterable[str]) -> list[str]:
-    """The demangled names `--kernel kernel` selects: an op's kernels (OP_KERNELS) where
-    `kernel` is an op, else those that contain it."""
-    if kernel in OP_KERNELS:
+    """The demangled names `--kernel kernel` selects: an op's kernels (its spec's
+    sass_kernels) where `kernel` is an op, else those that contain it."""
+    if kernel in _op_patterns():
         return [n for n in names if op_of(n) == kernel]
     return [n for n in names if kernel in n]
 
@@ -218,7 +185,7 @@ def list_kernels(tool: str, lib: Path) -> tuple[dict[tuple[str, str], dict[str, 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--lib", type=Path, help="library or object to read (default: the built gks library)")
-    p.add_argument("--kernel", help="a registry op: the CUDA kernels it launches (" + ", ".join(OP_KERNELS)
+    p.add_argument("--kernel", help="a registry op: the CUDA kernels it launches (" + ", ".join(_op_patterns())
                    + "); any other word: the kernels whose demangled name contains it")
     p.add_argument("--arch", help="only this architecture, e.g. sm_90a")
     p.add_argument("--sass-out", type=Path,
@@ -229,17 +196,18 @@ def main(argv=None) -> int:
     resources, names = list_kernels(tool, lib)
     selected = set(names)  # mangled
     if args.kernel:
-        if args.kernel in OP_KERNELS and not shutil.which("c++filt"):
+        if args.kernel in _op_patterns() and not shutil.which("c++filt"):
             sys.exit(f"dump_sass: --kernel {args.kernel} needs c++filt (binutils) to read the kernels' "
                      "template arguments; a substring of the mangled names works without it")
         chosen = set(select_kernels(args.kernel, names.values()))
         selected = {f for f, name in names.items() if name in chosen}
-        if not selected and args.kernel in OP_KERNELS:
-            kernels = ", ".join(k for k, _ in OP_KERNELS[args.kernel])
+        patterns = _op_patterns()
+        if not selected and args.kernel in patterns:
+            kernels = ", ".join(p.pattern for p in patterns[args.kernel])
             p.error(f"argument --kernel: op '{args.kernel}' has no kernels in {lib} "
-                    f"(its kernels: {kernels})")
+                    f"(its kernels match: {kernels})")
         if not selected:
-            p.error(f"argument --kernel: '{args.kernel}' is not a registry op ({', '.join(OP_KERNELS)}) "
+            p.error(f"argument --kernel: '{args.kernel}' is not a registry op ({', '.join(patterns)}) "
                     f"and no kernel name in {lib} contains it")
     if args.arch and not any(arch == args.arch for arch, f in resources if f in selected):
         archs = sorted({arch for arch, f in resources if f in selected})

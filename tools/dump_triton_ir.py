@@ -50,7 +50,7 @@ def capture(kernel: str, dtype: str, shape: tuple[int, ...], config: int | None 
 
     call_args, block_options = {}, {}
     if config is not None:
-        from gks.triton import _gemm
+        _gemm = importlib.import_module("gks.triton.gemm")
 
         if kernel not in _gemm.MODE_OF:
             raise SystemExit(f"dump_triton_ir.py: --config applies to the Triton GEMMs "

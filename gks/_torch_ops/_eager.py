@@ -3,11 +3,11 @@
 
 Each op is a ``torch.library.custom_op`` (``torch.ops.gks.<name>``), which is what
 torch.compile traces, opcheck checks and autograd sees. Going through the dispatcher costs
-about 10 µs a call, as much as a small kernel takes; so ``gks.<name>`` calls the op's
-Python body directly when nothing needs the dispatcher: plain eager mode (not compiling),
-plain torch.Tensor arguments on a CUDA device (no subclass such as a FakeTensor, no meta
-tensor), and no argument that autograd would have to track. Anything else goes through the
-custom op, unchanged.
+as much host time a call as a small kernel takes (docs/perf/gemm.md); so ``gks.<name>``
+calls the op's Python body directly when nothing needs the dispatcher: plain eager mode
+(not compiling), plain torch.Tensor arguments on a CUDA device (no subclass such as a
+FakeTensor, no meta tensor), and no argument that autograd would have to track. Anything
+else goes through the custom op, unchanged.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Callable
 import torch
 
 
-# Bound once: every op call asks (module attribute lookups are part of the cost measured).
+# Bound once: every op call asks (module attribute lookups add to every call's host time).
 _is_compiling = torch.compiler.is_compiling
 _is_grad_enabled = torch.is_grad_enabled
 _Tensor = torch.Tensor

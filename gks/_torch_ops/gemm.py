@@ -1,16 +1,147 @@
 # SPDX-License-Identifier: Apache-2.0
-"""gks::gemm — see gks._torch_ops for what every custom op guarantees."""
+"""The gemm family's torch ops: gks::sgemm, gks::wmma_gemm, gks::int8_gemm and gks::gemm. See
+gks._torch_ops for what every custom op guarantees."""
 
 from __future__ import annotations
 
 import torch
 
 from gks import cuda
-from gks._torch_ops._eager import gks_op, native_allocates
-from gks.profile import autotune
+from gks._torch_ops._eager import gks_op
+from gks._torch_ops._eager import native_allocates
+from gks.runtime.dims import gemm_dims
+from gks.runtime.tables import resolve_config
+
+__all__ = ["sgemm", "wmma_gemm", "int8_gemm", "gemm"]
 
 
-def _out_dtype(a: torch.Tensor, out_dtype: torch.dtype | None) -> torch.dtype:
+def _sgemm(a: torch.Tensor, b: torch.Tensor, config: int = -1) -> torch.Tensor:
+    """c = a @ b in float32 with FP32 FMA arithmetic (never TF32).
+
+    a [M, K], b [K, N]: float32 CUDA tensors, row-major with any leading dimension
+    (stride(1) == 1). Transposed views are rejected (ValueError); pass .contiguous().
+    config: -1 picks the autotuned config for this device and shape bucket if
+    ``python -m gks autotune --kernel sgemm`` stored one, else the shape heuristic; an index
+    into gks.cuda.gemm_config_names("sgemm") forces that tile config. Runs on the current
+    CUDA stream.
+    """
+    m, n, k = gemm_dims("gks.sgemm", a, b)
+    c = a.new_empty((m, n), dtype=torch.float32)
+    cuda.sgemm_out(a, b, c, resolve_config("sgemm", a, (m, n, k), config))
+    return c
+
+
+sgemm = gks_op("sgemm", _sgemm)
+
+
+@sgemm.op.register_fake
+def _(a: torch.Tensor, b: torch.Tensor, config: int = -1) -> torch.Tensor:
+    return torch.empty((a.shape[0], b.shape[1]), dtype=torch.float32, device=a.device)
+
+
+def _wmma_out_dtype(a: torch.Tensor, out_dtype: torch.dtype) -> torch.dtype:
+    if out_dtype not in (torch.float32, a.dtype):
+        raise TypeError(
+            f"gks.wmma_gemm: argument 'out_dtype' must be torch.float32 or the dtype of 'a' "
+            f"({a.dtype}), got {out_dtype}"
+        )
+    return out_dtype
+
+
+def _wmma_gemm(
+    a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype = torch.float32, config: int = -1
+) -> torch.Tensor:
+    """c = a @ b on Tensor Cores (nvcuda::wmma, mma.sync): float16 or bfloat16 a [M, K] and
+    b [K, N], fp32 accumulation, c in out_dtype (float32, or a's dtype).
+
+    Operands are row-major with any leading dimension (stride(1) == 1); transposed views
+    are rejected (ValueError). config: -1 = autotuned entry if any, else the heuristic; an
+    index into gks.cuda.gemm_config_names("wmma_gemm") forces that config.
+    """
+    m, n, k = gemm_dims("gks.wmma_gemm", a, b)
+    c = a.new_empty((m, n), dtype=_wmma_out_dtype(a, out_dtype))
+    cuda.wmma_gemm_out(a, b, c, resolve_config("wmma_gemm", a, (m, n, k), config))
+    return c
+
+
+wmma_gemm = gks_op("wmma_gemm", _wmma_gemm)
+
+
+@wmma_gemm.op.register_fake
+def _(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype = torch.float32, config: int = -1):
+    return torch.empty((a.shape[0], b.shape[1]), dtype=_wmma_out_dtype(a, out_dtype), device=a.device)
+
+
+_INT8_OUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _int8_out_dtype(out_dtype: torch.dtype) -> torch.dtype:
+    if out_dtype not in _INT8_OUT_DTYPES:
+        raise TypeError(
+            f"gks.int8_gemm: argument 'out_dtype' must be torch.float16, torch.bfloat16 or "
+            f"torch.float32, got {out_dtype}"
+        )
+    return out_dtype
+
+
+def _int8_gemm(
+    a_q: torch.Tensor,
+    b_q: torch.Tensor,
+    a_scale: torch.Tensor,
+    b_scale: torch.Tensor,
+    out_dtype: torch.dtype = torch.float16,
+    config: int = -1,
+) -> torch.Tensor:
+    """c = float(a_q @ b_q) * a_scale * b_scale on INT8 Tensor Cores (int32 accumulation).
+
+    a_q [M, K] int8 and a_scale [M, 1] float32 are what ``gks.quantize_int8(a)`` returns;
+    b_q [K, N] int8 with b_scale [1, N] float32 is b quantized per column::
+
+        q, s = gks.quantize_int8(b.t().contiguous())   # per row of b.T = per column of b
+        b_q, b_scale = q.t(), s.t()
+
+    b_q may be row-major ([K, N], stride(1) == 1, any leading dimension) or K-major, a
+    transposed view like q.t() above (stride(0) == 1, stride(1) >= K) — the layout of an
+    nn.Linear weight's .t(). The scales may also be 1-D ([M], [N]) and have any stride.
+    The int32 sum is exact while K * 128 * 128 < 2^31 (K < 131072); beyond that it wraps
+    like torch._int_mm. out_dtype: float16 (default), bfloat16 or float32.
+
+    On an sm_90 GPU (library built for sm_90a) with a_q 16-byte aligned (base pointer and
+    leading dimension) this runs the Hopper kernel (TMA, int8 wgmma, warp-specialized and
+    persistent), which reads b_q K-major: a K-major b_q is read in place; a row-major one is
+    first transposed into a temporary (N x K bytes, stream-ordered) when M >= 512, and
+    left to the mma.sync kernel below that. Elsewhere the mma.sync kernel runs, which reads
+    b_q row-major (a K-major b_q is transposed into a temporary first).
+    gks.cuda.int8_gemm_path tells which; every path gives identical results. config: -1 =
+    tuned entry if any (for a K-major b_q), else the heuristic; an index into
+    gks.cuda.gemm_config_names("int8_gemm") forces that config (a "hopper_" config gives
+    way to the mma.sync heuristic where the Hopper kernel cannot run). Runs on the current
+    CUDA stream.
+    """
+    m, n, k = gemm_dims("gks.int8_gemm", a_q, b_q, "a_q", "b_q")
+    c_dtype = _int8_out_dtype(out_dtype)
+    # The tuned table was measured on K-major b_q (the registry's inputs); a row-major b_q
+    # is left to the heuristic, which weighs the transpose the Hopper kernel would need.
+    k_major = b_q.stride(0) == 1 and b_q.stride(1) != 1 and min(k, n) > 1
+    cfg = config
+    if k_major:
+        cfg = resolve_config("int8_gemm", a_q, (m, n, k), config, dtype=c_dtype)
+    if native_allocates():  # one native call: c comes from PyTorch's allocator
+        return cuda.int8_gemm_alloc(a_q, b_q, a_scale, b_scale, c_dtype, cfg)
+    c = a_q.new_empty((m, n), dtype=c_dtype)
+    cuda.int8_gemm_out(a_q, b_q, a_scale, b_scale, c, cfg)
+    return c
+
+
+int8_gemm = gks_op("int8_gemm", _int8_gemm)
+
+
+@int8_gemm.op.register_fake
+def _(a_q, b_q, a_scale, b_scale, out_dtype: torch.dtype = torch.float16, config: int = -1):
+    return torch.empty((a_q.shape[0], b_q.shape[1]), dtype=_int8_out_dtype(out_dtype), device=a_q.device)
+
+
+def _gemm_out_dtype(a: torch.Tensor, out_dtype: torch.dtype | None) -> torch.dtype:
     if out_dtype is None:
         return a.dtype
     if out_dtype not in (torch.float32, a.dtype):
@@ -38,9 +169,9 @@ def _gemm(
     8 x M x N fp32 partial sums, allocated in stream order); the stream-K config takes a
     temporary of one tile's fp32 sums per SM instead. Runs on the current CUDA stream.
     """
-    m, n, k = autotune.gemm_dims("gks.gemm", a, b)
-    c_dtype = _out_dtype(a, out_dtype)
-    config = autotune.resolve_config("gemm", a, (m, n, k), config)
+    m, n, k = gemm_dims("gks.gemm", a, b)
+    c_dtype = _gemm_out_dtype(a, out_dtype)
+    config = resolve_config("gemm", a, (m, n, k), config)
     if native_allocates():  # one native call: c comes from PyTorch's allocator
         return cuda.gemm_alloc(a, b, c_dtype, config)
     c = a.new_empty((m, n), dtype=c_dtype)
@@ -53,4 +184,4 @@ gemm = gks_op("gemm", _gemm)
 
 @gemm.op.register_fake
 def _(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None, config: int = -1):
-    return torch.empty((a.shape[0], b.shape[1]), dtype=_out_dtype(a, out_dtype), device=a.device)
+    return torch.empty((a.shape[0], b.shape[1]), dtype=_gemm_out_dtype(a, out_dtype), device=a.device)

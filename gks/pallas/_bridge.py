@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Torch-in, torch-out adapters over the Pallas ops, for the test and bench harness (whose
 common currency is torch tensors). Tensors cross by DLPack, zero-copy where the layout
-allows; the public gks.pallas ops take and return JAX arrays."""
+allows; the public gks.pallas ops take and return JAX arrays. ``_bridge.<op>`` is
+``via_jax(gks.pallas.<op>)`` for every op with a Pallas backend (made on first use)."""
 
 from __future__ import annotations
 
@@ -40,10 +41,11 @@ def via_jax(fn):
     return wrapper
 
 
-rmsnorm = via_jax(pallas.rmsnorm)
-softmax = via_jax(pallas.softmax)
-softmax_rmsnorm = via_jax(pallas.softmax_rmsnorm)
-quantize_int8 = via_jax(pallas.quantize_int8)
-dequantize_int8 = via_jax(pallas.dequantize_int8)
-sgemm = via_jax(pallas.sgemm)
-flash_attention_fwd = via_jax(pallas.flash_attention_fwd)
+def __getattr__(name: str):
+    """via_jax(gks.pallas.<name>) for an op with a Pallas backend, kept in the module."""
+    from gks import registry
+
+    if name.startswith("__") or name not in registry.ops_with("pallas"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    fn = globals()[name] = via_jax(getattr(pallas, name))
+    return fn

@@ -24,10 +24,10 @@ def next_pow2(n: int) -> int:
 
 def tuned_config(x: jax.Array, kernel: str, dtype: str, shape: tuple[int, ...]) -> int | None:
     """The autotuned config of `kernel` (e.g. "pallas.sgemm") for the GPU x lives on, this
-    dtype and shape's bucket, else None (gks.profile.autotune.lookup_for, keyed without torch)."""
-    from gks.profile import autotune
+    dtype and shape's bucket, else None (gks.runtime.tables.lookup_for, keyed without torch)."""
+    from gks.runtime import tables
 
     device = next(iter(x.devices()))
     cc = str(getattr(device, "compute_capability", "?"))
-    identity = autotune.make_identity(device.device_kind, cc)
-    return autotune.lookup_for(identity, kernel, dtype, shape)
+    identity = tables.make_identity(device.device_kind, cc)
+    return tables.lookup_for(identity, kernel, dtype, shape)

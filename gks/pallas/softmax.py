@@ -12,6 +12,8 @@ and masks the padded columns to -inf after normalizing.
 
 Non-finite input gives torch.softmax's result, as in the CUDA kernels: a NaN makes the sum
 NaN; a row max of +inf or -inf makes the reciprocal of the sum NaN; either way the row is NaN.
+
+The fused op's public entry, softmax_rmsnorm, is in gks.pallas.norms; its kernels are these.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from gks.pallas._common import check_float, default_interpret, next_pow2
+
+__all__ = ["softmax"]
 
 MAX_ONE_PASS = 32768
 CHUNK = 4096
@@ -156,18 +160,3 @@ def softmax(x: jax.Array, *, interpret: bool | None = None):
     """Softmax over the last dim of x [..., N] (JAX arrays); fp32 math, output in x's dtype."""
     _check_x(x, "gks.pallas.softmax")
     return _run(x, None, 0.0, interpret)
-
-
-def softmax_rmsnorm(x: jax.Array, weight: jax.Array, eps: float = 1e-6, *, interpret: bool | None = None):
-    """softmax(rmsnorm(x, weight, eps)) over the last dim of x [..., N] (JAX arrays), one
-    kernel; the normalized row stays fp32 (never rounded to x's dtype)."""
-    op = "gks.pallas.softmax_rmsnorm"
-    _check_x(x, op)
-    if weight.dtype != x.dtype:
-        raise TypeError(f"{op}: argument 'weight' must have the dtype of 'x' ({x.dtype}), got {weight.dtype}")
-    n = x.shape[-1]
-    if weight.shape != (n,):
-        raise ValueError(f"{op}: argument 'weight' must have shape [{n}] (the last dim of x), got {list(weight.shape)}")
-    if not eps >= 0:
-        raise ValueError(f"{op}: argument 'eps' must be >= 0, got {eps}")
-    return _run(x, weight, eps, interpret)

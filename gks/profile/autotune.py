@@ -24,34 +24,19 @@ choice first (an entry of config -1, "default", keeps it), then the configs in l
 deterministic tie band: timing noise between near-equal configs does not flip choices, and
 a table never overrides the heuristic for less than the band.
 
-The cache (``$GKS_CACHE_DIR/autotune.json``, else ``~/.cache/gks/autotune.json``) is keyed on
-everything that can change the answer: GPU name, compute capability, driver version, gks
-version, kernel, dtype, shape bucket (each dim rounded up to a power of two, but for the
-dims the op's spec keeps exact, ``OpSpec.bucket_exact``: FlashAttention's head dim and
-causal flag) and a hash of the kernel's config names. An entry made under any other value
-of these is simply never matched (``--prune`` deletes such entries for the current GPU).
-
-Tables measured this way ship with gks in ``gks/profile/tuned/`` (``nvidia-h200.json``: the
-H200, every tunable kernel of every backend at its bench shapes; regenerate with ``python -m
-gks autotune --backend B --all --cache gks/profile/tuned/nvidia-h200.json`` for each backend
-on that GPU). A shipped entry applies to the same GPU model and compute capability, kernel, dtype,
-shape bucket and config list whatever the driver and gks version (the config-list hash still
-guards against changed configs); an entry of the user's own cache takes precedence.
-
-The torch custom ops call :func:`resolve_config` on every call with config=-1: one dict
-lookup in the cache and the shipped tables, each loaded once per process; without a tuned
-entry the C++ heuristic decides.
+The cache (``$GKS_CACHE_DIR/autotune.json``, else ``~/.cache/gks/autotune.json``) and its
+keys are gks.runtime.tables', the ops' side of tuning, which says what a key holds and how
+an op finds its entry at call time (``--prune`` deletes the entries for the current GPU
+that can no longer match). Tables measured this way ship with gks in
+``gks/runtime/tuned/`` (``nvidia-h200.json``: the H200, every tunable kernel of every backend
+at its bench shapes; regenerate with ``python -m gks autotune --backend B --all --cache
+gks/runtime/tuned/nvidia-h200.json`` for each backend on that GPU).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import ctypes
 import functools
-import hashlib
-import json
-import os
 import statistics
 import sys
 import time
@@ -59,23 +44,33 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-CACHE_FORMAT = 1
-TIE_BAND = 0.02
-# An entry's config when the op's own choice (config=-1, its heuristic) won: the op then
-# keeps making that choice. Its name in the entry:
-DEFAULT = -1
-DEFAULT_NAME = "default"
+from gks import registry
+from gks.runtime.tables import (
+    DEFAULT,
+    DEFAULT_NAME,
+    cache_kernel,
+    cache_key,
+    cache_path,
+    config_hash,
+    device_identity,
+    kernel_bucket,
+    kernel_config_names,
+    load_cache,
+    save_cache,
+    split_kernel,
+    untuned,
+)
 
-# The tunable kernels per backend, each named by the registry op that describes it (inputs,
-# reference, check, shapes): those whose backend compiles several configs and takes a
-# `config` argument. The CUDA GEMMs list theirs in the library (gks.cuda.gemm_config_names);
-# the other CUDA ops in their spec's `configs`.
-GEMMS = ("sgemm", "wmma_gemm", "int8_gemm", "gemm")
-BACKEND_KERNELS = {
-    "cuda": GEMMS + ("rmsnorm", "softmax", "softmax_rmsnorm", "flash_attention_fwd"),
-    "triton": ("sgemm", "wmma_gemm", "int8_gemm", "flash_attention_fwd"),
-    "pallas": ("sgemm", "flash_attention_fwd"),
-}
+TIE_BAND = 0.02
+BACKENDS = tuple(registry.BACKEND_MODULES)
+
+
+def tunable_ops(backend: str) -> tuple[str, ...]:
+    """The ops whose `backend` compiles several configs and takes a `config` argument (the
+    registry's Backend.tunable), each tuned on its spec's inputs, reference and shapes."""
+    return registry.ops_with(backend, tunable=True)
+
+
 # Why the other (backend, op) pairs have nothing to tune: what picks their kernel shape.
 UNTUNABLE = {
     "cuda": "its launch plan (chunks a thread, threads a row) follows from the row length",
@@ -89,64 +84,13 @@ def untunable_reason(backend: str, op: str) -> str:
     """What gks autotune says for an op the backend cannot tune."""
     return (f"gks autotune: the {backend} backend has no configs of '{op}' to tune: "
             f"{UNTUNABLE[backend]}. Tunable with --backend {backend}: "
-            f"{', '.join(BACKEND_KERNELS[backend])}")
-
-
-def cache_kernel(backend: str, op: str) -> str:
-    """The kernel field of a cache key: the op for CUDA (as before Triton was tunable),
-    "BACKEND.OP" for the others ("triton.sgemm", "pallas.sgemm")."""
-    return op if backend == "cuda" else f"{backend}.{op}"
-
-
-def split_kernel(kernel: str) -> tuple[str, str]:
-    """(backend, op) of a cache key's kernel field."""
-    backend, _, op = kernel.rpartition(".")
-    return backend or "cuda", op
+            f"{', '.join(tunable_ops(backend))}")
 
 
 # ---------------------------------------------------------------------------------------
-# Pure parts (no GPU): bucketing, keys, the tie band, the cache file.
+# Pure parts (no GPU): the tie band, stale entries. (Keys, buckets and the cache file are
+# gks.runtime.tables', which the ops read at call time.)
 # ---------------------------------------------------------------------------------------
-
-
-def next_pow2(n: int) -> int:
-    return 1 << max(0, (int(n) - 1).bit_length())
-
-
-def shape_bucket(shape: Sequence[int], exact: Sequence[int] = ()) -> tuple[int, ...]:
-    """Each dim rounded up to a power of two (0 and 1 stay 1), but for the dims at the
-    indices in `exact`, which stay as they are (flags, and dims that pick another kernel)."""
-    return tuple(int(d) if i in exact else next_pow2(max(int(d), 1)) for i, d in enumerate(shape))
-
-
-@functools.cache
-def bucket_exact_dims(kernel: str) -> tuple[int, ...]:
-    """The indices of the shape dims that `kernel`'s op keeps exact in its bucket."""
-    from gks import registry
-
-    spec = registry.get(split_kernel(kernel)[1])
-    return tuple(spec.shape_names.index(name) for name in spec.bucket_exact)
-
-
-def kernel_bucket(kernel: str, shape: Sequence[int]) -> tuple[int, ...]:
-    """The shape bucket of `kernel`'s cache keys."""
-    return shape_bucket(shape, bucket_exact_dims(kernel))
-
-
-def config_hash(names: Sequence[str]) -> str:
-    """Identifies a config list: renaming, adding or reordering configs changes it."""
-    return hashlib.sha256("\n".join(names).encode()).hexdigest()[:16]
-
-
-def cache_key(identity: dict[str, str], kernel: str, dtype: str, bucket: Sequence[int],
-              configs_hash: str) -> str:
-    """The cache key: device identity, kernel, dtype, shape bucket, config-list hash."""
-    parts = [
-        identity["gpu"], f"cc{identity['cc']}", f"driver{identity['driver']}",
-        f"gks{identity['gks']}", kernel, dtype, "x".join(str(int(b)) for b in bucket),
-        f"cfg{configs_hash}",
-    ]
-    return "|".join(parts)
 
 
 def pick_winner(times_ms: Sequence[float | None], band: float = TIE_BAND,
@@ -163,36 +107,6 @@ def pick_winner(times_ms: Sequence[float | None], band: float = TIE_BAND,
     if default_ms is not None and default_ms <= best * (1.0 + band):
         return DEFAULT
     return next(i for i, t in enumerate(times_ms) if t is not None and t <= best * (1.0 + band))
-
-
-def cache_path() -> Path:
-    root = os.environ.get("GKS_CACHE_DIR")
-    base = Path(root) if root else Path.home() / ".cache" / "gks"
-    return base / "autotune.json"
-
-
-def load_cache(path: Path | None = None) -> dict[str, Any]:
-    """The cache's entries ({key: entry}); {} when the file is missing, unreadable or of
-    another format (it is then rebuilt by the next tuning run)."""
-    path = path or cache_path()
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(doc, dict) or doc.get("format") != CACHE_FORMAT:
-        return {}
-    entries = doc.get("entries")
-    return entries if isinstance(entries, dict) else {}
-
-
-def save_cache(entries: dict[str, Any], path: Path | None = None) -> None:
-    """Writes the cache atomically (a temporary file, then a rename)."""
-    path = path or cache_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"format": CACHE_FORMAT, "entries": entries}, indent=1, sort_keys=True))
-    os.replace(tmp, path)
-    _entries.cache_clear()
 
 
 def stale_keys(entries: dict[str, Any], identity: dict[str, str],
@@ -213,221 +127,6 @@ def stale_keys(entries: dict[str, Any], identity: dict[str, str],
         elif parts[4] in current_hashes and parts[7] != f"cfg{current_hashes[parts[4]]}":
             out.append(key)
     return out
-
-
-# ---------------------------------------------------------------------------------------
-# Call-time lookup (what the torch ops use).
-# ---------------------------------------------------------------------------------------
-
-
-# Bumped each time a table is (re)loaded, i.e. after a cache_clear(): what resolve_config's
-# memory is keyed on. (Not id() of the tables: a new dict may reuse a freed one's address.)
-_generation = 0
-
-
-@functools.cache
-def _entries() -> dict[str, Any]:
-    global _generation
-    _generation += 1
-    return load_cache()
-
-
-SHIPPED_DIR = Path(__file__).with_name("tuned")
-
-
-def shipped_key(key: str) -> str:
-    """A cache key without its driver and gks version: what a shipped entry is matched on."""
-    parts = key.split("|")
-    return "|".join(parts[:2] + parts[4:])
-
-
-@functools.cache
-def _shipped() -> dict[str, Any]:
-    """The entries of the tables that ship with gks, under shipped_key."""
-    global _generation
-    _generation += 1
-    out: dict[str, Any] = {}
-    for path in sorted(SHIPPED_DIR.glob("*.json")):
-        for key, entry in load_cache(path).items():
-            out[shipped_key(key)] = entry
-    return out
-
-
-@functools.cache
-def driver_version() -> str:
-    """The NVIDIA driver version (NVML), else the CUDA driver API version, else 'unknown'."""
-    try:
-        nvml = ctypes.CDLL("libnvidia-ml.so.1")
-        if nvml.nvmlInit_v2() == 0:
-            buf = ctypes.create_string_buffer(96)
-            if nvml.nvmlSystemGetDriverVersion(buf, 96) == 0:
-                return buf.value.decode()
-    except (OSError, AttributeError):
-        pass
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-        v = ctypes.c_int()
-        if cuda.cuDriverGetVersion(ctypes.byref(v)) == 0:
-            return f"cuda{v.value}"
-    except (OSError, AttributeError):
-        pass
-    return "unknown"
-
-
-def make_identity(gpu: str, cc: str) -> dict[str, str]:
-    """The device identity a cache key starts with: GPU model and compute capability as the
-    caller's framework reports them, with this machine's driver and gks version."""
-    from gks import __version__
-
-    return {"gpu": gpu, "cc": cc, "driver": driver_version(), "gks": __version__}
-
-
-@functools.cache
-def device_identity(device_index: int) -> dict[str, str]:
-    import torch
-
-    p = torch.cuda.get_device_properties(device_index)
-    return make_identity(p.name, f"{p.major}.{p.minor}")
-
-
-@functools.cache
-def kernel_config_names(kernel: str) -> tuple[str, ...]:
-    backend, op = split_kernel(kernel)
-    if backend == "triton":
-        if op == "flash_attention_fwd":
-            from gks.triton import flash_attention_fwd_config_names
-
-            return tuple(flash_attention_fwd_config_names())
-        from gks.triton._gemm import config_names
-
-        return tuple(config_names(op))
-    if backend == "pallas":
-        from gks import pallas
-
-        return tuple(getattr(pallas, f"{op}_config_names")())
-    if op in GEMMS:
-        from gks import cuda
-
-        return tuple(cuda.gemm_config_names(op))
-    from gks import registry
-
-    return tuple(c["name"] for c in registry.get(op).configs)
-
-
-@functools.cache
-def _kernel_hash(kernel: str) -> str:
-    return config_hash(kernel_config_names(kernel))
-
-
-def lookup(kernel: str, dtype: str, shape: Sequence[int], device_index: int) -> int | None:
-    """The tuned config for CUDA device `device_index` (as torch numbers it), this dtype and
-    shape's bucket (the user's cache first, then the shipped tables), or None."""
-    return lookup_for(device_identity(device_index), kernel, dtype, shape)
-
-
-def lookup_for(identity: dict[str, str], kernel: str, dtype: str, shape: Sequence[int]) -> int | None:
-    """lookup() for a device identity the caller made (JAX callers, without torch). None
-    also where the entry says the op's own heuristic won (DEFAULT), and inside untuned()."""
-    entries, shipped = _entries(), _shipped()
-    if _UNTUNED or (not entries and not shipped):
-        return None
-    key = cache_key(identity, kernel, dtype, kernel_bucket(kernel, shape), _kernel_hash(kernel))
-    entry = entries.get(key) or shipped.get(shipped_key(key))
-    return int(entry["config"]) if entry and int(entry["config"]) != DEFAULT else None
-
-
-# Set inside untuned(): every lookup misses, so config=-1 runs the op's own heuristic.
-_UNTUNED = False
-
-
-@contextlib.contextmanager
-def untuned():
-    """Within it the ops ignore the tuned tables (what tune_one times as the default)."""
-    global _UNTUNED
-    was, _UNTUNED = _UNTUNED, True
-    try:
-        yield
-    finally:
-        _UNTUNED = was
-
-
-def _dtype_name(dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-def table_generation() -> int:
-    """A number that changes whenever the tables resolve_config reads are reloaded (after
-    save_cache or cache_clear): what caches of its answers are keyed on."""
-    _entries(), _shipped()
-    return _generation
-
-
-# resolve_config's answers, per table generation (_generation): every op call asks, so a
-# repeated question costs a dict lookup instead of a key build (about 5 µs).
-_RESOLVED: dict[tuple, int] = {}
-
-
-def resolve_config(kernel: str, like, shape: tuple[int, ...], config: int, dtype=None) -> int:
-    """config if >= 0 (or < -1: the C++ API rejects it with a clear message); for -1 the
-    tuned entry for this shape (in the op's spec's shape_names order, e.g. (M, N, K)) if
-    any, else -1 (the C++ heuristic). `like` gives the device and, unless `dtype` is given,
-    the dtype of the key."""
-    # is_cuda and get_device(), not like.device: each .device builds a torch.device object.
-    if config != -1 or not like.is_cuda or _UNTUNED:
-        return config
-    index = like.get_device()
-    key = (kernel, dtype or like.dtype, shape, index, table_generation())
-    found = _RESOLVED.get(key)
-    if found is None:
-        tuned = lookup(kernel, _dtype_name(dtype or like.dtype), shape, index)
-        found = -1 if tuned is None else tuned
-        if len(_RESOLVED) >= 4096:
-            _RESOLVED.clear()
-        _RESOLVED[key] = found
-    return found
-
-
-def check_matrix(t, op: str, arg: str) -> None:
-    """Raises unless t is a 2-D torch tensor (the C++ API validates everything else and
-    names the argument)."""
-    import torch
-
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{op}: argument '{arg}' must be a torch.Tensor, got {type(t).__name__}")
-    if t.dim() != 2:
-        raise ValueError(f"{op}: argument '{arg}' must be a 2-D matrix, got {t.dim()} dims "
-                         f"(shape {list(t.shape)})")
-
-
-def gemm_dims(op: str, a, b, a_name: str = "a", b_name: str = "b") -> tuple[int, int, int]:
-    """(M, N, K) of a [M, K] @ b [K, N]: the one check the torch ops need before allocating
-    the output, that both are 2-D torch tensors (check_matrix's errors otherwise). One read
-    of each shape: every .shape builds a torch.Size, which a per-call path notices."""
-    import torch
-
-    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        sa, sb = a.shape, b.shape
-        if len(sa) == 2 and len(sb) == 2:
-            return sa[0], sb[1], sa[1]
-    check_matrix(a, op, a_name)
-    check_matrix(b, op, b_name)
-    raise AssertionError("unreachable: check_matrix raised")
-
-
-def row_dims(x) -> tuple[int, int]:
-    """(M, N) of x [..., N] taken as M rows: the row ops' spec dims, their tables' key."""
-    shape = x.shape
-    n = shape[-1] if len(shape) else 1
-    return (x.numel() // n if n else 0), n
-
-
-def attention_dims(q, k, causal) -> tuple[int, ...] | None:
-    """(B, Hq, Hkv, Sq, Sk, D, causal) of q [B, Hq, Sq, D] and k [B, Hkv, Sk, D], the
-    attention spec's dims; None unless both are 4-D (the C++ API then says what is wrong)."""
-    qs, ks = q.shape, k.shape
-    if len(qs) != 4 or len(ks) != 4:
-        return None
-    return qs[0], qs[1], ks[1], qs[2], ks[2], qs[3], int(bool(causal))
 
 
 # ---------------------------------------------------------------------------------------
@@ -478,12 +177,9 @@ def time_config(fn: Callable[[], Any], warmup: int = 3, iters: int = 20, graph: 
 
 
 def _op(kernel: str):
-    import importlib
-
+    """The backend's op with torch tensors in and out (Pallas's through its bridge)."""
     backend, op = split_kernel(kernel)
-    # Pallas ops take JAX arrays; their torch adapters take the spec's inputs.
-    module = {"cuda": "gks", "pallas": "gks.pallas._bridge"}.get(backend, f"gks.{backend}")
-    return getattr(importlib.import_module(module), op)
+    return registry.get(op).backend(backend).load()
 
 
 TIMINGS = ("bench", "graph")
@@ -508,7 +204,6 @@ def tune_one(kernel: str, dtype: str, shape: Sequence[int], *, warmup: int, iter
     JAX's runtime is neither capturable by torch nor on torch's stream)."""
     import torch
 
-    from gks import registry
     from gks.testing import check_output
 
     spec = registry.get(split_kernel(kernel)[1])
@@ -580,8 +275,6 @@ def _parse_shapes(text: str) -> list[tuple[int, ...]]:
 
 
 def _op_names() -> tuple[str, ...]:
-    from gks import registry
-
     return tuple(spec.name for spec in registry.ops())
 
 
@@ -595,9 +288,9 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("--all", action="store_true",
                         help="every kernel the backend can tune, one after the other")
     p.add_argument("--show", action="store_true", help="print the cache's entries and exit")
-    p.add_argument("--backend", choices=tuple(BACKEND_KERNELS), default="cuda",
+    p.add_argument("--backend", choices=BACKENDS, default="cuda",
                    help="whose configs: " + "; ".join(
-                       f"{b}: {', '.join(ops)}" for b, ops in BACKEND_KERNELS.items()))
+                       f"{b}: {', '.join(tunable_ops(b))}" for b in BACKENDS))
     p.add_argument("--dtype", action="append",
                    help="dtype(s) to tune (repeat or comma-separate); default: all of the spec's")
     p.add_argument("--shapes", type=_parse_shapes,
@@ -622,15 +315,13 @@ def build_parser() -> argparse.ArgumentParser:
 def _plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[tuple[str, list[str], list]]:
     """(op, dtypes, shapes) for each op to tune, after every argument check (no GPU needed):
     argument errors exit with status 2 and say what was expected."""
-    from gks import registry
-
     if not (args.kernel or args.all):
         parser.error("one of the arguments --kernel, --all or --show is required")
     if args.all and args.shapes:
         parser.error("argument --shapes: needs one --kernel (each op has its own dims)")
     wanted = [d for item in (args.dtype or []) for d in item.split(",") if d]
     plan = []
-    for op in (BACKEND_KERNELS[args.backend] if args.all else (args.kernel,)):
+    for op in (tunable_ops(args.backend) if args.all else (args.kernel,)):
         spec = registry.get(op)
         for d in wanted:
             if d not in spec.dtypes and not args.all:
@@ -658,7 +349,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for key, entry in sorted(load_cache(path).items()):
             print(f"{key}  ->  {entry.get('name')} (config {entry.get('config')})")
         return 0
-    if args.kernel and args.kernel not in BACKEND_KERNELS[args.backend]:
+    if args.kernel and args.kernel not in tunable_ops(args.backend):
         print(untunable_reason(args.backend, args.kernel), file=sys.stderr)
         return 2
     plan = _plan(args, parser)

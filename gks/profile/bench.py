@@ -7,7 +7,7 @@ peer. Without a GPU it says so and runs the interpreter correctness sweep instea
 
 JSON schema (``--json PATH``; :func:`bench_document` assembles it): one object. Each key is
 listed as "name: type", an object's keys indented under it; "| null" marks a value that may
-be null. tests/test_bench_schema.py reads this list and holds the JSON to it.
+be null. tests/harness/test_bench_schema.py reads this list and holds the JSON to it.
 
   device: object
     name: str                     e.g. "NVIDIA H200"

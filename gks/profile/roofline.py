@@ -56,9 +56,9 @@ def _gemm_rate(dtype, n: int = 8192, reps: int = 10) -> float:
 
     if dtype == torch.int8:
         a = torch.randint(-127, 128, (n, n), dtype=torch.int8, device="cuda")
-        # b K-major (a transposed view of [N, K]): cuBLASLt's fast int8 layout. With a
-        # row-major b this measured 128 TOP/s on an H200 against 883 K-major, which made the
-        # ceiling that layout's rather than the Tensor Cores'.
+        # b K-major (a transposed view of [N, K]): cuBLASLt's fast int8 layout. On a
+        # row-major b cuBLASLt is several times slower, which would make the ceiling that
+        # layout's rather than the Tensor Cores' (docs/perf/README.md).
         b = torch.randint(-127, 128, (n, n), dtype=torch.int8, device="cuda").t()
         fn = lambda: torch._int_mm(a, b)  # noqa: E731
     else:

@@ -1,9 +1,14 @@
 # SPDX-License-Identifier: Apache-2.0
+"""The attention family's reference: attention forward with the log-sum-exp, and the shape and
+scale rules the Triton and Pallas backends share."""
+
 from __future__ import annotations
 
 import math
 
 import torch
+
+__all__ = ["flash_attention_fwd"]
 
 HEAD_DIMS = (32, 64, 96, 128, 256)  # the head dims every backend compiles
 

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import torch
 
+__all__ = ["quantize_int8", "dequantize_int8"]
+
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 

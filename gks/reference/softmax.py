@@ -1,7 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
+"""The softmax family's reference: softmax over the last dim."""
+
 from __future__ import annotations
 
 import torch
+
+__all__ = ["softmax"]
 
 
 def softmax(x: torch.Tensor, *, precise: bool = False) -> torch.Tensor:

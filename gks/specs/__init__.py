@@ -1,2 +1,2 @@
 # SPDX-License-Identifier: Apache-2.0
-"""One module per op, each registering its OpSpec (see gks.registry)."""
+"""One module per kernel family, each registering its ops' OpSpecs (see gks.registry)."""

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""FlashAttention forward with lse: (o, lse) = attention(q, k, v, causal, softmax_scale).
+"""The attention family: FlashAttention forward with lse, (o, lse) = attention(q, k, v,
+causal, softmax_scale).
 
 A shape is (B, Hq, Hkv, Sq, Sk, D, causal): q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D],
 causal 0 or 1.
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from gks.registry import Backend, ELEM_BYTES, NativeConfigs, OpSpec, Peer, register
+from gks.registry import Backend, BadInput, ELEM_BYTES, OpSpec, Peer, register
 
 
 def make_inputs(shape, dtype, device, seed):
@@ -63,6 +64,41 @@ def bytes_moved(shape, dtype) -> float:
             + 4.0 * batch * heads_q * seqlen_q)
 
 
+def _attention_bad_inputs() -> tuple[BadInput, ...]:
+    """What every backend refuses, with the same message: head dims it does not compile,
+    heads that do not group, mixed dtypes, float32, a strided last dim, 3-D tensors, k of
+    another head dim, a softmax_scale that is not a finite number > 0."""
+
+    def call(t, d, q=(1, 4, 16, 64), kv=(1, 2, 16, 64), dtype="float16", k_dtype=None, strided=False, **extra):
+        dt = getattr(t, dtype)
+        q_t = t.randn(q, device=d).to(dt)
+        if strided:
+            q_t = t.randn(*q[:3], 2 * q[3], device=d).to(dt)[..., ::2]
+        k_t = t.randn(kv, device=d).to(getattr(t, k_dtype) if k_dtype else dt)
+        return {"q": q_t, "k": k_t, "v": t.randn(kv, device=d).to(dt), **extra}
+
+    heads = "the query heads (4, dim 1 of q) must be a multiple of the key/value heads (3"
+    return (
+        BadInput("head_dim_48", lambda t, d: call(t, d, (1, 4, 16, 48), (1, 2, 16, 48)), ValueError,
+                 "head dim (the last dim of q, k and v) must be one of 32, 64, 96, 128, 256, got 48"),
+        BadInput("head_dim_512", lambda t, d: call(t, d, (1, 4, 16, 512), (1, 2, 16, 512)), ValueError,
+                 "must be one of 32, 64, 96, 128, 256, got 512"),
+        BadInput("heads_not_multiple", lambda t, d: call(t, d, kv=(1, 3, 16, 64)), ValueError, heads),
+        BadInput("k_dtype", lambda t, d: call(t, d, k_dtype="bfloat16"), TypeError,
+                 "argument 'k' must have the dtype of 'q'"),
+        BadInput("float32", lambda t, d: call(t, d, dtype="float32"), TypeError,
+                 "argument 'q' must be float16 or bfloat16, got"),
+        BadInput("last_dim_strided", lambda t, d: call(t, d, strided=True), ValueError,
+                 "argument 'q' must be contiguous in its last dim (stride 1), got stride 2", jax=False),
+        BadInput("three_dims", lambda t, d: {n: t.randn(4, 16, 64, device=d).half() for n in "qkv"}, ValueError,
+                 "argument 'q' must have 4 dims [batch, heads, seq, head_dim]"),
+        BadInput("k_head_dim", lambda t, d: call(t, d, kv=(1, 2, 16, 32)), ValueError,
+                 "argument 'k' must have shape [1, Hkv, Sk, 64]"),
+        BadInput("softmax_scale", lambda t, d: call(t, d, softmax_scale=-1.0), ValueError,
+                 "argument 'softmax_scale' must be a finite number > 0"),
+    )
+
+
 def _reference(q, k, v, causal=False, softmax_scale=None, *, precise=False):
     from gks.reference import flash_attention_fwd
 
@@ -80,7 +116,7 @@ def check(out, ref, dtype, inputs, what: str = "flash_attention_fwd") -> None:
     """out = (o, lse) from a backend, ref = the float64 reference (o, lse)."""
     import torch
 
-    from gks.reference.flash_attention_fwd import attention_in
+    from gks.reference.attention import attention_in
 
     o, lse = out
     o_ref, lse_ref = ref
@@ -178,17 +214,15 @@ def _bench_shapes():
     return tuple(shapes)
 
 
-SPEC = register(
+FLASH_ATTENTION_FWD = register(
     OpSpec(
         name="flash_attention_fwd",
+        family="attention",
         summary="FlashAttention forward with log-sum-exp: causal, GQA/MQA, any Sq/Sk",
         signature=(
             "flash_attention_fwd(q[B, Hq, Sq, D], k[B, Hkv, Sk, D], v[B, Hkv, Sk, D], "
             "causal=False, softmax_scale=None) -> (o[B, Hq, Sq, D] (q's dtype), lse[B, Hq, Sq] (fp32))"
         ),
-        # The CUDA kernels (gks.cuda.flash_attention_fwd_out's config): mma.sync for every
-        # GPU and head dim; wgmma for D = 64 and 128 on sm_90 (elsewhere it gives way).
-        configs=NativeConfigs("flash_attention_fwd"),
         shape_names=("B", "Hq", "Hkv", "Sq", "Sk", "D", "causal"),
         # The head dim picks the kernel's tiles; causal is a flag, not a size.
         bucket_exact=("D", "causal"),
@@ -200,13 +234,16 @@ SPEC = register(
         flops=flops,
         bytes_moved=bytes_moved,
         backends=(
-            Backend("cuda", "gks._torch_ops:flash_attention_fwd", archs=("sm_80", "sm_90a")),
-            Backend("triton", "gks.triton:flash_attention_fwd", archs=("sm_80", "sm_90"), interpreted=True),
-            Backend("pallas", "gks.pallas._bridge:flash_attention_fwd", archs=("sm_80", "sm_90"), interpreted=True),
+            # Its configs: mma.sync for every GPU and head dim; wgmma for D = 64 and 128 on
+            # sm_90 (elsewhere it gives way).
+            Backend("cuda", archs=("sm_80", "sm_90a"), tunable=True),
+            Backend("triton", archs=("sm_80", "sm_90"), interpreted=True, tunable=True),
+            Backend("pallas", archs=("sm_80", "sm_90"), interpreted=True, tunable=True),
         ),
-        # Small enough for the CPU interpreters (each tensor <= 2^18 elements). test_ops skips
-        # a shape whose product passes 2^18 under an interpreter, so the causal shapes that
-        # must run there (product includes causal = 1) are the tiny ones; the rest run on GPU.
+        # Small enough for the CPU interpreters (each tensor <= 2^18 elements). The sweep
+        # (tests/contract/test_reference.py) skips a shape whose product passes 2^18 under an
+        # interpreter, so the causal shapes that must run there (product includes causal = 1)
+        # are the tiny ones; the rest run on GPU.
         test_shapes=(
             (1, 1, 1, 1, 1, 32, 0),
             (2, 4, 1, 113, 113, 64, 0),      # MQA, prime lengths
@@ -221,7 +258,7 @@ SPEC = register(
             (1, 2, 2, 53, 17, 32, 1),        # causal, Sq > Sk: fully masked rows
             (1, 1, 1, 16, 40, 256, 1),
             (1, 1, 1, 1, 1, 64, 1),
-            (2, 8, 1, 129, 129, 128, 1),     # GPU only under test_ops (see above)
+            (2, 8, 1, 129, 129, 128, 1),     # GPU only under an interpreter's size limit (see above)
             (1, 4, 4, 200, 1000, 96, 1),
         ),
         bench_shapes=_bench_shapes(),
@@ -233,5 +270,10 @@ SPEC = register(
             Peer("jax.nn.dot_product_attention", _jax_dot_product_attention),
         ),
         check=check,
+        example_shape=(1, 2, 1, 37, 53, 32, 1),
+        bad_inputs=_attention_bad_inputs(),
+        cuda_out=lambda cuda, i, o: cuda.flash_attention_fwd_out(i["q"], i["k"], i["v"], o[0], o[1], i["causal"],
+                                                                 i["softmax_scale"]),
+        sass_kernels=(r"attention::flash_attention_fwd(_wgmma)?_kernel<",),
     )
 )

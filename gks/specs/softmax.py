@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Softmax over the last dim: y = exp(x - max(x)) / sum(exp(x - max(x)))."""
+"""The softmax family: softmax over the last dim, y = exp(x - max(x)) / sum(exp(x - max(x)))."""
 
 from __future__ import annotations
 
-from gks.registry import Backend, ELEM_BYTES, NativeConfigs, OpSpec, Peer, reference_peer, register
+from gks.registry import Backend, BadInput, ELEM_BYTES, OpSpec, Peer, reference_peer, register
 
 
 def make_inputs(shape, dtype, device, seed):
@@ -42,9 +42,10 @@ TEST_SHAPES = (
     (1, 32769), (1, 262144), (0, 64), (3, 0),
 )
 
-SPEC = register(
+SOFTMAX = register(
     OpSpec(
         name="softmax",
+        family="softmax",
         summary="Softmax over the last dim, one-pass online max/sum",
         signature="softmax(x[..., N]) -> y[..., N] (x's dtype)",
         shape_names=("M", "N"),
@@ -57,14 +58,24 @@ SPEC = register(
         # read x and write y once.
         bytes_moved=lambda s, dt: ELEM_BYTES[dt] * 2.0 * s[0] * s[1],
         backends=(
-            Backend("cuda", "gks._torch_ops:softmax", archs=("sm_80", "sm_90a")),
-            Backend("triton", "gks.triton:softmax", archs=("sm_80", "sm_90"), interpreted=True),
-            Backend("pallas", "gks.pallas._bridge:softmax", archs=("sm_80", "sm_90"), interpreted=True),
+            Backend("cuda", archs=("sm_80", "sm_90a"), tunable=True),
+            Backend("triton", archs=("sm_80", "sm_90"), interpreted=True),
+            Backend("pallas", archs=("sm_80", "sm_90"), interpreted=True),
         ),
         test_shapes=TEST_SHAPES,
         bench_shapes=((32768, 4096), (8192, 32768), (65536, 1024)),
         peers=(Peer("torch.softmax", _torch_softmax), reference_peer("softmax", compiled=True)),
-        # SoftmaxArgs::config indexes these (kSoftmaxConfigs in csrc/include/gks/softmax.h).
-        configs=NativeConfigs("softmax"),
+        example_shape=(33, 31),
+        bad_inputs=(
+            BadInput("x-last-dim-strided", lambda t, d: {"x": t.randn(8, 4, device=d).t()}, ValueError,
+                     "argument 'x' must be contiguous in its last dim", jax=False),
+            BadInput("x-int", lambda t, d: {"x": t.ones(4, 8, device=d, dtype=t.int32)}, TypeError,
+                     "argument 'x' must be float32, float16 or bfloat16"),
+            BadInput("x-float64", lambda t, d: {"x": t.ones(4, 8, device=d, dtype=t.float64)}, TypeError,
+                     "argument 'x' must be float32, float16 or bfloat16", jax=False),
+            BadInput("x-scalar", lambda t, d: {"x": t.tensor(1.0, device=d)}, ValueError, "argument 'x'"),
+        ),
+        cuda_out=lambda cuda, i, o: cuda.softmax_out(i["x"], o[0]),
+        sass_kernels=(r"rows::\w+_kernel<gks::kernels::rows::SoftmaxRow<",),
     )
 )

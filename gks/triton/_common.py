@@ -1,7 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
+"""What the Triton family modules share: argument checks, row views (row_layout), the row
+kernels' launch sizes and the packed 16-bit pairs."""
+
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import torch
 import triton
@@ -63,9 +67,58 @@ def next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
+# ---------------------------------------------------------------------------------------
+# Row views for the Triton backend: a tensor [..., N] as rows of a contiguous last dim.
+#
+# Mirrors the C++ RowLayout: leading dims that are contiguous with each other merge, and up
+# to two strided levels remain (row -> (row // inner) * outer_stride + (row % inner) *
+# inner_stride), which covers a strided row view and a [B, S, H, N] tensor sliced in S.
+# ---------------------------------------------------------------------------------------
+
+
+class Rows(NamedTuple):
+    rows: int
+    cols: int
+    inner: int  # size of the inner leading level (1 when there is one level)
+    outer_stride: int
+    inner_stride: int
+
+
+def row_layout(x, op: str, arg: str) -> Rows:
+    if x.dim() < 1:
+        raise ValueError(f"{op}: argument '{arg}' must have at least 1 dim, got a scalar")
+    cols = x.shape[-1]
+    if cols > 1 and x.stride(-1) != 1:
+        raise ValueError(
+            f"{op}: argument '{arg}' must be contiguous in its last dim (stride 1), "
+            f"got stride {x.stride(-1)}"
+        )
+    levels: list[list[int]] = []  # [size, stride], outermost first
+    for size, stride in zip(x.shape[:-1], x.stride()[:-1]):
+        if size == 1:
+            continue
+        if levels and levels[-1][1] == stride * size:
+            levels[-1] = [levels[-1][0] * size, stride]
+        else:
+            levels.append([size, stride])
+    rows = 1
+    for size in x.shape[:-1]:
+        rows *= size
+    if len(levels) > 2:
+        raise ValueError(
+            f"{op}: argument '{arg}' has {len(levels)} non-mergeable strided leading dims; "
+            "this backend takes at most 2 (the CUDA backend takes any)"
+        )
+    if not levels:
+        return Rows(rows, cols, 1, 0, 0)
+    if len(levels) == 1:
+        return Rows(rows, cols, 1, levels[0][1], 0)
+    return Rows(rows, cols, levels[1][0], levels[0][1], levels[1][1])
+
+
 @triton.jit
 def row_start(ptr, row, inner, outer_stride, inner_stride):
-    """Where row `row` of a row view starts (gks._rows.row_layout: row -> (row // inner) *
+    """Where row `row` of a row view starts (row_layout: row -> (row // inner) *
     outer_stride + (row % inner) * inner_stride), the offsets in int64 whatever row's type."""
     return ptr + tl.cast(row // inner, tl.int64) * outer_stride + tl.cast(row % inner, tl.int64) * inner_stride
 
@@ -78,10 +131,9 @@ def row_num_warps(block_n: int, elem_bytes: int, max_warps: int = 16) -> int:
 
 def long_row_max_warps(elem_bytes: int) -> int:
     """The warp cap for the one-pass row kernels (softmax, quantize). 16-bit rows of 32768
-    take 32 warps (32 values a thread): measured on an H200 at 8192x32768, fp16 fused
-    softmax(rmsnorm) 387 vs 434 us at 16 warps, quantize 226 vs 230, softmax even; fp32
-    rows stay at 16 (quantize 323 vs 329 at 32; softmax 518 vs 550). (The fused op's fp32
-    rows of 16384+ run a kernel of their own: gks.triton.softmax._fused_rows_plan.)"""
+    take 32 warps (32 values a thread), fp32 rows at most 16: the faster cap for each
+    (docs/perf/softmax.md, quantize.md, norms.md). (The fused op's fp32 rows of 16384+ run
+    a kernel of their own: gks.triton.softmax._fused_rows_plan.)"""
     return 32 if elem_bytes < 4 else 16
 
 
@@ -140,7 +192,7 @@ def neg_inf_pair(dtype: torch.dtype) -> int:
 def pairs_pay_off(block_n: int) -> bool:
     """Whether a one-pass row of block_n 16-bit values is worth holding as pairs: rows that
     take 16 warps or more (block_n >= 16384). Shorter rows fit several programs an SM as
-    fp32 already (the pairs path measured 1-3% slower at 32768x4096 on an H200)."""
+    fp32 already, and unpacking pairs only slows them (docs/perf/softmax.md)."""
     return row_num_warps(block_n, 2, 32) >= 16
 
 

@@ -14,6 +14,8 @@ Non-finite input gives torch.softmax's result, as in the CUDA kernels (see
 csrc/include/gks/kernels/softmax.cuh): a NaN anywhere makes the sum NaN; a row max of +inf
 or -inf makes the reciprocal of the sum NaN. Either way the row comes out all NaN, whether
 the max reduction ignores NaN (GPU) or propagates it (the interpreter).
+
+The fused op's public entry, softmax_rmsnorm, is in gks.triton.norms; its kernels are these.
 """
 
 from __future__ import annotations
@@ -24,32 +26,31 @@ import torch
 import triton
 import triton.language as tl
 
-from gks._rows import row_layout
 from gks.triton._common import (
     can_hold_pairs,
     check_device,
     check_float,
-    check_norm_weight,
-    check_same,
     long_row_max_warps,
     neg_inf_pair,
     next_pow2,
     pack_pairs,
     pairs_launch,
     pairs_pay_off,
+    row_layout,
     row_num_warps,
     row_start,
     unpack_pairs,
 )
 
+__all__ = ["softmax"]
+
 # Rows up to this many elements are held whole in one program (one read of the row).
 MAX_ONE_PASS = 32768
 CHUNK = 4096
 # The fused op's one-pass rows from this long reduce the sum of squares and the max in one
-# sweep (three block reductions become two). On an H200 (8192x32768, µs): fp32 746 -> 716,
-# fp16 374 -> 338, bf16 368 -> 340; at 32768x4096 fp32 lost (262 -> 279), 16-bit tied.
-# (Those rows now run _fused_rows_kernel, which does the same; here it is 16-bit rows of
-# 16384 that take it.)
+# sweep (three block reductions become two), which pays on long rows only
+# (docs/perf/norms.md). (Those rows now run _fused_rows_kernel, which does the same; here
+# it is 16-bit rows of 16384 that take it.)
 FUSED_ONE_REDUCTION_MIN = 16384
 # Programs of the persistent fused kernel where there are no SMs to count (the interpreter).
 INTERPRETER_PROGRAMS = 4
@@ -80,8 +81,8 @@ def _values(x_row, w_ptr, cols, N, inv_rms, FUSED: tl.constexpr):
         return tl.load(x_row + cols, mask=mask, other=float("-inf")).to(tl.float32)
 
 
-# Softmax's one-pass 16-bit rows are held as packed pairs (see gks.triton._common): at
-# 8192x32768 on an H200 that took them from 1.23x the CUDA kernel's time to level.
+# Softmax's one-pass 16-bit rows are held as packed pairs (see gks.triton._common), so that
+# two programs share an SM and one's loads overlap the other's work (docs/perf/softmax.md).
 
 
 @triton.jit
@@ -183,18 +184,16 @@ def _softmax_kernel(
 #
 # One program a row holds its row in registers and, at 32 warps, fills an SM alone: its loads
 # wait on nothing but also overlap nothing, and the row's reductions and stores leave the
-# memory system idle (1.25x the CUDA kernel's time at 8192x32768). Here one program an SM
+# memory system idle (docs/perf/norms.md). Here one program an SM
 # walks rows, the row split in four quarters, and loads the next row's quarters (as stored)
 # while the current row is reduced and stored: EARLY of them right after the first
 # reduction, each other one once a quarter of the current row has been stored and its
 # registers are free. EARLY is what fits beside the row's fp32 products x * w without
 # spilling (sm_90, ptxas): fp32 two at 16 warps; 16-bit all four at 32 warps, three when
 # the row is masked (its masks take registers). The row index stays int32 and only the
-# offsets are int64: an int64 loop counter cost the 16-bit kernel 56 bytes of spills. H200,
-# µs, one process, the one-program-a-row kernel first: 8192x32768 fp32 724 -> 592, fp16
-# 341 -> 284, bf16 341 -> 286; 4096x20000 fp32 241 -> 183, fp16 148 -> 135, bf16 151 -> 129;
-# 8192x16384 fp32 297 -> 284. 16-bit rows of 16384 stay one program a row (two share an SM
-# there; persistent took 144 -> 167 µs).
+# offsets are int64: an int64 loop counter makes the 16-bit kernel spill. 16-bit rows of
+# 16384 stay one program a row: two share an SM there, and the persistent kernel is slower
+# on them.
 # ---------------------------------------------------------------------------------------
 
 
@@ -332,8 +331,8 @@ def _launch(op: str, x: torch.Tensor, xr, weight, eps: float) -> torch.Tensor:
         )
         return y
     # Softmax's one-pass 16-bit rows are held as pairs. (The fused op's are not: it needs
-    # the weight beside x at three uses, and held or re-read at each, it spilled registers
-    # and ran 1.5-2x slower on an H200.)
+    # the weight beside x at three uses, and held or re-read at each, it spills registers;
+    # docs/perf/norms.md.)
     pairs = (weight is None and one_pass and pairs_pay_off(block_n) and can_hold_pairs(x, xr, xr.cols)
              and can_hold_pairs(y, yr, xr.cols))
     if pairs:
@@ -359,17 +358,3 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
     check_device(x, op, "x")
     check_float(x, op, "x")
     return _launch(op, x, row_layout(x, op, "x"), None, 0.0)
-
-
-def softmax_rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """softmax(rmsnorm(x, weight, eps)) over the last dim of x [..., N], one kernel; the
-    normalized row stays fp32 (never rounded to x's dtype)."""
-    op = "gks.triton.softmax_rmsnorm"
-    check_device(x, op, "x")
-    check_float(x, op, "x")
-    check_same(x, "x", weight, "weight", op)
-    xr = row_layout(x, op, "x")
-    check_norm_weight(weight, xr.cols, op)
-    if not eps >= 0:
-        raise ValueError(f"{op}: argument 'eps' must be >= 0, got {eps}")
-    return _launch(op, x, xr, weight, float(eps))

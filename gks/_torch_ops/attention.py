@@ -1,0 +1,72 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The attention family's torch op: gks::flash_attention_fwd (see gks._torch_ops for what every
+custom op guarantees)."""
+
+from __future__ import annotations
+
+import torch
+
+from gks import cuda
+from gks._torch_ops._eager import gks_op
+from gks.runtime.dims import attention_dims
+from gks.runtime.tables import resolve_config
+
+__all__ = ["flash_attention_fwd"]
+
+
+def _aligned16(t: torch.Tensor) -> bool:
+    """The kernel copies 16-byte chunks: the data pointer and the batch, head and sequence
+    strides must be 16-byte multiples."""
+    elems = 16 // t.element_size()
+    return t.data_ptr() % 16 == 0 and all(
+        s % elems == 0 or n <= 1 for n, s in zip(t.shape[:3], t.stride()[:3])
+    )
+
+
+def _kernel_input(t: torch.Tensor) -> torch.Tensor:
+    # A view whose rows do not start on 16-byte boundaries (a slice at an odd offset, a
+    # stride that is not a multiple of 8) is copied; every other layout is used in place.
+    if t.dim() == 4 and t.numel() > 0 and t.stride(-1) == 1 and not _aligned16(t):
+        return t.clone(memory_format=torch.contiguous_format)
+    return t
+
+
+def _flash_attention_fwd(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = False,
+    softmax_scale: float | None = None,
+    config: int = -1,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention forward: (o, lse) = softmax(scale * q k^T) v and its log-sum-exp.
+
+    q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D]: fp16 or bf16 CUDA tensors, Hq % Hkv == 0,
+    D in {32, 64, 96, 128, 256}; the last dim contiguous, other strides free (a [B, S, H, D]
+    tensor passed as .transpose(1, 2) is read in place). softmax_scale defaults to
+    1 / sqrt(D). causal masks key j for query i when j > i + (Sk - Sq). Returns o
+    [B, Hq, Sq, D] (contiguous, q's dtype) and lse [B, Hq, Sq] (float32, natural log;
+    -inf for a row that sees no key, whose o is 0). Runs on the current CUDA stream.
+    On an sm_90 GPU (library built for sm_90a) head dims 64 and 128 run the wgmma kernel,
+    everything else the mma.sync kernel, unless the tuned table picks the other for this
+    shape; config 0 or 1 forces one (see gks.cuda.flash_attention_fwd_out).
+    """
+    dims = attention_dims(q, k, causal)
+    if dims is not None:
+        config = resolve_config("flash_attention_fwd", q, dims, config)
+    o = torch.empty_like(q, memory_format=torch.contiguous_format)
+    lse = q.new_empty(q.shape[:-1], dtype=torch.float32)
+    cuda.flash_attention_fwd_out(
+        _kernel_input(q), _kernel_input(k), _kernel_input(v), o, lse, causal, softmax_scale, config
+    )
+    return o, lse
+
+
+flash_attention_fwd = gks_op("flash_attention_fwd", _flash_attention_fwd)
+
+
+@flash_attention_fwd.op.register_fake
+def _(q, k, v, causal=False, softmax_scale=None, config=-1):
+    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
+    return o, lse

@@ -1,0 +1,98 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The gemm family's DLPack entry points: sgemm, wmma_gemm, int8_gemm and gemm, their config
+names, heuristics and path queries. See gks.cuda."""
+
+from __future__ import annotations
+
+from gks import _native, registry
+
+__all__ = [
+    "sgemm_out", "wmma_gemm_out", "int8_gemm_out", "int8_gemm_alloc", "int8_gemm_path", "gemm_out",
+    "gemm_alloc", "gemm_path", "gemm_config_names", "gemm_heuristic",
+]
+
+
+def sgemm_out(a, b, c, config: int = -1) -> None:
+    """c = a @ b in fp32 (FFMA, no TF32), written into c [M, N] float32. a [M, K] and
+    b [K, N] are float32, row-major with any leading dimension (transposed views are
+    rejected). config: an index into gemm_config_names("sgemm"), or -1 for the heuristic."""
+    _native.module().sgemm(a, b, c, int(config))
+
+
+def wmma_gemm_out(a, b, c, config: int = -1) -> None:
+    """c = a @ b on Tensor Cores: a [M, K], b [K, N] float16 or bfloat16 (row-major, any
+    leading dimension), fp32 accumulation, c [M, N] float32 or a's dtype."""
+    _native.module().wmma_gemm(a, b, c, int(config))
+
+
+def int8_gemm_out(a_q, b_q, a_scale, b_scale, c, config: int = -1) -> None:
+    """c = float(a_q @ b_q) * a_scale * b_scale: a_q [M, K] int8 (row-major, any leading
+    dimension), b_q [K, N] int8, row-major or K-major (a transposed view of [N, K]: stride(0)
+    == 1, stride(1) >= K), int32 accumulation; a_scale [M, 1] (or [M]), b_scale [1, N] (or
+    [N]) float32; c [M, N] float16, bfloat16 or float32. On sm_90 the Hopper kernel (TMA +
+    int8 wgmma, reading b_q K-major), else the mma.sync kernel (reading b_q row-major); a
+    b_q in the other layout is transposed into a stream-ordered temporary first. See
+    int8_gemm_path and gks.int8_gemm. config: an index into
+    gemm_config_names("int8_gemm") (mma.sync configs first, then the "hopper_" ones), or -1
+    for the heuristic."""
+    _native.module().int8_gemm(a_q, b_q, a_scale, b_scale, c, int(config))
+
+
+def int8_gemm_alloc(a_q, b_q, a_scale, b_scale, out_dtype, config: int = -1):
+    """int8_gemm_out into a new [M, N] tensor of out_dtype allocated through the caller's
+    framework, as gemm_alloc does."""
+    return _native.module().int8_gemm_alloc(a_q, b_q, a_scale, b_scale, out_dtype, int(config))
+
+
+def int8_gemm_path(a_q, b_q, a_scale, b_scale, c, config: int = -1) -> str:
+    """The path int8_gemm_out(..., config) takes on this GPU (after the same argument
+    checks): 'hopper' (b_q K-major, read in place), 'hopper+transpose' (row-major b_q
+    transposed first; M >= 512 or a forced "hopper_" config), 'mma' (b_q row-major) or
+    'mma+transpose' (K-major b_q transposed first). The Hopper kernel needs an sm_90 GPU
+    and a_q (and an in-place b_q) 16-byte aligned: base pointer and leading dimension."""
+    return str(_native.module().int8_gemm_path(a_q, b_q, a_scale, b_scale, c, int(config)))
+
+
+def _check_gemm(kernel: str, what: str) -> None:
+    gemms = registry.ops_with("cuda", tunable=True)
+    gemms = [name for name in gemms if registry.get(name).family == "gemm"]
+    if kernel not in gemms:
+        raise ValueError(f"{what}: unknown GEMM '{kernel}' (the GEMMs: {', '.join(gemms)})")
+
+
+def gemm_config_names(kernel: str) -> list[str]:
+    """The names of the tile configs compiled for 'sgemm', 'wmma_gemm', 'int8_gemm' or 'gemm'
+    (the Hopper kernel), in index order (the `config` argument indexes this list)."""
+    _check_gemm(kernel, "gemm_config_names")
+    return [c["name"] for c in _native.config_table(kernel)]
+
+
+def gemm_heuristic(kernel: str, m: int, n: int, k: int, num_sms: int) -> int:
+    """The config index the C++ heuristic picks for an M x N x K problem on num_sms SMs."""
+    _check_gemm(kernel, "gemm_heuristic")
+    return int(getattr(_native.module(), f"{kernel}_heuristic")(m, n, k, num_sms))
+
+
+def gemm_out(a, b, c, config: int = -1) -> None:
+    """c = a @ b: a [M, K], b [K, N] float16 or bfloat16 (row-major, any leading dimension),
+    fp32 accumulation, c [M, N] float32 or a's dtype. The Hopper kernel on sm_90 (config:
+    an index into gemm_config_names(), or -1 for the heuristic), else the WMMA fallback;
+    see gemm_path."""
+    _native.module().gemm(a, b, c, int(config))
+
+
+def gemm_alloc(a, b, out_dtype, config: int = -1):
+    """gemm_out into a new [M, N] tensor of out_dtype (a's dtype or float32) that the
+    library allocates through the caller's framework: tvm-ffi's environment allocator, which
+    PyTorch lends (its caching allocator, current stream). One native call instead of a
+    Python-level allocation plus gemm_out: less host time a call, which is what bounds
+    small GEMMs on a slow host (docs/perf/gemm.md). Other frameworks get
+    a ValueError saying so; they use gemm_out."""
+    return _native.module().gemm_alloc(a, b, out_dtype, int(config))
+
+
+def gemm_path(a, b, c) -> str:
+    """'hopper' or 'wmma': the kernel gemm_out(a, b, c) runs on this GPU (after the same
+    argument checks). WMMA is the fallback off sm_90, or when a or b is not 16-byte aligned
+    (base pointer, or leading dimension in bytes) so TMA cannot load it."""
+    return str(_native.module().gemm_path(a, b, c))

@@ -1,0 +1,26 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The norms family's DLPack entry points: rmsnorm and the fused softmax(rmsnorm). See gks.cuda."""
+
+from __future__ import annotations
+
+from gks import _native
+
+__all__ = ["rmsnorm_out", "softmax_rmsnorm_out"]
+
+
+def rmsnorm_out(x, weight, y, eps: float = 1e-6, config: int = -1) -> None:
+    """y = rmsnorm(x, weight, eps), written into y (same shape and dtype as x).
+
+    config: -1 picks the kernel shape by heuristic, else an index into the library's table
+    (gks.registry.get("rmsnorm").configs; csrc/include/gks/norms.h says what each is)."""
+    _native.module().rmsnorm(x, weight, y, float(eps), int(config))
+
+
+def softmax_rmsnorm_out(x, weight, y, eps: float = 1e-6, config: int = -1) -> None:
+    """y = softmax(rmsnorm(x, weight, eps)) over the last dim, in one kernel, written into y
+    (same shape and dtype as x). config: -1 picks the kernel shape by heuristic, else an
+    index into the library's table (gks.registry.get("softmax_rmsnorm").configs: softmax's,
+    then "cluster", long 16-byte aligned rows split over a thread block cluster on sm_90, and
+    "staged", persistent blocks that fetch their next row into shared memory while they work
+    on the current one; csrc/include/gks/norms.h says more)."""
+    _native.module().softmax_rmsnorm(x, weight, y, float(eps), int(config))

@@ -1,0 +1,121 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The norms in Pallas.
+
+RMSNorm: one program per block of rows. Rows up to MAX_ONE_PASS elements are loaded whole
+(one read); longer rows are walked twice in chunks. Block shapes must be powers of two on
+the Triton lowering, so a row whose length is not one is padded with zeros (which leave
+the sum of squares unchanged) and the result sliced back.
+
+softmax_rmsnorm, softmax(rmsnorm(x) * weight) in one kernel: its public entry is here, and
+it runs softmax's row kernels (gks.pallas.softmax) with the norm folded in.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
+
+from gks.pallas._common import check_float, default_interpret, next_pow2
+from gks.pallas.softmax import _check_x, _run
+
+__all__ = ["rmsnorm", "softmax_rmsnorm"]
+
+MAX_ONE_PASS = 32768
+CHUNK = 4096
+
+
+def _one_pass_kernel(x_ref, w_ref, y_ref, *, n, eps):
+    x = x_ref[...].astype(jnp.float32)
+    inv_rms = jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) / n + eps)
+    y_ref[...] = (x * inv_rms * w_ref[...].astype(jnp.float32)).astype(y_ref.dtype)
+
+
+def _chunked_kernel(x_ref, w_ref, y_ref, *, n, eps, chunk):
+    steps = x_ref.shape[-1] // chunk
+
+    def sumsq(i, acc):
+        x = x_ref[:, pl.ds(i * chunk, chunk)].astype(jnp.float32)
+        return acc + jnp.sum(x * x, axis=-1, keepdims=True)
+
+    total = jax.lax.fori_loop(0, steps, sumsq, jnp.zeros((x_ref.shape[0], 1), jnp.float32))
+    inv_rms = jax.lax.rsqrt(total / n + eps)
+
+    def scale(i, carry):
+        x = x_ref[:, pl.ds(i * chunk, chunk)].astype(jnp.float32)
+        w = w_ref[:, pl.ds(i * chunk, chunk)].astype(jnp.float32)
+        y_ref[:, pl.ds(i * chunk, chunk)] = (x * inv_rms * w).astype(y_ref.dtype)
+        return carry
+
+    jax.lax.fori_loop(0, steps, scale, 0)
+
+
+@functools.partial(jax.jit, static_argnames=("eps", "interpret"))
+def _rmsnorm_2d(x, w, *, eps, interpret):
+    m, n = x.shape
+    n_pad = next_pow2(n) if n <= MAX_ONE_PASS else -(-n // CHUNK) * CHUNK
+    if n_pad != n:
+        x = jnp.pad(x, ((0, 0), (0, n_pad - n)))
+        w = jnp.pad(w, (0, n_pad - n))
+    # Several rows per program for short rows, when they divide the row count.
+    rows = 1
+    while rows < 16 and (rows * 2) * n_pad <= 4096 and m % (rows * 2) == 0:
+        rows *= 2
+    if n_pad <= MAX_ONE_PASS:
+        kernel = functools.partial(_one_pass_kernel, n=n, eps=eps)
+    else:
+        kernel = functools.partial(_chunked_kernel, n=n, eps=eps, chunk=CHUNK)
+    elem = x.dtype.itemsize
+    num_warps = max(1, min(16, rows * min(n_pad, MAX_ONE_PASS) * elem // (32 * 64)))
+    y = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((m, n_pad), x.dtype),
+        grid=(m // rows,),
+        in_specs=[
+            pl.BlockSpec((rows, n_pad), lambda i: (i, 0)),
+            pl.BlockSpec((1, n_pad), lambda i: (0, 0)),
+        ],
+        out_specs=pl.BlockSpec((rows, n_pad), lambda i: (i, 0)),
+        interpret=interpret,
+        compiler_params=plgpu.CompilerParams(num_warps=num_warps),
+    )(x, w.reshape(1, n_pad))
+    return y[:, :n] if n_pad != n else y
+
+
+def rmsnorm(x: jax.Array, weight: jax.Array, eps: float = 1e-6, *, interpret: bool | None = None):
+    """RMSNorm over the last dim of x [..., N] (JAX arrays); fp32 math, output in x's dtype."""
+    op = "gks.pallas.rmsnorm"
+    check_float(x, op, "x")
+    if x.ndim < 1:
+        raise ValueError(f"{op}: argument 'x' must have at least 1 dim, got a scalar")
+    if weight.dtype != x.dtype:
+        raise TypeError(f"{op}: argument 'weight' must have the dtype of 'x' ({x.dtype}), got {weight.dtype}")
+    n = x.shape[-1]
+    if weight.shape != (n,):
+        raise ValueError(f"{op}: argument 'weight' must have shape [{n}] (the last dim of x), got {list(weight.shape)}")
+    if eps < 0:
+        raise ValueError(f"{op}: argument 'eps' must be >= 0, got {eps}")
+    if x.size == 0:
+        return jnp.zeros(x.shape, x.dtype)
+    if interpret is None:
+        interpret = default_interpret(x)
+    y = _rmsnorm_2d(x.reshape(-1, n), weight, eps=float(eps), interpret=interpret)
+    return y.reshape(x.shape)
+
+
+def softmax_rmsnorm(x: jax.Array, weight: jax.Array, eps: float = 1e-6, *, interpret: bool | None = None):
+    """softmax(rmsnorm(x, weight, eps)) over the last dim of x [..., N] (JAX arrays), one
+    kernel; the normalized row stays fp32 (never rounded to x's dtype)."""
+    op = "gks.pallas.softmax_rmsnorm"
+    _check_x(x, op)
+    if weight.dtype != x.dtype:
+        raise TypeError(f"{op}: argument 'weight' must have the dtype of 'x' ({x.dtype}), got {weight.dtype}")
+    n = x.shape[-1]
+    if weight.shape != (n,):
+        raise ValueError(f"{op}: argument 'weight' must have shape [{n}] (the last dim of x), got {list(weight.shape)}")
+    if not eps >= 0:
+        raise ValueError(f"{op}: argument 'eps' must be >= 0, got {eps}")
+    return _run(x, weight, eps, interpret)

@@ -1,0 +1,49 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The shape reads the torch ops make before they call the library: the dims that size an
+output and key the tuned tables. Everything else about the arguments the C++ API checks,
+naming the argument."""
+
+from __future__ import annotations
+
+
+def check_matrix(t, op: str, arg: str) -> None:
+    """Raises unless t is a 2-D torch tensor (the C++ API validates everything else and
+    names the argument)."""
+    import torch
+
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{op}: argument '{arg}' must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != 2:
+        raise ValueError(f"{op}: argument '{arg}' must be a 2-D matrix, got {t.dim()} dims "
+                         f"(shape {list(t.shape)})")
+
+
+def gemm_dims(op: str, a, b, a_name: str = "a", b_name: str = "b") -> tuple[int, int, int]:
+    """(M, N, K) of a [M, K] @ b [K, N]: the one check the torch ops need before allocating
+    the output, that both are 2-D torch tensors (check_matrix's errors otherwise). One read
+    of each shape: every .shape builds a torch.Size, which a per-call path notices."""
+    import torch
+
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        sa, sb = a.shape, b.shape
+        if len(sa) == 2 and len(sb) == 2:
+            return sa[0], sb[1], sa[1]
+    check_matrix(a, op, a_name)
+    check_matrix(b, op, b_name)
+    raise AssertionError("unreachable: check_matrix raised")
+
+
+def row_dims(x) -> tuple[int, int]:
+    """(M, N) of x [..., N] taken as M rows: the row ops' spec dims, their tables' key."""
+    shape = x.shape
+    n = shape[-1] if len(shape) else 1
+    return (x.numel() // n if n else 0), n
+
+
+def attention_dims(q, k, causal) -> tuple[int, ...] | None:
+    """(B, Hq, Hkv, Sq, Sk, D, causal) of q [B, Hq, Sq, D] and k [B, Hkv, Sk, D], the
+    attention spec's dims; None unless both are 4-D (the C++ API then says what is wrong)."""
+    qs, ks = q.shape, k.shape
+    if len(qs) != 4 or len(ks) != 4:
+        return None
+    return qs[0], qs[1], ks[1], qs[2], ks[2], qs[3], int(bool(causal))

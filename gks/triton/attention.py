@@ -1,0 +1,271 @@
+# SPDX-License-Identifier: Apache-2.0
+"""FlashAttention forward in Triton: one program per (query block, batch x head).
+
+Each program keeps its BLOCK_M query rows in registers and walks the keys in BLOCK_N
+tiles with the online softmax (base-2 exponentials on log2(e)-prescaled scores, fp32
+accumulators). The walk is one loop. Key bounds are checked only when Sk is not a
+multiple of BLOCK_N, and the causal mask is applied only to the tiles that cross the
+block's diagonal (a scalar branch around the select). Splitting the walk into an unmasked
+loop and a masked one, as the CUDA kernel does, makes Triton 3.6 spill registers at the
+tiles that run fastest (docs/perf/attention.md). Causal programs skip the tiles above the
+diagonal.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from gks.reference.attention import check_attention_shapes, checked_softmax_scale
+from gks.triton._common import check_device, check_same, interpreter_variant, next_pow2
+
+__all__ = ["flash_attention_fwd", "flash_attention_fwd_config_names"]
+
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _dot(a, b, UPCAST: tl.constexpr):
+    # Triton's CPU interpreter multiplies bfloat16 as raw 16-bit integers; there (only) the
+    # operands go up to fp32 first, which is exact, as the products on Tensor Cores are.
+    if UPCAST:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32))
+    return tl.dot(a, b)
+
+
+@triton.jit
+def _dot_acc(a, b, acc, UPCAST: tl.constexpr):
+    if UPCAST:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc)
+    return tl.dot(a, b, acc)
+
+
+@triton.jit
+def _online_softmax_step(acc, m_i, l_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, d_mask,
+                         seqlen_k, diag_offset, scale_log2, m0,
+                         BLOCK_N: tl.constexpr, BOUNDS: tl.constexpr, CAUSAL: tl.constexpr,
+                         EVEN_D: tl.constexpr, UPCAST: tl.constexpr):
+    cols = start_n + offs_n
+    kv_mask = cols[:, None] < seqlen_k
+    if not EVEN_D:
+        kv_mask = kv_mask & d_mask[None, :]
+    if BOUNDS:
+        k = tl.load(k_ptrs, mask=kv_mask, other=0.0)
+    elif EVEN_D:
+        k = tl.load(k_ptrs)
+    else:
+        k = tl.load(k_ptrs, mask=d_mask[None, :], other=0.0)
+    s = _dot(q, tl.trans(k), UPCAST)  # raw scores, fp32
+    if BOUNDS:
+        s = tl.where(cols[None, :] < seqlen_k, s, float("-inf"))
+    if CAUSAL:
+        # Only the tiles that cross the block's diagonal pay for the mask (a scalar branch;
+        # the loads stay outside it, so the loop is still pipelined).
+        if start_n + BLOCK_N > m0 + diag_offset + 1:
+            s = tl.where(cols[None, :] <= offs_m[:, None] + diag_offset, s, float("-inf"))
+    if BOUNDS or CAUSAL:
+        m_new = tl.maximum(m_i, tl.max(s, 1) * scale_log2)
+        # A row that has seen only masked keys keeps max -inf: shift it by 0 instead, so
+        # exp2(-inf - shift) is 0, not NaN.
+        shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        m_new = tl.maximum(m_i, tl.max(s, 1) * scale_log2)
+        shift = m_new
+    # Scores stay raw (scale > 0 commutes with max); the scale folds into one FMA here.
+    p = tl.math.exp2(s * scale_log2 - shift[:, None])
+    correction = tl.math.exp2(m_i - shift)
+    l_i = l_i * correction + tl.sum(p, 1)
+    acc = acc * correction[:, None]
+    if BOUNDS:
+        v = tl.load(v_ptrs, mask=kv_mask, other=0.0)
+    elif EVEN_D:
+        v = tl.load(v_ptrs)
+    else:
+        v = tl.load(v_ptrs, mask=d_mask[None, :], other=0.0)
+    acc = _dot_acc(p.to(v.dtype), v, acc, UPCAST)
+    return acc, m_new, l_i
+
+
+@triton.jit
+def _flash_attention_fwd_kernel(
+    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
+    q_sb, q_sh, q_sm,
+    k_sb, k_sh, k_sn,
+    v_sb, v_sh, v_sn,
+    o_sb, o_sh, o_sm,
+    lse_sb, lse_sh,
+    heads_q, group, seqlen_q, seqlen_k, scale_log2,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, BOUNDS: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
+    if CAUSAL:  # longest rows first: the last query blocks see the most keys
+        start_m = tl.num_programs(0) - 1 - tl.program_id(0)
+    else:
+        start_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    batch = (bh // heads_q).to(tl.int64)
+    head = (bh % heads_q).to(tl.int64)
+    kv_head = head // group
+    q_base = q_ptr + batch * q_sb + head * q_sh
+    k_base = k_ptr + batch * k_sb + kv_head * k_sh
+    v_base = v_ptr + batch * v_sb + kv_head * v_sh
+
+    EVEN_D: tl.constexpr = HEAD_DIM == BLOCK_D
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_mask = offs_d < HEAD_DIM
+
+    q_mask = offs_m[:, None] < seqlen_q
+    if not EVEN_D:
+        q_mask = q_mask & d_mask[None, :]
+    q = tl.load(q_base + offs_m[:, None].to(tl.int64) * q_sm + offs_d[None, :], mask=q_mask, other=0.0)
+    k_ptrs = k_base + offs_n[:, None].to(tl.int64) * k_sn + offs_d[None, :]
+    v_ptrs = v_base + offs_n[:, None].to(tl.int64) * v_sn + offs_d[None, :]
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+
+    # Row i sees key j when j < seqlen_k and (causal) j <= i + diag_offset; causal blocks
+    # stop at the last key their last row sees.
+    diag_offset = seqlen_k - seqlen_q
+    if CAUSAL:
+        hi = tl.minimum(tl.maximum(start_m * BLOCK_M + BLOCK_M + diag_offset, 0), seqlen_k)
+    else:
+        hi = seqlen_k
+    # The pointers advance one tile per pass (64-bit pointer arithmetic, no start * stride
+    # products).
+    for start_n in tl.range(0, hi, BLOCK_N):
+        acc, m_i, l_i = _online_softmax_step(
+            acc, m_i, l_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, d_mask,
+            seqlen_k, diag_offset, scale_log2, start_m * BLOCK_M, BLOCK_N=BLOCK_N, BOUNDS=BOUNDS,
+            CAUSAL=CAUSAL, EVEN_D=EVEN_D, UPCAST=UPCAST,
+        )
+        k_ptrs += BLOCK_N * k_sn
+        v_ptrs += BLOCK_N * v_sn
+
+    seen = l_i > 0.0
+    inv_l = tl.where(seen, 1.0 / tl.where(seen, l_i, 1.0), 0.0)
+    o = acc * inv_l[:, None]
+    # lse = ln(sum_j 2^(s_j)) with s in log2 units = ln2 * (max + log2(sum)).
+    lse = tl.where(seen, (m_i + tl.math.log2(tl.where(seen, l_i, 1.0))) * 0.6931471805599453,
+                   float("-inf"))
+    row_ok = offs_m < seqlen_q
+    o_mask = row_ok[:, None]
+    if not EVEN_D:
+        o_mask = o_mask & d_mask[None, :]
+    o_base = o_ptr + batch * o_sb + head * o_sh
+    tl.store(o_base + offs_m[:, None].to(tl.int64) * o_sm + offs_d[None, :], o.to(o_ptr.dtype.element_ty),
+             mask=o_mask)
+    tl.store(lse_ptr + batch * lse_sb + head * lse_sh + offs_m, lse, mask=row_ok)
+
+
+# The tile and launch shapes gks autotune may choose among (the `config` argument's index;
+# tuned entries: "triton.flash_attention_fwd"). The heuristic below picks from these same
+# shapes per head dim.
+CONFIGS = (
+    dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3),
+    dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3),
+    dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3),
+    dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3),
+    dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2),
+    dict(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2),
+)
+
+
+def flash_attention_fwd_config_names() -> list[str]:
+    """The names of CONFIGS, in index order: m<BLOCK_M>_n<BLOCK_N>_w<warps>_s<stages>."""
+    return [f"m{c['BLOCK_M']}_n{c['BLOCK_N']}_w{c['num_warps']}_s{c['num_stages']}" for c in CONFIGS]
+
+
+def _config(head_dim: int) -> dict:
+    """Tile and launch shape per head dim: 64 x 64 at 4 warps, 3 stages up to D = 128, close
+    to the fastest config at every shape `gks autotune --backend triton --kernel
+    flash_attention_fwd` timed; 128 x 64 at 4 warps for D <= 32; 128 x 64 at 8 warps, 2
+    stages for D = 256, where smaller tiles run slower (docs/perf/attention.md). None of
+    these spills more than a few bytes (`python tools/dump_triton_ir.py --kernel
+    flash_attention_fwd --shape 1x2x2x256x256xDx0` and the SASS)."""
+    if head_dim <= 32:
+        return CONFIGS[2]
+    if head_dim <= 128:
+        return CONFIGS[3]
+    return CONFIGS[4]
+
+
+def _check_inputs(q, k, v, op):
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_device(t, op, name)
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        raise TypeError(f"{op}: argument 'q' must be float16 or bfloat16, got {q.dtype}")
+    check_same(q, "q", k, "k", op)
+    check_same(q, "q", v, "v", op)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 4:
+            raise ValueError(
+                f"{op}: argument '{name}' must have 4 dims [batch, heads, seq, head_dim], "
+                f"got {t.dim()} dims {list(t.shape)}"
+            )
+        if t.shape[-1] > 1 and t.stride(-1) != 1:
+            raise ValueError(
+                f"{op}: argument '{name}' must be contiguous in its last dim (stride 1), "
+                f"got stride {t.stride(-1)}"
+            )
+    check_attention_shapes(op, q.shape, k.shape, v.shape)
+
+
+def flash_attention_fwd(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = False,
+    softmax_scale: float | None = None,
+    config: int = -1,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention forward with lse; the meaning of gks.flash_attention_fwd.
+
+    q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D] (fp16/bf16, last dim contiguous, other strides
+    free). Returns o [B, Hq, Sq, D] (q's dtype) and lse [B, Hq, Sq] (float32). config: an
+    index into flash_attention_fwd_config_names() (the tile and launch shape), or -1: the
+    tuned entry for this GPU and shape if `gks autotune --backend triton` made one, else a
+    shape per head dim.
+    """
+    op = "gks.triton.flash_attention_fwd"
+    if not isinstance(config, int) or not -1 <= config < len(CONFIGS):
+        raise ValueError(f"{op}: argument 'config' must be -1 or an index below {len(CONFIGS)} "
+                         f"(see gks.triton.flash_attention_fwd_config_names()), got {config!r}")
+    _check_inputs(q, k, v, op)
+    batch, heads_q, seqlen_q, head_dim = q.shape
+    heads_kv, seqlen_k = k.shape[1], k.shape[2]
+    scale = checked_softmax_scale(op, softmax_scale, head_dim)
+    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device)
+    if o.numel() == 0:
+        return o, lse
+    if seqlen_k == 0:  # no keys: every row sees none (and k, v may have no storage at all)
+        return o.zero_(), lse.fill_(float("-inf"))
+    if config == -1:
+        from gks.runtime import tables
+        from gks.runtime.dims import attention_dims
+
+        dims = attention_dims(q, k, causal)
+        config = tables.resolve_config("triton.flash_attention_fwd", q, dims, -1)
+    cfg = CONFIGS[config] if config >= 0 else _config(head_dim)
+    if batch * heads_q > 65535:
+        raise ValueError(f"{op}: at most 65535 (batch x query heads) are supported, got {batch * heads_q}")
+    grid = (triton.cdiv(seqlen_q, cfg["BLOCK_M"]), batch * heads_q)
+    _flash_attention_fwd_kernel[grid](
+        q, k, v, o, lse,
+        q.stride(0), q.stride(1), q.stride(2),
+        k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2),
+        o.stride(0), o.stride(1), o.stride(2),
+        lse.stride(0), lse.stride(1),
+        heads_q, heads_q // heads_kv, seqlen_q, seqlen_k, scale * LOG2E,
+        HEAD_DIM=head_dim, BLOCK_D=next_pow2(head_dim), CAUSAL=bool(causal),
+        BOUNDS=seqlen_k % cfg["BLOCK_N"] != 0,
+        UPCAST=q.dtype == torch.bfloat16 and interpreter_variant(), **cfg,
+    )
+    return o, lse

@@ -1,0 +1,574 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The GEMMs in Triton:
+
+  sgemm      c = a @ b in fp32 with tl.dot(input_precision="ieee") (FP32 FMA, never TF32).
+             Any strides (transposed views included), any M, N, K.
+  wmma_gemm  Tensor Core GEMM: fp16/bf16 a @ b with fp32 accumulation (tl.dot), output
+             fp32 by default or the input dtype. Any strides, any M, N, K.
+  int8_gemm  int8 a_q @ b_q with int32 accumulation (tl.dot), then the per-row scale of a
+             and the per-column scale of b, output float16 (default), bfloat16 or float32.
+
+The kernels behind them: one tiled kernel (grouped tile order for L2 reuse, masked edges,
+int64 offsets, any strides) with a compile-time arithmetic mode:
+
+  "ieee"  fp32 inputs, tl.dot with input_precision="ieee": FP32 FMA, never TF32.
+  "mma"   fp16/bf16 inputs on Tensor Cores, fp32 accumulation.
+  "int8"  int8 inputs on Tensor Cores, int32 accumulation; the epilogue multiplies by the
+          per-row scale of a and the per-column scale of b.
+
+and, for "mma" on sm_90+, a variant whose operands the Tensor Memory Accelerator loads.
+
+On a GPU each mode runs one of a few block shapes (CONFIGS): the one `python -m gks
+autotune --backend triton --kernel OP` stored for the device, dtype and shape bucket if
+any (see gks.runtime.tables), else the one Triton's own autotuner picks (timed in-process
+on the first call of each M, N, K, unchecked); `config=i` forces the i-th. Some block
+shapes split K among several programs per output tile (split-K, for outputs of few tiles),
+some load by TMA; see CONFIGS. A call like an earlier one repeats its launch without
+Triton's per-call dispatch (see _launch and run_plan). Under the interpreter
+(TRITON_INTERPRET=1) one small block shape is used, with the split and TMA choice of the
+config asked for.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+from typing import NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from gks.triton._common import check_device
+
+__all__ = ["sgemm", "wmma_gemm", "int8_gemm", "gemm_config_names", "sgemm_config_names",
+           "wmma_gemm_config_names", "int8_gemm_config_names"]
+
+
+@triton.jit
+def _tile_of(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """(row, column) of program pid's output tile: GROUP_M tile rows at a time, down each
+    column of the group before the next, so programs running together share tiles of b in L2."""
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    per_group = GROUP_M * tiles_n
+    first_m = (pid // per_group) * GROUP_M
+    rows_in_group = tl.minimum(tiles_m - first_m, GROUP_M)
+    return first_m + (pid % per_group) % rows_in_group, (pid % per_group) // rows_in_group
+
+
+@triton.jit
+def _gemm_kernel(
+    a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, M, N, K,
+    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_sa, stride_sb,
+    MODE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr = 1,
+):
+    pid_m, pid_n = _tile_of(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+
+    # Split-K: program (tile, s) takes k-tiles [s * per_split, (s + 1) * per_split). Without
+    # it the bounds stay compile-time simple (a loop from 0 pipelines best).
+    tiles_k = tl.cdiv(K, BLOCK_K)
+    if SPLIT_K == 1:
+        kt_begin = 0
+        kt_end = tiles_k
+    else:
+        per_split = tl.cdiv(tiles_k, SPLIT_K)
+        kt_begin = tl.program_id(1) * per_split
+        kt_end = tl.minimum(kt_begin + per_split, tiles_k)
+
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    k_first = kt_begin * BLOCK_K + tl.arange(0, BLOCK_K)  # the k of this program's first tile
+    a_ptrs = a_ptr + rm[:, None].to(tl.int64) * stride_am + k_first[None, :].to(tl.int64) * stride_ak
+    b_ptrs = b_ptr + k_first[:, None].to(tl.int64) * stride_bk + rn[None, :].to(tl.int64) * stride_bn
+    rk = tl.arange(0, BLOCK_K)  # offsets within a tile, for the masks
+    if MODE == "int8":
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for kt in range(kt_begin, kt_end):
+        k_left = K - kt * BLOCK_K
+        a = tl.load(a_ptrs, mask=(rm[:, None] < M) & (rk[None, :] < k_left), other=0)
+        b = tl.load(b_ptrs, mask=(rk[:, None] < k_left) & (rn[None, :] < N), other=0)
+        if MODE == "ieee":
+            acc = tl.dot(a, b, acc, input_precision="ieee")
+        elif MODE == "int8":
+            acc = tl.dot(a, b, acc, out_dtype=tl.int32)
+        else:
+            acc = tl.dot(a, b, acc, out_dtype=tl.float32)
+        a_ptrs += tl.cast(stride_ak, tl.int64) * BLOCK_K  # a stride of 1 arrives as a plain int
+        b_ptrs += tl.cast(stride_bk, tl.int64) * BLOCK_K
+
+    if MODE == "int8":
+        sa = tl.load(sa_ptr + rm.to(tl.int64) * stride_sa, mask=rm < M, other=0.0)
+        sb = tl.load(sb_ptr + rn.to(tl.int64) * stride_sb, mask=rn < N, other=0.0)
+        out = acc.to(tl.float32) * sa[:, None] * sb[None, :]
+    else:
+        out = acc
+    c_ptrs = c_ptr + rm[:, None].to(tl.int64) * stride_cm + rn[None, :].to(tl.int64) * stride_cn
+    c_mask = (rm[:, None] < M) & (rn[None, :] < N)
+    if SPLIT_K == 1:
+        tl.store(c_ptrs, out.to(c_ptr.dtype.element_ty), mask=c_mask)
+    else:  # c is fp32 and zeroed; the splits add their partial sums (in no fixed order)
+        tl.atomic_add(c_ptrs, out, mask=c_mask, sem="relaxed")
+
+
+@triton.jit
+def _gemm_tma_kernel(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                     GROUP_M: tl.constexpr):
+    """The "mma" mode of _gemm_kernel with a and b brought in by the Tensor Memory
+    Accelerator (sm_90+): one bulk copy a tile instead of every thread's loads and address
+    arithmetic, the edges zero-filled by the copy itself. No split-K."""
+    pid_m, pid_n = _tile_of(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for kt in range(0, tl.cdiv(K, BLOCK_K)):
+        a = a_desc.load([pid_m * BLOCK_M, kt * BLOCK_K])
+        b = b_desc.load([kt * BLOCK_K, pid_n * BLOCK_N])
+        acc = tl.dot(a, b, acc, out_dtype=tl.float32)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    c_ptrs = c_ptr + rm[:, None].to(tl.int64) * stride_cm + rn[None, :].to(tl.int64) * stride_cn
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+class Block(NamedTuple):
+    """A block shape: BLOCK_M x BLOCK_N x BLOCK_K, warps, pipeline stages, the programs K is
+    split among, and whether a and b come in by TMA (_gemm_tma_kernel; "mma" mode, no split,
+    operands a tensor map can describe, sm_90+: else the same block by _gemm_kernel)."""
+    m: int
+    n: int
+    k: int
+    warps: int
+    stages: int
+    split: int = 1
+    tma: bool = False
+
+
+# The block shapes per mode: what a GPU chooses among.
+# Split-K (fp32 FMA and fp16/bf16 modes) is for outputs of few tiles and long K (M of 16 or
+# 128 with N = 4096): the splits add their sums atomically into a zeroed fp32 output, in
+# no fixed order (see tuned_config for deterministic mode). The "mma" blocks of 16 rows and
+# 64x64x128 fill the GPU at M = 16 or 128 without split-K, so a call needs no zeroed output
+# first (a second launch: host time, which decides the speed of GEMMs that small). The TMA
+# blocks keep the memory system busier with fewer instructions than the same blocks by
+# pointers (docs/perf/gemm.md).
+B = Block
+CONFIGS = {
+    "ieee": [B(128, 128, 16, 8, 3), B(128, 128, 32, 8, 2), B(128, 64, 32, 4, 3),
+             B(64, 128, 32, 4, 3), B(64, 64, 32, 4, 4), B(32, 64, 32, 4, 4),
+             B(64, 128, 32, 4, 3, 4), B(64, 64, 32, 4, 4, 4), B(32, 64, 32, 4, 4, 8)],
+    "mma": [B(128, 256, 64, 8, 3), B(256, 128, 64, 8, 3), B(128, 128, 64, 4, 4),
+            B(128, 128, 64, 8, 4), B(64, 128, 64, 4, 4), B(64, 64, 64, 4, 4),
+            B(16, 128, 128, 4, 4), B(128, 128, 64, 4, 4, 2), B(64, 128, 64, 4, 4, 4),
+            B(64, 64, 64, 4, 4, 4), B(16, 64, 128, 4, 4, 8), B(16, 64, 128, 4, 4),
+            B(16, 32, 128, 4, 6), B(64, 64, 128, 4, 4),
+            B(128, 256, 64, 8, 3, tma=True), B(128, 128, 64, 4, 4, tma=True),
+            B(64, 128, 64, 4, 4, tma=True), B(64, 64, 128, 4, 4, tma=True),
+            B(16, 64, 128, 4, 6, tma=True), B(16, 32, 128, 4, 6, tma=True)],
+    "int8": [B(128, 256, 128, 8, 3), B(256, 128, 128, 8, 3), B(128, 128, 128, 4, 4),
+             B(128, 128, 128, 8, 4), B(64, 128, 128, 4, 4), B(64, 64, 128, 4, 4),
+             B(16, 128, 256, 4, 4)],
+}
+del B
+# The op each mode serves (the autotune cache's kernel name is "triton." + op).
+MODE_OF = {"sgemm": "ieee", "wmma_gemm": "mma", "int8_gemm": "int8"}
+
+
+def config_names(op: str) -> list[str]:
+    """Names of the block shapes gks.triton.<op> runs, in the order `config` indexes."""
+    return [f"{s.m}x{s.n}x{s.k}_w{s.warps}_s{s.stages}" + (f"_k{s.split}" if s.split > 1 else "")
+            + ("_tma" if s.tma else "") for s in CONFIGS[MODE_OF[op]]]
+
+
+# gks.triton.gemm_config_names(op): any of the three GEMMs' names.
+gemm_config_names = config_names
+
+
+def sgemm_config_names() -> list[str]:
+    """config_names("sgemm")."""
+    return config_names("sgemm")
+
+
+def wmma_gemm_config_names() -> list[str]:
+    """config_names("wmma_gemm")."""
+    return config_names("wmma_gemm")
+
+
+def int8_gemm_config_names() -> list[str]:
+    """config_names("int8_gemm")."""
+    return config_names("int8_gemm")
+
+
+def _block(spec) -> dict:
+    bm, bn, bk = spec[:3]
+    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8}
+
+
+# Triton's own autotuner (no tuned entry) chooses among the configs without split-K, whose
+# output needs zeroing first.
+GPU_CONFIGS = {
+    mode: [triton.Config(_block(spec), num_warps=spec.warps, num_stages=spec.stages)
+           for spec in specs if spec.split == 1 and not spec.tma]
+    for mode, specs in CONFIGS.items()
+}
+# One shape under the interpreter (power-of-two blocks keep tl.dot's shape rules happy).
+INTERPRETER_BLOCK = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8}
+
+_tuned = {
+    mode: triton.autotune(configs=cfgs, key=["M", "N", "K"])(_gemm_kernel)
+    for mode, cfgs in GPU_CONFIGS.items()
+}
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def check_operand(t: torch.Tensor, op: str, arg: str, dtypes: tuple, what: str) -> None:
+    if t.dtype not in dtypes:
+        raise TypeError(f"{op}: argument '{arg}' must be {what}, got {t.dtype}")
+    if t.dim() != 2:
+        raise ValueError(f"{op}: argument '{arg}' must be a 2-D matrix, got {t.dim()} dims "
+                         f"(shape {list(t.shape)})")
+
+
+def check_pair(a: torch.Tensor, b: torch.Tensor, op: str, a_name: str = "a", b_name: str = "b") -> None:
+    if b.device != a.device:
+        raise ValueError(f"{op}: argument '{b_name}' must be on the device of '{a_name}' "
+                         f"({a.device}), got {b.device}")
+    if b.shape[0] != a.shape[1]:
+        raise ValueError(f"{op}: argument '{b_name}' must have shape [K, N] with K = "
+                         f"{a.shape[1]} (the columns of '{a_name}', {list(a.shape)}), got "
+                         f"{list(b.shape)}")
+
+
+def check_config(op: str, config: int) -> None:
+    count = len(CONFIGS[MODE_OF[op]])
+    if not isinstance(config, int) or not -1 <= config < count:
+        raise ValueError(f"gks.triton.{op}: argument 'config' must be -1 (the tuned entry, else "
+                         f"Triton's autotuner) or an index below {count} into "
+                         f"gks.triton.gemm_config_names('{op}'), got {config!r}")
+
+
+def launch(op: str, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
+           a_scale: torch.Tensor | None = None, b_scale: torch.Tensor | None = None, *,
+           config: int = -1, mode: str | None = None, plan: tuple | None = None) -> None:
+    """c = a @ b (sgemm, wmma_gemm), or c = (a @ b) * a_scale * b_scale (int8_gemm), with
+    op's arithmetic mode unless `mode` overrides it; `config` as check_config says. With
+    `plan` (plan_key's answer for this call) a direct launch is kept for run_plan."""
+    check_config(op, config)
+    mode = mode or MODE_OF[op]
+    m, k = a.shape
+    n = b.shape[1]
+    if m == 0 or n == 0:
+        return
+    if k == 0:
+        c.zero_()
+        return
+    if interpreting():  # one block shape; a config's split-K and TMA still apply
+        spec = CONFIGS[MODE_OF[op]][config] if config >= 0 else Block(32, 32, 32, 4, 1)
+        _launch_block(a, b, c, a_scale, b_scale, mode, spec, INTERPRETER_BLOCK, {})
+        return
+    if config == -1:
+        config = tuned_config(op, a, c, m, n, k)
+    if config >= 0:
+        spec = CONFIGS[MODE_OF[op]][config]
+        launched = _launch_block(a, b, c, a_scale, b_scale, mode, spec, _block(spec),
+                                 {"num_warps": spec.warps, "num_stages": spec.stages})
+        if plan is not None and launched is not None:
+            if len(_PLANS) >= _COMPILED_MAX:
+                _PLANS.clear()
+            _PLANS[plan] = (*launched, spec.split, tuple(c.shape), c.dtype, c.device, c.device.index)
+        return
+
+    def autotuned_grid(meta):
+        return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
+
+    _tuned[mode][autotuned_grid](*_kernel_args(a, b, c, a_scale, b_scale), MODE=mode)
+
+
+def tuned_config(op: str, a: torch.Tensor, c: torch.Tensor, m: int, n: int, k: int) -> int:
+    """The autotuned config of this call, or -1 (none: Triton's autotuner chooses). Split-K
+    adds its parts in no fixed order, so its results can differ in the last bits from run
+    to run: under torch.use_deterministic_algorithms(True) a split-K entry gives way."""
+    from gks.runtime import tables
+
+    # The autotune key's dtype: the output's for int8 (as the CUDA op), else the inputs'.
+    key_dtype = c.dtype if op == "int8_gemm" else a.dtype
+    config = tables.resolve_config(f"triton.{op}", a, (m, n, k), -1, dtype=key_dtype)
+    if config >= 0 and CONFIGS[MODE_OF[op]][config].split > 1 and \
+            torch.are_deterministic_algorithms_enabled():
+        return -1
+    return config
+
+
+def _launch_block(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
+                  a_scale: torch.Tensor | None, b_scale: torch.Tensor | None, mode: str,
+                  spec: Block, block: dict, compile_opts: dict) -> tuple | None:
+    """Launches block shape `spec` with block sizes `block`: by TMA where spec asks for it
+    and a tensor map can describe a and b, else by pointers (split-K as spec says). Returns
+    _launch's answer."""
+    if spec.tma and mode == "mma" and _tma_ok(a) and _tma_ok(b):
+        return _launch_tma(a, b, c, block, compile_opts)
+    return _launch_split(a, b, c, a_scale, b_scale, mode, block, spec.split, compile_opts)
+
+
+def _tma_ok(t: torch.Tensor) -> bool:
+    """Whether a tensor map can describe t: last dim contiguous, base address and row stride
+    multiples of 16 bytes, on a GPU with TMA (sm_90+; under the interpreter, any)."""
+    return (t.stride(1) == 1 and t.stride(0) * t.element_size() % 16 == 0 and t.data_ptr() % 16 == 0
+            and (not t.is_cuda or _has_tma(t.device.index)))
+
+
+@functools.cache
+def _has_tma(device: int) -> bool:
+    return torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def _descriptors(a: torch.Tensor, b: torch.Tensor, boxes: tuple) -> tuple:
+    """Tensor maps of a and b for boxes ((BLOCK_M, BLOCK_K), (BLOCK_K, BLOCK_N))."""
+    return (TensorDescriptor(a, a.shape, a.stride(), boxes[0]),
+            TensorDescriptor(b, b.shape, b.stride(), boxes[1]))
+
+
+def _launch_tma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, block: dict,
+                compile_opts: dict) -> tuple | None:
+    """One launch of _gemm_tma_kernel with block sizes `block`. Returns _launch's answer."""
+    m, k = a.shape
+    n = b.shape[1]
+    boxes = ((block["BLOCK_M"], block["BLOCK_K"]), (block["BLOCK_K"], block["BLOCK_N"]))
+    grid = (triton.cdiv(m, block["BLOCK_M"]) * triton.cdiv(n, block["BLOCK_N"]), 1)
+    args = (*_descriptors(a, b, boxes), c, m, n, k, c.stride(0), c.stride(1))
+    key = ("tma", *block.values(), *compile_opts.values(), a.dtype, c.dtype, a.shape, b.shape,
+           a.stride(), b.stride(), c.stride(), c.data_ptr() % 16 == 0)
+    launched = _launch(_gemm_tma_kernel, grid, args, 3, block, compile_opts, key)
+    return None if launched is None else (*launched, boxes)
+
+
+def _kernel_args(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
+                 a_scale: torch.Tensor | None, b_scale: torch.Tensor | None) -> tuple:
+    """_gemm_kernel's arguments before its meta-parameters (absent scales: c, stride 0)."""
+    m, k = a.shape
+    return (a, b, c, c if a_scale is None else a_scale, c if b_scale is None else b_scale,
+            m, b.shape[1], k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+            c.stride(0), c.stride(1), 0 if a_scale is None else a_scale.stride(0),
+            0 if b_scale is None else b_scale.stride(-1))
+
+
+def _launch_split(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
+                  a_scale: torch.Tensor | None, b_scale: torch.Tensor | None, mode: str,
+                  block: dict, split: int, compile_opts: dict) -> tuple | None:
+    """One launch of _gemm_kernel with block sizes `block` over k in `split` parts. With
+    split > 1 the parts add into a zeroed fp32 output: c itself when it is fp32, else a
+    scratch copied into c. Returns _launch's answer."""
+    grid = (triton.cdiv(a.shape[0], block["BLOCK_M"]) * triton.cdiv(b.shape[1], block["BLOCK_N"]), split)
+    meta = {"MODE": mode, **block, "SPLIT_K": split}
+    acc = c
+    if split > 1:
+        assert mode != "int8", "split-K applies to the fp32 and fp16/bf16 modes"
+        acc = c.zero_() if c.dtype == torch.float32 else torch.zeros(c.shape, dtype=torch.float32, device=c.device)
+    args = _kernel_args(a, b, acc, a_scale, b_scale)
+    # What Triton specializes a tensor argument on beyond its dtype: 16-byte alignment.
+    key = ("ptr", *meta.values(), *compile_opts.values(), *args[5:],
+           *((t.dtype, t.data_ptr() % 16 == 0) for t in args[:5]))
+    launched = _launch(_gemm_kernel, grid, args, 5, meta, compile_opts, key)
+    if acc is not c:
+        c.copy_(acc)
+    return None if launched is None else (*launched, None)
+
+
+# Kernels already compiled, launched straight through their launcher. Triton's own call
+# path (JITFunction.run) re-derives the specialization, reads its settings and builds launch
+# metadata on every call: host time well beyond the launcher's own, which makes small GEMMs
+# host-bound (docs/perf/gemm.md). The key holds all that Triton
+# specializes a compiled kernel on: the meta-parameters and compile options, the dtypes, the
+# exact shapes and strides (the integer arguments), and whether each tensor's address is
+# 16-byte aligned (tests/gemm/test_gemm.py checks that last assumption against Triton). Triton's
+# launch hooks (e.g. the Proton profiler's) are not called on this path. It uses Triton's
+# CompiledKernel internals (run, function, packed_metadata, _init_handles), so it is taken
+# only with the Triton versions it was checked on; any other goes through Triton's own call.
+DIRECT_LAUNCH_TRITON = ("3.6.",)
+_DIRECT_LAUNCH = triton.__version__.startswith(DIRECT_LAUNCH_TRITON)
+_COMPILED: dict[tuple, tuple] = {}
+_COMPILED_MAX = 1024
+_current_stream = None  # Triton's own raw-stream getter, bound on first use
+
+
+def _launch(fn, grid: tuple, args: tuple, tensors: int, meta: dict, compile_opts: dict,
+            key: tuple) -> tuple | None:
+    """Launches jit function fn on args (the first `tensors` of them tensors or tensor maps)
+    with its meta-parameters; directly when a kernel was compiled for `key` on this device
+    before. Returns (kernel, the launcher's arguments past those tensors, grid) when it is
+    one the direct relaunch takes, else None."""
+    global _current_stream
+    if interpreting():
+        fn[grid](*args, **meta, **compile_opts)
+        return None
+    if _current_stream is None:
+        _current_stream = triton.runtime.driver.active.get_current_stream
+    device = torch.cuda.current_device()
+    key = (device, *key)
+    found = _COMPILED.get(key)
+    if found is None:
+        kernel = fn[grid](*args, **meta, **compile_opts)  # compiles on first use
+        if not _DIRECT_LAUNCH:
+            return None
+        if len(_COMPILED) >= _COMPILED_MAX:
+            _COMPILED.clear()
+        kernel._init_handles()
+        # The launcher takes every parameter in signature order, constexprs included; past
+        # the tensors they are fixed by the key.
+        params = list(inspect.signature(fn.fn).parameters)
+        found = _COMPILED[key] = (kernel, args[tensors:] + tuple(meta[p] for p in params[len(args):]))
+        return (*found, grid)
+    kernel, rest = found
+    kernel.run(grid[0], grid[1], 1, _current_stream(device), kernel.function, kernel.packed_metadata,
+               None, None, None, *args[:tensors], *rest)
+    return kernel, rest, grid
+
+
+# Plans: the launch of an earlier call, kept for calls like it. A gks.triton GEMM call first
+# asks run_plan for its plan_key; a call like an earlier one in everything that decides what
+# is launched (the op, config and output dtype; the operands' dtypes, shapes, strides,
+# devices and 16-byte alignment; the tuned table in force and the deterministic mode) passed
+# the same checks and resolves to the same config and kernel, so it skips them and repeats
+# that launch into a fresh output. Host time decides the speed of a small GEMM, whose GPU
+# time is no longer than the host's work a call (docs/perf/gemm.md).
+_PLANS: dict[tuple, tuple] = {}
+_tables = None  # gks.runtime.tables, bound on first use
+
+
+def _tensor_key(t: torch.Tensor) -> tuple:
+    return t.dtype, t.shape, t.stride(), t.get_device(), t.data_ptr() % 16 == 0
+
+
+def plan_key(op: str, a, b, out_dtype, config, a_scale=None, b_scale=None) -> tuple | None:
+    """The key of a call's plan; None where there is none to find (an argument that is not
+    a tensor: the checks of the full path then say what is wrong)."""
+    global _tables
+    if _tables is None:
+        from gks.runtime import tables as _tables
+    try:
+        key = (op, out_dtype, config, _tensor_key(a), _tensor_key(b), _tables.table_generation(),
+               torch.are_deterministic_algorithms_enabled())
+        if a_scale is not None:
+            key += (_tensor_key(a_scale), _tensor_key(b_scale))
+    except (AttributeError, TypeError):
+        return None
+    return key
+
+
+def run_plan(key: tuple | None, a: torch.Tensor, b: torch.Tensor, a_scale=None, b_scale=None):
+    """The output of the call `key` stands for, computed by repeating its launch; None when
+    there is no plan for it (the caller then takes the full path, which makes one)."""
+    plan = _PLANS.get(key) if key is not None else None
+    if plan is None:
+        return None
+    kernel, rest, grid, boxes, split, shape, out_dtype, device, index = plan
+    if index != torch.cuda.current_device():
+        return None
+    if split == 1:
+        c = acc = torch.empty(shape, dtype=out_dtype, device=device)
+    else:  # as _launch_split: the parts add into a zeroed fp32 output
+        acc = torch.zeros(shape, dtype=torch.float32, device=device)
+        c = acc if out_dtype == torch.float32 else None
+    if boxes is None:
+        tensors = (a, b, acc, acc if a_scale is None else a_scale, acc if b_scale is None else b_scale)
+    else:
+        tensors = (*_descriptors(a, b, boxes), acc)
+    kernel.run(grid[0], grid[1], 1, _current_stream(index), kernel.function, kernel.packed_metadata,
+               None, None, None, *tensors, *rest)
+    return acc.to(out_dtype) if c is None else c
+
+
+# The entry points: a call first tries its plan (run_plan), else checks its arguments and
+# launches.
+
+
+def sgemm(a: torch.Tensor, b: torch.Tensor, config: int = -1) -> torch.Tensor:
+    """c [M, N] float32 = a [M, K] @ b [K, N] (float32). config: -1 = the autotuned block
+    shape if any, else Triton's autotuner; i = gks.triton.gemm_config_names("sgemm")[i]."""
+    plan = plan_key("sgemm", a, b, None, config)
+    c = run_plan(plan, a, b)
+    if c is not None:
+        return c
+    op = "gks.triton.sgemm"
+    check_device(a, op, "a")
+    check_operand(a, op, "a", (torch.float32,), "float32")
+    check_operand(b, op, "b", (torch.float32,), "float32")
+    check_pair(a, b, op)
+    c = torch.empty((a.shape[0], b.shape[1]), dtype=torch.float32, device=a.device)
+    launch("sgemm", a, b, c, config=config, plan=plan)
+    return c
+
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def wmma_gemm(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype = torch.float32,
+              config: int = -1) -> torch.Tensor:
+    """c [M, N] (out_dtype: float32 or a's dtype) = a [M, K] @ b [K, N]. config as in
+    gks.triton.sgemm, over gks.triton.gemm_config_names("wmma_gemm")."""
+    plan = plan_key("wmma_gemm", a, b, out_dtype, config)
+    c = run_plan(plan, a, b)
+    if c is not None:
+        return c
+    op = "gks.triton.wmma_gemm"
+    check_device(a, op, "a")
+    check_operand(a, op, "a", _HALF, "float16 or bfloat16")
+    check_operand(b, op, "b", _HALF, "float16 or bfloat16")
+    if b.dtype != a.dtype:
+        raise TypeError(f"{op}: argument 'b' must have the dtype of 'a' ({a.dtype}), got {b.dtype}")
+    if out_dtype not in (torch.float32, a.dtype):
+        raise TypeError(f"{op}: argument 'out_dtype' must be torch.float32 or the dtype of 'a' "
+                        f"({a.dtype}), got {out_dtype}")
+    check_pair(a, b, op)
+    c = torch.empty((a.shape[0], b.shape[1]), dtype=out_dtype, device=a.device)
+    if interpreting() and a.dtype == torch.bfloat16:
+        # The interpreter's tl.dot misreads bfloat16 operands (numpy has no bfloat16): widen
+        # them (exactly) to fp32 there. On a GPU, and for float16, the Tensor Core path runs.
+        launch("wmma_gemm", a.float(), b.float(), c, config=config, mode="ieee")
+    else:
+        launch("wmma_gemm", a, b, c, config=config, plan=plan)
+    return c
+
+
+_OUT = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _scale(s: torch.Tensor, length: int, column: bool, op: str, arg: str) -> torch.Tensor:
+    if s.dtype != torch.float32:
+        raise TypeError(f"{op}: argument '{arg}' must be float32, got {s.dtype}")
+    shape = [length, 1] if column else [1, length]
+    if list(s.shape) not in (shape, [length]):
+        dim = "M" if column else "N"
+        raise ValueError(f"{op}: argument '{arg}' must have shape {shape} or [{dim}] with "
+                         f"{dim} = {length}, got {list(s.shape)}")
+    return s.reshape(length) if s.dim() == 2 else s
+
+
+def int8_gemm(a_q: torch.Tensor, b_q: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor,
+              out_dtype: torch.dtype = torch.float16, config: int = -1) -> torch.Tensor:
+    """c [M, N] = float(a_q [M, K] @ b_q [K, N]) * a_scale [M, 1] * b_scale [1, N]. config as
+    in gks.triton.sgemm, over gks.triton.gemm_config_names("int8_gemm")."""
+    plan = plan_key("int8_gemm", a_q, b_q, out_dtype, config, a_scale, b_scale)
+    c = run_plan(plan, a_q, b_q, a_scale, b_scale)
+    if c is not None:
+        return c
+    op = "gks.triton.int8_gemm"
+    check_device(a_q, op, "a_q")
+    check_operand(a_q, op, "a_q", (torch.int8,), "int8")
+    check_operand(b_q, op, "b_q", (torch.int8,), "int8")
+    check_pair(a_q, b_q, op, "a_q", "b_q")
+    if out_dtype not in _OUT:
+        raise TypeError(f"{op}: argument 'out_dtype' must be torch.float16, torch.bfloat16 or "
+                        f"torch.float32, got {out_dtype}")
+    sa = _scale(a_scale, a_q.shape[0], True, op, "a_scale")
+    sb = _scale(b_scale, b_q.shape[1], False, op, "b_scale")
+    c = torch.empty((a_q.shape[0], b_q.shape[1]), dtype=out_dtype, device=a_q.device)
+    launch("int8_gemm", a_q, b_q, c, sa, sb, config=config, plan=plan)
+    return c

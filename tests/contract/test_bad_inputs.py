@@ -1,0 +1,35 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Bad input gets the same clear exception from every backend: each spec's bad_inputs
+table (registry.BadInput) run on each of the op's backends. The error must be of the
+declared type and its message must name the argument and what was expected. Triton and
+Pallas run here on any machine (their checks come before any launch); the CUDA backend
+needs a GPU, since a CPU tensor is refused for being on the CPU first."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import DEVICE, HAS_GPU, HAS_NATIVE
+from gks import registry
+
+
+def _cases():
+    for spec in registry.ops():
+        for backend in spec.backends:
+            for bad in spec.bad_inputs:
+                yield pytest.param(spec, backend, bad, id=f"{spec.name}-{backend.name}-{bad.id}")
+
+
+@pytest.mark.parametrize("spec,backend,bad", list(_cases()))
+def test_every_backend_refuses_it_alike(spec, backend, bad):
+    if backend.name == "cuda" and not (HAS_GPU and HAS_NATIVE):
+        pytest.skip("the CUDA backend's checks run on CUDA tensors: needs a GPU and the library")
+    if backend.name == "pallas" and not bad.jax:
+        pytest.skip("not representable as JAX arrays (no strides; no float64 by default)")
+    inputs = bad.make(torch, DEVICE)
+    with pytest.raises(bad.error) as info:
+        backend.load()(**inputs)
+        if backend.name == "cuda":
+            torch.cuda.synchronize()
+    assert bad.message in str(info.value), f"{backend.name}: {info.value}"
