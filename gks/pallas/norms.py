@@ -85,19 +85,26 @@ def _rmsnorm_2d(x, w, *, eps, interpret):
     return y[:, :n] if n_pad != n else y
 
 
+def _check_norm_args(x: jax.Array, weight: jax.Array, eps: float, op: str) -> int:
+    """What both norms refuse beyond x itself: the weight's dtype and shape [N] (x's last
+    dim, which it returns) and eps < 0 or NaN (`not >=`, as the C++ API checks it)."""
+    if weight.dtype != x.dtype:
+        raise TypeError(f"{op}: argument 'weight' must have the dtype of 'x' ({x.dtype}), got {weight.dtype}")
+    n = x.shape[-1]
+    if weight.shape != (n,):
+        raise ValueError(f"{op}: argument 'weight' must have shape [{n}] (the last dim of x), got {list(weight.shape)}")
+    if not eps >= 0:
+        raise ValueError(f"{op}: argument 'eps' must be >= 0, got {eps}")
+    return n
+
+
 def rmsnorm(x: jax.Array, weight: jax.Array, eps: float = 1e-6, *, interpret: bool | None = None):
     """RMSNorm over the last dim of x [..., N] (JAX arrays); fp32 math, output in x's dtype."""
     op = "gks.pallas.rmsnorm"
     check_float(x, op, "x")
     if x.ndim < 1:
         raise ValueError(f"{op}: argument 'x' must have at least 1 dim, got a scalar")
-    if weight.dtype != x.dtype:
-        raise TypeError(f"{op}: argument 'weight' must have the dtype of 'x' ({x.dtype}), got {weight.dtype}")
-    n = x.shape[-1]
-    if weight.shape != (n,):
-        raise ValueError(f"{op}: argument 'weight' must have shape [{n}] (the last dim of x), got {list(weight.shape)}")
-    if eps < 0:
-        raise ValueError(f"{op}: argument 'eps' must be >= 0, got {eps}")
+    n = _check_norm_args(x, weight, eps, op)
     if x.size == 0:
         return jnp.zeros(x.shape, x.dtype)
     if interpret is None:
@@ -111,11 +118,5 @@ def softmax_rmsnorm(x: jax.Array, weight: jax.Array, eps: float = 1e-6, *, inter
     kernel; the normalized row stays fp32 (never rounded to x's dtype)."""
     op = "gks.pallas.softmax_rmsnorm"
     _check_x(x, op)
-    if weight.dtype != x.dtype:
-        raise TypeError(f"{op}: argument 'weight' must have the dtype of 'x' ({x.dtype}), got {weight.dtype}")
-    n = x.shape[-1]
-    if weight.shape != (n,):
-        raise ValueError(f"{op}: argument 'weight' must have shape [{n}] (the last dim of x), got {list(weight.shape)}")
-    if not eps >= 0:
-        raise ValueError(f"{op}: argument 'eps' must be >= 0, got {eps}")
+    _check_norm_args(x, weight, eps, op)
     return _run(x, weight, eps, interpret)

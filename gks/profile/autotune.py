@@ -56,7 +56,7 @@ from gks.runtime.tables import (
     kernel_bucket,
     kernel_config_names,
     load_cache,
-    save_cache,
+    update_cache,
     split_kernel,
     untuned,
 )
@@ -369,8 +369,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         kernel = cache_kernel(args.backend, op)
         chash = config_hash(kernel_config_names(kernel))
         if args.prune:
-            for key in stale_keys(entries, identity, {kernel: chash}):
-                del entries[key]
+            stale = stale_keys(entries, identity, {kernel: chash})
+            entries = update_cache({}, path, remove=stale)
         progress(f"gks autotune {kernel} on {identity['gpu']} (cc {identity['cc']}, driver "
                  f"{identity['driver']}); {len(kernel_config_names(kernel))} configs; cache {path}")
         for dtype in dtypes:
@@ -384,8 +384,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 except ValueError as e:
                     progress(f"  skipped: {e}")
                     continue
-                entries[cache_key(identity, kernel, dtype, bucket, chash)] = entry
-                save_cache(entries, path)  # after every shape: an interrupted run keeps its work
+                # After every shape, merged into the file as it is now: an interrupted run
+                # keeps its work, and a concurrent run's entries are kept too.
+                entries = update_cache({cache_key(identity, kernel, dtype, bucket, chash): entry}, path)
                 torch.cuda.empty_cache()
     return 0
 

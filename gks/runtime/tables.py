@@ -13,6 +13,11 @@ bucket (each dim rounded up to a power of two, but for the dims the op's spec ke
 the same GPU model and compute capability, kernel, dtype, bucket and config list whatever
 the driver and gks version. An entry made under any other value is never matched.
 
+A table can never break an op: an unreadable file, or an entry that is not an object with an
+integer config in the kernel's range, is ignored with one warning (RuntimeWarning) and the
+op runs its heuristic. Tuning runs merge their entries into the user's cache under a file
+lock (:func:`update_cache`), so that concurrent runs keep each other's work.
+
 This module is the ops' side of autotuning; measuring lives in gks.profile.autotune, which
 the ops never import.
 """
@@ -21,10 +26,12 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import functools
 import hashlib
 import json
 import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -94,28 +101,69 @@ def cache_path() -> Path:
     return base / "autotune.json"
 
 
+# What has been warned about (a file, or a key of a file): each bad thing is said once.
+_WARNED: set[str] = set()
+
+
+def _warn_once(what: str, message: str) -> None:
+    if what not in _WARNED:
+        _WARNED.add(what)
+        warnings.warn(f"gks: {message}; the ops run their own heuristic instead", RuntimeWarning,
+                      stacklevel=3)
+
+
 def load_cache(path: Path | None = None) -> dict[str, Any]:
-    """The cache's entries ({key: entry}); {} when the file is missing, unreadable or of
-    another format (it is then rebuilt by the next tuning run)."""
+    """The cache's entries ({key: entry}); {} when the file is missing, and {} with one
+    warning when it is unreadable or of another format (the next tuning run rebuilds it)."""
     path = path or cache_path()
     try:
         doc = json.loads(path.read_text())
-    except (OSError, ValueError):
+    except FileNotFoundError:
         return {}
-    if not isinstance(doc, dict) or doc.get("format") != CACHE_FORMAT:
+    except (OSError, ValueError) as e:
+        _warn_once(str(path), f"ignoring the tuning table {path}, which cannot be read ({e})")
         return {}
-    entries = doc.get("entries")
-    return entries if isinstance(entries, dict) else {}
+    entries = doc.get("entries") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict) or doc.get("format") != CACHE_FORMAT or not isinstance(entries, dict):
+        _warn_once(str(path), f"ignoring the tuning table {path}: not a gks cache of format {CACHE_FORMAT}")
+        return {}
+    return entries
 
 
 def save_cache(entries: dict[str, Any], path: Path | None = None) -> None:
-    """Writes the cache atomically (a temporary file, then a rename)."""
+    """Writes the cache atomically (a temporary file named for this process, then a rename)."""
     path = path or cache_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps({"format": CACHE_FORMAT, "entries": entries}, indent=1, sort_keys=True))
     os.replace(tmp, path)
     _entries.cache_clear()
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    """An exclusive lock on `path`'s lock file (beside it) for the duration."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(f".{path.name}.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def update_cache(changes: dict[str, Any], path: Path | None = None, remove: Sequence[str] = ()) -> dict[str, Any]:
+    """Merges `changes` into the cache file and drops the keys in `remove`, reading and
+    writing under a file lock: two tuning runs at once keep each other's entries. Returns
+    the entries written."""
+    path = path or cache_path()
+    with _locked(path):
+        entries = load_cache(path)
+        for key in remove:
+            entries.pop(key, None)
+        entries.update(changes)
+        save_cache(entries, path)
+    return entries
 
 
 # Bumped each time a table is (re)loaded, i.e. after a cache_clear(): what resolve_config's
@@ -216,8 +264,27 @@ def lookup_for(identity: dict[str, str], kernel: str, dtype: str, shape: Sequenc
     if _UNTUNED or (not entries and not shipped):
         return None
     key = cache_key(identity, kernel, dtype, kernel_bucket(kernel, shape), _kernel_hash(kernel))
-    entry = entries.get(key) or shipped.get(shipped_key(key))
-    return int(entry["config"]) if entry and int(entry["config"]) != DEFAULT else None
+    if key in entries:
+        entry = entries[key]
+    elif shipped_key(key) in shipped:
+        entry = shipped[shipped_key(key)]
+    else:
+        return None
+    config = _entry_config(kernel, key, entry)
+    return None if config is None or config == DEFAULT else config
+
+
+def _entry_config(kernel: str, key: str, entry: Any) -> int | None:
+    """The entry's config, or None (with one warning) when the entry is not an object whose
+    config is an integer in [DEFAULT, the kernel's config count)."""
+    config = entry.get("config") if isinstance(entry, dict) else None
+    count = len(kernel_config_names(kernel))
+    if type(config) is int and DEFAULT <= config < count:
+        return config
+    what = f"config {config!r}" if isinstance(entry, dict) else f"a {type(entry).__name__}"
+    _warn_once(key, f"ignoring the tuned entry {key}: {what}, where an object with a config in "
+                    f"[{DEFAULT}, {count}) is expected")
+    return None
 
 
 # Set inside untuned(): every lookup misses, so config=-1 runs the op's own heuristic.

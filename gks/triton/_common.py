@@ -19,11 +19,15 @@ def check_float(t: torch.Tensor, op: str, arg: str) -> None:
         raise TypeError(f"{op}: argument '{arg}' must be float32, float16 or bfloat16, got {t.dtype}")
 
 
-def check_same(a: torch.Tensor, a_name: str, b: torch.Tensor, b_name: str, op: str) -> None:
+def check_same_device(a: torch.Tensor, a_name: str, b: torch.Tensor, b_name: str, op: str) -> None:
     if b.device != a.device:
         raise ValueError(
             f"{op}: argument '{b_name}' must be on the device of '{a_name}' ({a.device}), got {b.device}"
         )
+
+
+def check_same(a: torch.Tensor, a_name: str, b: torch.Tensor, b_name: str, op: str) -> None:
+    check_same_device(a, a_name, b, b_name, op)
     if b.dtype != a.dtype:
         raise TypeError(
             f"{op}: argument '{b_name}' must have the dtype of '{a_name}' ({a.dtype}), got {b.dtype}"
@@ -50,6 +54,12 @@ def check_device(t: torch.Tensor, op: str, arg: str) -> None:
             f"{op}: argument '{arg}' must be a CUDA tensor (or a CPU tensor with "
             f"TRITON_INTERPRET=1), got a tensor on {t.device}"
         )
+
+
+def check_eps(eps: float, op: str) -> None:
+    """eps >= 0, as the C++ API checks it (`not >=`, so that NaN is refused too)."""
+    if not eps >= 0:
+        raise ValueError(f"{op}: argument 'eps' must be >= 0, got {eps}")
 
 
 def check_norm_weight(weight: torch.Tensor, cols: int, op: str) -> None:

@@ -41,7 +41,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from gks.triton._common import check_device
+from gks.triton._common import check_device, check_same_device
 
 __all__ = ["sgemm", "wmma_gemm", "int8_gemm", "gemm_config_names", "sgemm_config_names",
            "wmma_gemm_config_names", "int8_gemm_config_names"]
@@ -237,9 +237,7 @@ def check_operand(t: torch.Tensor, op: str, arg: str, dtypes: tuple, what: str) 
 
 
 def check_pair(a: torch.Tensor, b: torch.Tensor, op: str, a_name: str = "a", b_name: str = "b") -> None:
-    if b.device != a.device:
-        raise ValueError(f"{op}: argument '{b_name}' must be on the device of '{a_name}' "
-                         f"({a.device}), got {b.device}")
+    check_same_device(a, a_name, b, b_name, op)
     if b.shape[0] != a.shape[1]:
         raise ValueError(f"{op}: argument '{b_name}' must have shape [K, N] with K = "
                          f"{a.shape[1]} (the columns of '{a_name}', {list(a.shape)}), got "
@@ -540,7 +538,8 @@ def wmma_gemm(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype = torch.f
 _OUT = (torch.float16, torch.bfloat16, torch.float32)
 
 
-def _scale(s: torch.Tensor, length: int, column: bool, op: str, arg: str) -> torch.Tensor:
+def _scale(s: torch.Tensor, like: torch.Tensor, length: int, column: bool, op: str, arg: str) -> torch.Tensor:
+    check_same_device(like, "a_q", s, arg, op)
     if s.dtype != torch.float32:
         raise TypeError(f"{op}: argument '{arg}' must be float32, got {s.dtype}")
     shape = [length, 1] if column else [1, length]
@@ -567,8 +566,8 @@ def int8_gemm(a_q: torch.Tensor, b_q: torch.Tensor, a_scale: torch.Tensor, b_sca
     if out_dtype not in _OUT:
         raise TypeError(f"{op}: argument 'out_dtype' must be torch.float16, torch.bfloat16 or "
                         f"torch.float32, got {out_dtype}")
-    sa = _scale(a_scale, a_q.shape[0], True, op, "a_scale")
-    sb = _scale(b_scale, b_q.shape[1], False, op, "b_scale")
+    sa = _scale(a_scale, a_q, a_q.shape[0], True, op, "a_scale")
+    sb = _scale(b_scale, a_q, b_q.shape[1], False, op, "b_scale")
     c = torch.empty((a_q.shape[0], b_q.shape[1]), dtype=out_dtype, device=a_q.device)
     launch("int8_gemm", a_q, b_q, c, sa, sb, config=config, plan=plan)
     return c

@@ -151,10 +151,14 @@ def test_cache_round_trip_and_bad_files(tmp_path, monkeypatch):
     assert tables.load_cache() == entries
     assert json.loads(path.read_text())["format"] == tables.CACHE_FORMAT
     assert not list(tmp_path.glob(".*.tmp"))  # atomic write left no temporary behind
+    monkeypatch.setattr(tables, "_WARNED", set())
     path.write_text("{not json")
-    assert tables.load_cache() == {}
+    with pytest.warns(RuntimeWarning, match="cannot be read"):
+        assert tables.load_cache() == {}
     path.write_text(json.dumps({"format": 999, "entries": entries}))
-    assert tables.load_cache() == {}  # another format: ignored, rebuilt by the next run
+    monkeypatch.setattr(tables, "_WARNED", set())
+    with pytest.warns(RuntimeWarning, match="not a gks cache of format"):
+        assert tables.load_cache() == {}  # another format: ignored, rebuilt by the next run
 
 
 def test_default_cache_path_is_under_home(monkeypatch, tmp_path):
