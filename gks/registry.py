@@ -4,9 +4,9 @@ of ops: ``gks.<op>``, the backends' namespaces, the tests, the benchmarks, the a
 the CLI, the README table and the SASS/IR tools all find ops here.
 
 Ops come in kernel families (norms, softmax, quantize, gemm, attention), and a family is one
-module in every layer: its specs in ``gks/specs/<family>.py`` (each registers itself with
-:func:`register`), and its op functions in ``gks/reference/<family>.py``,
-``gks/_torch_ops/<family>.py`` (the CUDA backend as torch ops), ``gks/cuda/<family>.py`` (the
+module in every layer: its specs and references in ``gks/specs/<family>.py`` (each spec
+registers itself with :func:`register`; gks.reference exports the references), and its op
+functions in ``gks/_torch_ops/<family>.py`` (the CUDA backend as torch ops), ``gks/cuda/<family>.py`` (the
 DLPack entry points), ``gks/triton/<family>.py`` and ``gks/pallas/<family>.py``. A backend a
 spec declares is found at ``BACKEND_MODULES[backend].<family>:<op>``, and each backend package
 exports what its family modules list in ``__all__`` (:func:`export_families`): no other list
@@ -96,13 +96,16 @@ class BadInput:
     each): ``make(torch, device)`` builds the call's keyword arguments; the call must raise
     ``error`` (a type or a tuple of types) with ``message`` in its text, which names the
     argument and what was expected. ``jax``: whether the case can be handed to the Pallas
-    backend at all (JAX arrays have no strides and, by default, no float64)."""
+    backend at all (JAX arrays have no strides and, by default, no float64). ``gpu``: the
+    case mixes the GPU with the host (an argument made on the CPU whatever `device` is), so
+    it runs only where `device` is a GPU."""
 
     id: str
     make: Callable[[Any, str], dict[str, Any]]
     error: type | tuple[type, ...]
     message: str
     jax: bool = True
+    gpu: bool = False
 
 
 class NativeConfigs(Sequence):

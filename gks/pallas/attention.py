@@ -17,7 +17,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from gks.pallas._common import default_interpret, next_pow2, tuned_config
-from gks.reference.attention import check_attention_shapes, checked_softmax_scale
+from gks.specs.attention import check_attention_shapes, checked_softmax_scale
 
 __all__ = ["flash_attention_fwd", "flash_attention_fwd_config_names"]
 

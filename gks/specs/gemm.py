@@ -26,9 +26,77 @@ output (NaN poison) all land far outside these bounds.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 
 from gks.registry import Backend, BadInput, ELEM_BYTES, OpSpec, Peer, register
+
+if TYPE_CHECKING:  # annotations only: the module loads without torch
+    import torch
+
+
+# ---- the reference: the op's meaning in plain PyTorch (gks.reference.<op>). torch is
+# imported where it is used, so the registry loads without it.
+
+__all__ = ["sgemm", "wmma_gemm", "int8_gemm", "gemm"]
+
+
+def sgemm(a: torch.Tensor, b: torch.Tensor, *, precise: bool = False) -> torch.Tensor:
+    """c = a @ b for float32 a [M, K], b [K, N]. Computed in float64 (never TF32): the
+    float32 result is the correctly rounded product; precise=True returns float64."""
+    import torch
+
+    c = a.to(torch.float64) @ b.to(torch.float64)
+    return c if precise else c.to(torch.float32)
+
+
+def wmma_gemm(
+    a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None, *, precise: bool = False
+) -> torch.Tensor:
+    """c = a @ b for float16/bfloat16 a [M, K], b [K, N], accumulated exactly (float64) and
+    rounded once to out_dtype (float32 when None, or a's dtype); precise=True returns float64."""
+    import torch
+
+    c = a.to(torch.float64) @ b.to(torch.float64)
+    return c if precise else c.to(out_dtype or torch.float32)
+
+
+def int8_gemm(
+    a_q: torch.Tensor,
+    b_q: torch.Tensor,
+    a_scale: torch.Tensor,
+    b_scale: torch.Tensor,
+    out_dtype: torch.dtype | None = None,
+    *,
+    precise: bool = False,
+) -> torch.Tensor:
+    """c = (a_q @ b_q) * a_scale * b_scale: a_q [M, K] and b_q [K, N] int8, a_scale [M, 1]
+    (or [M]) the per-row scale of a, b_scale [1, N] (or [N]) the per-column scale of b.
+    The integer product is exact (float64 holds it for any K below 2^38); the default
+    result applies the scales in float32 like the kernels do and rounds to out_dtype (float16
+    when None), precise=True in float64."""
+    import torch
+
+    acc = a_q.to(torch.float64) @ b_q.to(torch.float64)
+    m, n = acc.shape
+    if precise:
+        return acc * a_scale.to(torch.float64).reshape(m, 1) * b_scale.to(torch.float64).reshape(1, n)
+    c = acc.to(torch.float32) * a_scale.to(torch.float32).reshape(m, 1) * b_scale.to(torch.float32).reshape(1, n)
+    return c.to(out_dtype or torch.float16)
+
+
+def gemm(
+    a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None, *, precise: bool = False
+) -> torch.Tensor:
+    """c = a @ b for float16/bfloat16 a [M, K] and b [K, N]: fp32 math, rounded once to
+    out_dtype (a's dtype when None, or float32); precise=True computes and returns float64."""
+    import torch
+
+    if precise:
+        return a.to(torch.float64) @ b.to(torch.float64)
+    return (a.to(torch.float32) @ b.to(torch.float32)).to(out_dtype or a.dtype)
+
 
 SQUARE_SHAPES = ((4096, 4096, 4096), (8192, 8192, 8192))
 SKINNY_SHAPES = tuple((m, n, k) for m in (16, 128, 1024)
@@ -101,12 +169,6 @@ def _sgemm_inputs(shape, dtype, device, seed):
     return {"a": a, "b": b}
 
 
-def _sgemm_reference(a, b, *, precise=False):
-    from gks.reference import sgemm
-
-    return sgemm(a, b, precise=precise)
-
-
 def _sgemm_check(out, ref, dtype, inputs):
     gemm_check(out, ref, inputs["a"], inputs["b"], "float32", "fma", "sgemm")
 
@@ -135,7 +197,7 @@ SGEMM = register(
         shape_names=("M", "N", "K"),
         dtypes=("float32",),
         make_inputs=_sgemm_inputs,
-        reference=_sgemm_reference,
+        reference=sgemm,
         # Representative only: the check scales the bound with K (gemm_check).
         tolerance={"float32": (1e-4, 1e-5)},
         flops=flops,
@@ -176,14 +238,6 @@ def _wmma_inputs(shape, dtype, device, seed):
     return {"a": a, "b": b}
 
 
-def _wmma_reference(a, b, out_dtype=None, *, precise=False):
-    import torch
-
-    from gks.reference import wmma_gemm
-
-    return wmma_gemm(a, b, out_dtype or torch.float32, precise=precise)
-
-
 def _wmma_check(out, ref, dtype, inputs):
     import torch
 
@@ -207,7 +261,7 @@ WMMA_GEMM = register(
         shape_names=("M", "N", "K"),
         dtypes=("float16", "bfloat16"),
         make_inputs=_wmma_inputs,
-        reference=_wmma_reference,
+        reference=wmma_gemm,
         tolerance={"float16": (1e-4, 1e-5), "bfloat16": (1e-4, 1e-5)},
         flops=flops,
         # a and b in their dtype, c in float32 (the default output)
@@ -252,14 +306,6 @@ def _int8_inputs(shape, dtype, device, seed):
     b_scale = 0.01 + 0.02 * torch.rand((1, n), generator=gen, device=device)
     return {"a_q": a_q, "b_q": b_q, "a_scale": a_scale, "b_scale": b_scale,
             "out_dtype": getattr(torch, dtype)}
-
-
-def _int8_reference(a_q, b_q, a_scale, b_scale, out_dtype=None, *, precise=False):
-    import torch
-
-    from gks.reference import int8_gemm
-
-    return int8_gemm(a_q, b_q, a_scale, b_scale, out_dtype or torch.float16, precise=precise)
 
 
 def _int8_check(out, ref, dtype, inputs):
@@ -318,7 +364,7 @@ INT8_GEMM = register(
         shape_names=("M", "N", "K"),
         dtypes=("float16", "bfloat16", "float32"),
         make_inputs=_int8_inputs,
-        reference=_int8_reference,
+        reference=int8_gemm,
         tolerance={"float16": (1e-3, 1e-3), "bfloat16": (8e-3, 8e-3), "float32": (1e-6, 1e-6)},
         flops=flops,
         bytes_moved=lambda s, dt: (s[0] * s[2] + s[2] * s[1] + 4.0 * (s[0] + s[1])
@@ -341,6 +387,8 @@ INT8_GEMM = register(
                      "argument 'b_scale' must have shape"),
             BadInput("a_q-float", lambda t, d: _int8_args(t, d, a_q=t.ones(4, 6, device=d)), TypeError,
                      "argument 'a_q' must be int8"),
+            BadInput("a_scale-on-cpu", lambda t, d: _int8_args(t, d, a_scale=t.ones(4, 1)), ValueError,
+                     "argument 'a_scale' must be on the device of 'a_q'", gpu=True),
         ),
         cuda_out=lambda cuda, i, o: cuda.int8_gemm_out(i["a_q"], i["b_q"], i["a_scale"], i["b_scale"], o[0]),
         sass_kernels=(
@@ -384,12 +432,6 @@ def _gemm_inputs(shape, dtype, device, seed):
     return {"a": a, "b": b}
 
 
-def _gemm_reference(a, b, out_dtype=None, *, precise=False):
-    from gks.reference import gemm
-
-    return gemm(a, b, out_dtype, precise=precise)
-
-
 def _gemm_check(out, ref, dtype, inputs, what: str = "gemm") -> None:
     """Element-wise against the float64 reference: the output dtype's rounding plus a
     Tensor Core fp32-accumulation bound that grows with sqrt(K) (gemm_check)."""
@@ -407,7 +449,7 @@ GEMM = register(
         shape_names=("M", "N", "K"),
         dtypes=("float16", "bfloat16"),
         make_inputs=_gemm_inputs,
-        reference=_gemm_reference,
+        reference=gemm,
         # Nominal (atol, rtol); `check` applies the K-aware bound instead.
         tolerance={"float16": (1e-3, 2e-3), "bfloat16": (1e-2, 8e-3)},
         flops=flops,

@@ -10,8 +10,53 @@ no round trip of the normalized row through memory (it stays fp32, never rounded
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gks.registry import Backend, BadInput, ELEM_BYTES, OpSpec, Peer, reference_peer, register
-from gks.specs.softmax import TEST_SHAPES as SOFTMAX_TEST_SHAPES
+from gks.specs.softmax import TEST_SHAPES as SOFTMAX_TEST_SHAPES, softmax
+
+if TYPE_CHECKING:  # annotations only: the module loads without torch
+    import torch
+
+
+# ---- the reference: the op's meaning in plain PyTorch (gks.reference.<op>). torch is
+# imported where it is used, so the registry loads without it.
+
+__all__ = ["rmsnorm", "softmax_rmsnorm"]
+
+
+def rmsnorm(
+    x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, precise: bool = False
+) -> torch.Tensor:
+    """y = x / sqrt(mean(x^2, last dim) + eps) * weight."""
+    import torch
+
+    compute = torch.float64 if precise else torch.float32
+    xc = x.to(compute)
+    inv_rms = torch.rsqrt(xc.square().mean(dim=-1, keepdim=True) + eps)
+    y = xc * inv_rms * weight.to(compute)
+    return y if precise else y.to(x.dtype)
+
+
+def softmax_rmsnorm(
+    x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, precise: bool = False
+) -> torch.Tensor:
+    """y = softmax(rmsnorm(x, weight, eps)) over the last dim.
+
+    The normalized row is kept in the compute precision (fp32, or fp64 when precise): it is
+    NOT rounded to x's dtype between the two steps, and only y is. That is what the fused
+    kernels compute, and it differs (slightly, for fp16/bf16) from running the two ops one
+    after the other, which rounds the intermediate.
+    """
+    import torch
+
+    if precise:
+        z = rmsnorm(x, weight, eps, precise=True)
+    else:
+        z = rmsnorm(x.to(torch.float32), weight.to(torch.float32), eps)
+    y = softmax(z, precise=precise)
+    return y if precise else y.to(x.dtype)
+
 
 def _rmsnorm_inputs(shape, dtype, device, seed, weight_spread=0.1):
     """x [M, N] ~ N(0, 1) and weight [N] ~ 1 + weight_spread * N(0, 1), in `dtype`."""
@@ -25,12 +70,6 @@ def _rmsnorm_inputs(shape, dtype, device, seed, weight_spread=0.1):
     return {"x": x, "weight": weight, "eps": 1e-6}
 
 
-def _rmsnorm_reference(x, weight, eps=1e-6, *, precise=False):
-    from gks.reference import rmsnorm
-
-    return rmsnorm(x, weight, eps, precise=precise)
-
-
 def _torch_rms_norm():
     import torch.nn.functional as F
 
@@ -38,8 +77,8 @@ def _torch_rms_norm():
 
 
 def _rmsnorm_bad_inputs(op: str) -> tuple[BadInput, ...]:
-    """What rmsnorm and the fused op refuse alike: the weight's dtype, length and rank, a
-    strided last dim of x, an integer x, a negative eps."""
+    """What rmsnorm and the fused op refuse alike: the weight's dtype, length, rank, stride
+    and device, a strided last dim of x, an integer x, a negative or NaN eps."""
 
     def call(t, d, x=None, weight=None, eps=1e-6):
         x = t.randn(4, 8, device=d) if x is None else x
@@ -58,6 +97,11 @@ def _rmsnorm_bad_inputs(op: str) -> tuple[BadInput, ...]:
         BadInput("x-int", lambda t, d: call(t, d, x=t.ones(4, 8, device=d, dtype=t.int32)), TypeError,
                  "argument 'x'"),
         BadInput("eps-negative", lambda t, d: call(t, d, eps=-1.0), ValueError, "argument 'eps'"),
+        BadInput("eps-nan", lambda t, d: call(t, d, eps=float("nan")), ValueError, "argument 'eps'"),
+        BadInput("weight-strided", lambda t, d: call(t, d, weight=t.ones(16, device=d)[::2]), ValueError,
+                 "argument 'weight'", jax=False),
+        BadInput("weight-on-cpu", lambda t, d: call(t, d, weight=t.ones(8)), ValueError,
+                 "argument 'weight' must be on the device of 'x'", jax=False, gpu=True),
     )
 
 
@@ -70,7 +114,7 @@ RMSNORM = register(
         shape_names=("M", "N"),
         dtypes=("float32", "float16", "bfloat16"),
         make_inputs=_rmsnorm_inputs,
-        reference=_rmsnorm_reference,
+        reference=rmsnorm,
         # Against the fp64 result; the bound is a few ulps of the output dtype.
         tolerance={"float32": (1e-5, 1e-5), "float16": (1e-3, 2e-3), "bfloat16": (8e-3, 1.6e-2)},
         # square, sum, scale by inv_rms, scale by weight: about 4 flops per element.
@@ -101,12 +145,6 @@ def _softmax_rmsnorm_inputs(shape, dtype, device, seed):
     return _rmsnorm_inputs(shape, dtype, device, seed, weight_spread=0.5)
 
 
-def _softmax_rmsnorm_reference(x, weight, eps=1e-6, *, precise=False):
-    from gks.reference import softmax_rmsnorm
-
-    return softmax_rmsnorm(x, weight, eps, precise=precise)
-
-
 def _torch_two_step():
     # Eager PyTorch as a user would write it: two kernels, the intermediate rounded to x's
     # dtype and written to memory in between.
@@ -125,7 +163,7 @@ SOFTMAX_RMSNORM = register(
         shape_names=("M", "N"),
         dtypes=("float32", "float16", "bfloat16"),
         make_inputs=_softmax_rmsnorm_inputs,
-        reference=_softmax_rmsnorm_reference,
+        reference=softmax_rmsnorm,
         # Against the fp64 result; as softmax's (the normalized logits are O(1), so their
         # fp32 rounding adds little).
         tolerance={"float32": (1e-12, 2e-5), "float16": (6e-8, 1e-3), "bfloat16": (1e-12, 8e-3)},
@@ -145,12 +183,7 @@ SOFTMAX_RMSNORM = register(
         bench_shapes=((32768, 4096), (8192, 32768), (65536, 1024)),
         peers=(Peer("F.rms_norm+torch.softmax", _torch_two_step), reference_peer("softmax_rmsnorm", compiled=True)),
         example_shape=(3, 1000),
-        bad_inputs=_rmsnorm_bad_inputs("softmax_rmsnorm") + (
-            BadInput("weight-strided", lambda t, d: {"x": t.randn(4, 8, device=d), "weight": t.ones(16, device=d)[::2]},
-                     ValueError, "argument 'weight'", jax=False),
-            BadInput("eps-nan", lambda t, d: {"x": t.randn(4, 8, device=d), "weight": t.ones(8, device=d), "eps": float("nan")},
-                     ValueError, "argument 'eps'"),
-        ),
+        bad_inputs=_rmsnorm_bad_inputs("softmax_rmsnorm"),
         cuda_out=lambda cuda, i, o: cuda.softmax_rmsnorm_out(i["x"], i["weight"], o[0], i["eps"]),
         sass_kernels=(
             r"rows::\w+_kernel<gks::kernels::rows::SoftmaxRmsNormRow<",

@@ -15,7 +15,72 @@ product.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gks.registry import Backend, BadInput, ELEM_BYTES, OpSpec, reference_peer, register
+
+if TYPE_CHECKING:  # annotations only: the module loads without torch
+    import torch
+
+
+# ---- the reference: the op's meaning in plain PyTorch (gks.reference.<op>). torch is
+# imported where it is used, so the registry loads without it.
+
+__all__ = ["quantize_int8", "dequantize_int8"]
+
+
+def _absmax(xf: torch.Tensor) -> torch.Tensor:
+    import torch
+
+    if xf.shape[-1] == 0:  # the max over nothing of |x| >= 0
+        return torch.zeros((*xf.shape[:-1], 1), dtype=xf.dtype, device=xf.device)
+    return xf.abs().amax(dim=-1, keepdim=True)  # amax propagates NaN
+
+
+def quantize_int8(x: torch.Tensor, *, precise: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q int8 [..., N], scale fp32 [..., 1]) with scale = absmax / 127, q = rint(x / scale)."""
+    import torch
+
+    if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise TypeError(f"gks.reference.quantize_int8: argument 'x' must be float32, float16 or bfloat16, got {x.dtype}")
+    if x.dim() < 1:
+        raise ValueError("gks.reference.quantize_int8: argument 'x' must have at least 1 dim, got a scalar")
+    xf = x.to(torch.float32)
+    absmax = _absmax(xf)
+    if precise:
+        scale = (absmax.double() / 127.0).float()
+        v = (xf.double() / scale.double()).float()
+    else:
+        scale = absmax / torch.full_like(absmax, 127.0)
+        v = xf / scale
+    q = torch.where(torch.isnan(v), torch.zeros_like(v), v.clamp(-127.0, 127.0).round())
+    return q.to(torch.int8), scale
+
+
+def dequantize_int8(
+    q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype | None = None, *, precise: bool = False
+) -> torch.Tensor:
+    """q * scale (fp32 product) in ``dtype`` (float16 when None); scale is fp32 [..., 1] (q's
+    shape, last dim 1)."""
+    import torch
+
+    dtype = torch.float16 if dtype is None else dtype
+    if q.dtype != torch.int8:
+        raise TypeError(f"gks.reference.dequantize_int8: argument 'q' must be int8, got {q.dtype}")
+    if scale.dtype != torch.float32:
+        raise TypeError(f"gks.reference.dequantize_int8: argument 'scale' must be float32, got {scale.dtype}")
+    if dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise TypeError(
+            f"gks.reference.dequantize_int8: argument 'dtype' must be float32, float16 or bfloat16, got {dtype}"
+        )
+    if q.dim() < 1 or tuple(scale.shape) != (*q.shape[:-1], 1):
+        raise ValueError(
+            f"gks.reference.dequantize_int8: argument 'scale' must have shape {[*q.shape[:-1], 1]} "
+            f"('q' with its last dim 1), got {list(scale.shape)}"
+        )
+    if precise:
+        return q.double() * scale.double()  # exact: 8 x 24 significant bits fit in 53
+    return (q.float() * scale).to(dtype)
 
 
 # Both ops: N in {1, 31, 1000, 4096, 32768, 262144}: warp per row, block per row in registers,
@@ -37,12 +102,6 @@ def _quantize_inputs(shape, dtype, device, seed):
     row_scale = 10.0 ** (7.0 * torch.rand((m, 1), generator=gen, device=device) - 4.0)
     x = torch.randn((m, n), generator=gen, device=device, dtype=torch.float32) * row_scale
     return {"x": x.to(getattr(torch, dtype))}
-
-
-def _quantize_reference(x, *, precise=False):
-    from gks.reference import quantize_int8
-
-    return quantize_int8(x, precise=precise)
 
 
 def _quantize_check(out, ref, dtype, inputs) -> None:
@@ -91,7 +150,7 @@ QUANTIZE_INT8 = register(
         dtypes=("float32", "float16", "bfloat16"),
         make_inputs=_quantize_inputs,
         # precise=True evaluates the same fp32 formula exactly (see gks.reference.quantize_int8).
-        reference=_quantize_reference,
+        reference=quantize_int8,
         # Exact equality (see `check`); no tolerance applies.
         tolerance={"float32": (0.0, 0.0), "float16": (0.0, 0.0), "bfloat16": (0.0, 0.0)},
         # |x|, max, divide, round (clamp): about 4 flops per element.
@@ -137,12 +196,6 @@ def _dequantize_inputs(shape, dtype, device, seed):
     return {"q": q, "scale": scale.to(torch.float32), "dtype": getattr(torch, dtype)}
 
 
-def _dequantize_reference(q, scale, dtype, *, precise=False):
-    from gks.reference import dequantize_int8
-
-    return dequantize_int8(q, scale, dtype, precise=precise)
-
-
 def _dequantize_args(t, d, **change):
     """A valid dequantize_int8 call on 4 rows of 8 with `change` applied (bad_inputs)."""
     args = {"q": t.ones(4, 8, device=d, dtype=t.int8), "scale": t.ones(4, 1, device=d), "dtype": t.float16}
@@ -152,8 +205,6 @@ def _dequantize_args(t, d, **change):
 def _dequantize_check(out, ref, dtype, inputs) -> None:
     """Bit-equal to the fp32-formula reference, and close to the exact product."""
     import torch
-
-    from gks.reference import dequantize_int8
 
     q = inputs["q"]
     what = f"dequantize_int8/{dtype}/{tuple(q.shape)}"
@@ -181,7 +232,7 @@ DEQUANTIZE_INT8 = register(
         shape_names=("M", "N"),
         dtypes=("float32", "float16", "bfloat16"),  # the output dtype
         make_inputs=_dequantize_inputs,
-        reference=_dequantize_reference,
+        reference=dequantize_int8,
         tolerance=DEQUANTIZE_TOLERANCE,
         # one multiply per element (the int8 -> fp32 conversion not counted).
         flops=lambda s: 1.0 * s[0] * s[1],

@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from gks.reference.attention import check_attention_shapes, checked_softmax_scale
+from gks.specs.attention import check_attention_shapes, checked_softmax_scale
 from gks.triton._common import check_device, check_same, interpreter_variant, next_pow2
 
 __all__ = ["flash_attention_fwd", "flash_attention_fwd_config_names"]

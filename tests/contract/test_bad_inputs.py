@@ -27,9 +27,21 @@ def test_every_backend_refuses_it_alike(spec, backend, bad):
         pytest.skip("the CUDA backend's checks run on CUDA tensors: needs a GPU and the library")
     if backend.name == "pallas" and not bad.jax:
         pytest.skip("not representable as JAX arrays (no strides; no float64 by default)")
+    if bad.gpu and not HAS_GPU:
+        pytest.skip("mixes the GPU with the host: needs a GPU")
     inputs = bad.make(torch, DEVICE)
     with pytest.raises(bad.error) as info:
         backend.load()(**inputs)
         if backend.name == "cuda":
             torch.cuda.synchronize()
     assert bad.message in str(info.value), f"{backend.name}: {info.value}"
+
+
+@pytest.mark.skipif(not HAS_NATIVE, reason="needs the built library")
+@pytest.mark.parametrize("spec", [s for s in registry.ops() if s.has_backend("cuda")], ids=lambda s: s.name)
+def test_the_cuda_backend_refuses_host_tensors(spec):
+    """Runs without a GPU too: the C++ API checks the device before it touches CUDA."""
+    inputs = spec.make_inputs(spec.example_shape, spec.dtypes[-1], "cpu", 0)
+    with pytest.raises(ValueError, match=rf"gks\.{spec.name}: argument '\w+' must be a CUDA tensor, "
+                                         r"got a tensor on cpu"):
+        spec.public("cuda")(**inputs)
