@@ -86,30 +86,31 @@ def _cmd_autotune(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gks", description=__doc__,
+    # allow_abbrev=False everywhere: --dtype must not pass for --dtypes.
+    p = argparse.ArgumentParser(prog="gks", description=__doc__, allow_abbrev=False,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
-    lp = sub.add_parser("list", help="ops x backends x archs", epilog=FORMAT_JSON,
+    lp = sub.add_parser("list", help="ops x backends x archs", epilog=FORMAT_JSON, allow_abbrev=False,
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     lp.add_argument("--format", choices=("table", "json", "markdown"), default="table")
     lp.set_defaults(func=_cmd_list)
     from gks.profile import bench
 
-    bp = sub.add_parser("bench", help="time backends and peers")
+    bp = sub.add_parser("bench", help="time backends and peers", allow_abbrev=False)
     bench.add_arguments(bp)
     bp.set_defaults(func=_cmd_bench)
-    tp = sub.add_parser("test", help="run the test suite of a source checkout")
+    tp = sub.add_parser("test", help="run the test suite of a source checkout", allow_abbrev=False)
     tp.add_argument("--kernel", help="only tests whose id mentions this op")
     tp.add_argument("pytest_args", nargs=argparse.REMAINDER, help="passed to pytest")
     tp.set_defaults(func=_cmd_test)
     from gks.profile import roofline
 
-    rp = sub.add_parser("roofline", help="device ceilings and roofline analysis")
+    rp = sub.add_parser("roofline", help="device ceilings and roofline analysis", allow_abbrev=False)
     roofline.add_arguments(rp)
     rp.set_defaults(func=lambda a: roofline.run(a))
     from gks.profile import ncu
 
-    pp = sub.add_parser("profile", help="one op under Nsight Compute")
+    pp = sub.add_parser("profile", help="one op under Nsight Compute", allow_abbrev=False)
     ncu.add_arguments(pp)
     pp.set_defaults(func=lambda a: ncu.run(a))
     ap = sub.add_parser("autotune", help="tune tile configs (see gks.profile.autotune)", add_help=False)

@@ -34,8 +34,19 @@ $PY -m pip install -q torch==2.11.0 triton==3.6.0 "jax==0.11.2" "jaxlib==0.11.2"
   apache-tvm-ffi==0.1.15.post2 "scikit-build-core>=0.10" ninja "cmake>=3.24" \
   pytest hypothesis rich tqdm matplotlib
 export GKS_CUDA_ARCHS=${GKS_CUDA_ARCHS:-80;90a}
-echo "setup.sh: building gks for CUDA architectures $GKS_CUDA_ARCHS (this compiles every kernel)"
-# No build isolation: the build uses the pinned apache-tvm-ffi installed above.
-$PY -m pip install -q --no-build-isolation --no-deps -e . \
-  -C cmake.define.GKS_BUILD_TESTS=ON -C build-dir=build/python
+echo "setup.sh: building gks for CUDA architectures $GKS_CUDA_ARCHS (this compiles every kernel;"
+echo "          about 15 minutes on 2 cores; ninja's [done/total] counter follows)"
+# No build isolation: the build uses the pinned apache-tvm-ffi installed above. The build's
+# whole output goes to a log; its progress lines are shown as they come.
+mkdir -p build
+LOG=build/setup-build.log
+$PY -m pip install -v --no-build-isolation --no-deps -e . \
+  -C cmake.define.GKS_BUILD_TESTS=ON -C build-dir=build/python > "$LOG" 2>&1 &
+BUILD_PID=$!
+tail -n +1 -f --pid=$BUILD_PID "$LOG" | { grep --line-buffered -E '^ *\[[0-9]+/[0-9]+\] ' || true; }
+if ! wait $BUILD_PID; then
+  echo "setup.sh: the build failed; the end of $LOG:" >&2
+  tail -n 60 "$LOG" >&2
+  exit 1
+fi
 echo "setup.sh: done; activate with: source $VENV/bin/activate"

@@ -65,3 +65,19 @@ def poison_allocator(nbytes: int, device: str) -> None:
 @pytest.fixture
 def device() -> str:
     return DEVICE
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Why tests skipped, reason by reason with a count (a run without a GPU skips thousands,
+    and should say why in a few lines)."""
+    import collections
+
+    reasons = collections.Counter()
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        reasons[reason.removeprefix("Skipped: ")] += 1
+    if reasons:
+        terminalreporter.section("why tests skipped")
+        for reason, count in reasons.most_common():
+            terminalreporter.write_line(f"{count:7d}  {reason}")

@@ -183,7 +183,8 @@ def list_kernels(tool: str, lib: Path) -> tuple[dict[tuple[str, str], dict[str, 
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, allow_abbrev=False,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--lib", type=Path, help="library or object to read (default: the built gks library)")
     p.add_argument("--kernel", help="a registry op: the CUDA kernels it launches (" + ", ".join(_op_patterns())
                    + "); any other word: the kernels whose demangled name contains it")

@@ -180,7 +180,8 @@ def resolve(p: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[str, 
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, allow_abbrev=False,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--kernel", required=True, help="a registry op with a Triton backend, e.g. rmsnorm")
     p.add_argument("--dtype", help="one of the op's dtypes (default: float16 where the op takes it, "
                                    "else its first: sgemm float32)")

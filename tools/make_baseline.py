@@ -108,7 +108,8 @@ def markdown(docs: dict[str, dict], rows: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, allow_abbrev=False,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("bench_json", type=Path, nargs="+")
     p.add_argument("--out-dir", type=Path, default=Path(__file__).resolve().parent.parent / "results")
     args = p.parse_args(argv)

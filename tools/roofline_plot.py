@@ -36,7 +36,8 @@ def variant_label(variant: str) -> tuple[str | None, str]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, allow_abbrev=False,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("bench_json", type=Path)
     p.add_argument("-o", "--output", type=Path, default=Path("roofline.png"))
     p.add_argument("--all-variants", action="store_true", help="also plot the peers' points")

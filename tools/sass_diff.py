@@ -148,7 +148,8 @@ def compare(before: dict, after: dict, names: dict[str, str], show: int) -> tupl
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, allow_abbrev=False,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("before", type=Path)
     p.add_argument("after", type=Path)
     p.add_argument("--kernel", help="only kernels whose demangled name contains this word")

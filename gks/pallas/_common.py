@@ -1,8 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
 from __future__ import annotations
 
+import functools
+import inspect
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 FLOAT_DTYPES = (jnp.float32, jnp.float16, jnp.bfloat16)
 
@@ -11,6 +15,31 @@ def default_interpret(x: jax.Array) -> bool:
     """Interpret mode unless the array lives on a GPU."""
     devices = getattr(x, "devices", lambda: set())()
     return not any(d.platform == "gpu" for d in devices)
+
+
+def takes_arrays(*names: str):
+    """Decorates a public op: its arguments `names` must be JAX (or NumPy) arrays. Anything
+    else, a torch tensor above all, is refused naming the argument before the op reads a
+    dtype (which would otherwise say "must be float32, got torch.float32")."""
+
+    def wrap(fn):
+        params = list(inspect.signature(fn).parameters)
+        where = [(name, params.index(name)) for name in names]
+        op = f"gks.pallas.{fn.__name__}"
+
+        @functools.wraps(fn)
+        def checked(*args, **kwargs):
+            for name, i in where:
+                value = args[i] if i < len(args) else kwargs.get(name)
+                if not isinstance(value, (jax.Array, np.ndarray)):
+                    kind = type(value)
+                    raise TypeError(f"{op}: argument '{name}' must be a JAX array, got "
+                                    f"{kind.__module__}.{kind.__qualname__}")
+            return fn(*args, **kwargs)
+
+        return checked
+
+    return wrap
 
 
 def check_float(x, op: str, arg: str) -> None:

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from gks.pallas._common import default_interpret, next_pow2, tuned_config
+from gks.pallas._common import default_interpret, next_pow2, takes_arrays, tuned_config
 from gks.specs.attention import check_attention_shapes, checked_softmax_scale
 
 __all__ = ["flash_attention_fwd", "flash_attention_fwd_config_names"]
@@ -146,6 +146,7 @@ def _flash_attention_fwd(q, k, v, *, causal, scale, interpret, config):
     return o[:, :, :seqlen_q, :head_dim], lse[:, :, :seqlen_q]
 
 
+@takes_arrays("q", "k", "v")
 def flash_attention_fwd(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool = False,
                         softmax_scale: float | None = None, *, interpret: bool | None = None,
                         config: int = -1):

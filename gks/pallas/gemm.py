@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from gks.pallas._common import default_interpret, tuned_config
+from gks.pallas._common import default_interpret, takes_arrays, tuned_config
 
 __all__ = ["sgemm", "sgemm_config_names"]
 
@@ -72,6 +72,7 @@ def _sgemm(a, b, *, interpret, config):
     return c[:m, :n] if (mp, np_) != (m, n) else c
 
 
+@takes_arrays("a", "b")
 def sgemm(a: jax.Array, b: jax.Array, *, interpret: bool | None = None, config: int = -1) -> jax.Array:
     """c [M, N] float32 = a [M, K] @ b [K, N] (float32 JAX arrays). config: -1 = the autotuned
     block shape if any, else CONFIGS[0]; i = CONFIGS[i] (names: sgemm_config_names())."""

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from gks.pallas._common import check_float, default_interpret, next_pow2
+from gks.pallas._common import check_float, default_interpret, next_pow2, takes_arrays
 from gks.pallas.softmax import _check_x, _run
 
 __all__ = ["rmsnorm", "softmax_rmsnorm"]
@@ -98,6 +98,7 @@ def _check_norm_args(x: jax.Array, weight: jax.Array, eps: float, op: str) -> in
     return n
 
 
+@takes_arrays("x", "weight")
 def rmsnorm(x: jax.Array, weight: jax.Array, eps: float = 1e-6, *, interpret: bool | None = None):
     """RMSNorm over the last dim of x [..., N] (JAX arrays); fp32 math, output in x's dtype."""
     op = "gks.pallas.rmsnorm"
@@ -113,6 +114,7 @@ def rmsnorm(x: jax.Array, weight: jax.Array, eps: float = 1e-6, *, interpret: bo
     return y.reshape(x.shape)
 
 
+@takes_arrays("x", "weight")
 def softmax_rmsnorm(x: jax.Array, weight: jax.Array, eps: float = 1e-6, *, interpret: bool | None = None):
     """softmax(rmsnorm(x, weight, eps)) over the last dim of x [..., N] (JAX arrays), one
     kernel; the normalized row stays fp32 (never rounded to x's dtype)."""

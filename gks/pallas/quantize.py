@@ -30,7 +30,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from gks.pallas._common import check_float, default_interpret, next_pow2
+from gks.pallas._common import check_float, default_interpret, next_pow2, takes_arrays
 
 __all__ = ["quantize_int8", "dequantize_int8"]
 
@@ -184,6 +184,7 @@ def _float_dtype(dtype, op: str):
     raise TypeError(f"{op}: argument 'dtype' must be float32, float16 or bfloat16, got {dtype}")
 
 
+@takes_arrays("x")
 def quantize_int8(x: jax.Array, *, interpret: bool | None = None):
     """(q int8, scale fp32 [..., 1]) of x [..., N] (JAX arrays): scale = absmax(row) / 127,
     q = rint(x / scale); the exact contract is gks.reference.quantize_int8's."""
@@ -201,6 +202,7 @@ def quantize_int8(x: jax.Array, *, interpret: bool | None = None):
     return q.reshape(x.shape), scale.reshape(scale_shape)
 
 
+@takes_arrays("q", "scale")
 def dequantize_int8(q: jax.Array, scale: jax.Array, dtype=jnp.float16, *, interpret: bool | None = None):
     """q * scale (fp32 product) in ``dtype``, for q int8 [..., N] and scale fp32 [..., 1]."""
     op = "gks.pallas.dequantize_int8"

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from gks.pallas._common import check_float, default_interpret, next_pow2
+from gks.pallas._common import check_float, default_interpret, next_pow2, takes_arrays
 
 __all__ = ["softmax"]
 
@@ -156,6 +156,7 @@ def _run(x, w, eps: float, interpret):
     return y.reshape(x.shape)
 
 
+@takes_arrays("x")
 def softmax(x: jax.Array, *, interpret: bool | None = None):
     """Softmax over the last dim of x [..., N] (JAX arrays); fp32 math, output in x's dtype."""
     _check_x(x, "gks.pallas.softmax")

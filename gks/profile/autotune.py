@@ -279,7 +279,7 @@ def _op_names() -> tuple[str, ...]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gks autotune", description=__doc__,
+    p = argparse.ArgumentParser(prog="gks autotune", description=__doc__, allow_abbrev=False,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     target = p.add_mutually_exclusive_group()
     target.add_argument("--kernel", choices=_op_names(), metavar="OP",

@@ -244,8 +244,10 @@ def bench_op(spec, *, backends, dtypes, shapes, with_references, reps, progress,
     return rows
 
 
-def interpreter_sweep(specs, dtypes_filter, max_elements: int = 4096) -> int:
-    """Correctness of the interpreted backends on small shapes (no GPU needed)."""
+def interpreter_sweep(specs, dtypes_filter, max_elements: int = 4096, backends=None,
+                      shapes=None) -> tuple[int, int]:
+    """Correctness of the interpreted backends (those of `backends`, default all) on small
+    shapes, or on `shapes` where given (no GPU needed). Returns (cases run, failures)."""
     import os
 
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -253,20 +255,21 @@ def interpreter_sweep(specs, dtypes_filter, max_elements: int = 4096) -> int:
 
     from gks.testing import check_output
 
-    failures = 0
+    ran = failures = 0
     print(f"{'op':<22}{'backend':<10}{'dtype':<10}{'shape':<16}result")
     for spec in specs:
         for b in spec.backends:
-            if not b.interpreted:
+            if not b.interpreted or (backends and b.name not in backends):
                 continue
             fn = b.load()
             for dtype in spec.dtypes:
                 if dtypes_filter and dtype not in dtypes_filter:
                     continue
-                for shape in spec.test_shapes:
-                    if math.prod(shape) > max_elements:
+                for shape in shapes_for(spec, shapes) if shapes else spec.test_shapes:
+                    if not shapes and math.prod(shape) > max_elements:
                         continue
                     inputs = spec.make_inputs(shape, dtype, "cpu", 1234)
+                    ran += 1
                     try:
                         check_output(spec, fn(**inputs), inputs, dtype, f"{spec.name}/{b.name}")
                         result = "ok"
@@ -274,7 +277,7 @@ def interpreter_sweep(specs, dtypes_filter, max_elements: int = 4096) -> int:
                         failures += 1
                         result = f"FAILED: {str(e).splitlines()[0][:100]}"
                     print(f"{spec.name:<22}{b.name:<10}{dtype:<10}{'x'.join(map(str, shape)):<16}{result}")
-    return failures
+    return ran, failures
 
 
 def print_table(rows: list[dict], copy_gbps: float | None) -> None:
@@ -345,6 +348,23 @@ def shapes_for(spec, given: list[tuple[int, ...]] | None) -> list[tuple[int, ...
     return fit
 
 
+def _check_choices(specs, backends, dtypes) -> None:
+    """--backends and --dtypes name what exists, and each dtype asked for is one of at least
+    one chosen op's (ValueError naming the argument otherwise)."""
+    known = tuple(registry.BACKEND_MODULES)
+    for b in backends:
+        if b not in known:
+            raise ValueError(f"gks bench: argument --backends: '{b}' is not a backend ({', '.join(known)})")
+    if not any(b.name in backends for s in specs for b in s.backends):
+        raise ValueError(f"gks bench: argument --backends: none of {', '.join(backends)} is a backend of "
+                         f"{', '.join(s.name for s in specs)}")
+    for dt in dtypes or ():
+        if not any(dt in s.dtypes for s in specs):
+            offered = sorted({d for s in specs for d in s.dtypes})
+            raise ValueError(f"gks bench: argument --dtypes: '{dt}' is not a dtype of "
+                             f"{', '.join(s.name for s in specs)} ({', '.join(offered)})")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kernel", action="append", help="op to bench (repeatable); see `gks list`")
     p.add_argument("--all", action="store_true", help="every op in the registry")
@@ -369,9 +389,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"gks bench: {e.args[0]}", file=sys.stderr)
         return 2
     dtypes = args.dtypes.split(",") if args.dtypes else None
+    backends = tuple(args.backends.split(",")) if args.backends else DEFAULT_BACKENDS
     try:
+        _check_choices(specs, backends, dtypes)
         given = _parse_shapes(args.shapes)
-        jobs = [(s, sh, dt) for s in specs for sh in shapes_for(s, given) for dt in (dtypes or s.dtypes)]
+        jobs = [(s, sh, dt) for s in specs for sh in shapes_for(s, given)
+                for dt in (dtypes or s.dtypes) if dt in s.dtypes]
     except ValueError as e:
         print(e, file=sys.stderr)
         return 2
@@ -379,15 +402,18 @@ def run(args: argparse.Namespace) -> int:
 
     if not torch.cuda.is_available():
         print("gks bench: no CUDA GPU on this machine, so nothing can be timed. Running the "
-              "interpreter correctness sweep (Triton interpreter, Pallas interpret mode) on small "
-              "shapes instead.")
+              "interpreter correctness sweep (Triton interpreter, Pallas interpret mode) on "
+              + ("the shapes given" if given else "small shapes") + " instead.")
         if args.json:
             print(f"gks bench: nothing timed, so no {args.json} written")
-        failures = interpreter_sweep(specs, dtypes)
-        print(f"interpreter sweep: {'all ok' if not failures else f'{failures} FAILED'}")
+        ran, failures = interpreter_sweep(specs, dtypes, backends=backends if args.backends else None,
+                                          shapes=given)
+        if not ran:
+            print("gks bench: the interpreter sweep ran nothing: no backend of the ops chosen runs "
+                  f"in an interpreter among --backends {','.join(backends)}", file=sys.stderr)
+            return 2
+        print(f"interpreter sweep: {ran} cases, " + ("all ok" if not failures else f"{failures} FAILED"))
         return 1 if failures else 0
-
-    backends = tuple(args.backends.split(",")) if args.backends else DEFAULT_BACKENDS
     from gks.profile.timing import copy_bandwidth_gbps, gpu_clocks
 
     device = _device_info()

@@ -45,3 +45,12 @@ def test_the_cuda_backend_refuses_host_tensors(spec):
     with pytest.raises(ValueError, match=rf"gks\.{spec.name}: argument '\w+' must be a CUDA tensor, "
                                          r"got a tensor on cpu"):
         spec.public("cuda")(**inputs)
+
+
+@pytest.mark.parametrize("spec", [s for s in registry.ops() if s.has_backend("pallas")], ids=lambda s: s.name)
+def test_the_pallas_backend_says_it_takes_jax_arrays(spec):
+    """gks.pallas.<op> given torch tensors names the argument and asks for a JAX array."""
+    inputs = spec.make_inputs(spec.example_shape, spec.dtypes[-1], "cpu", 0)
+    with pytest.raises(TypeError, match=rf"gks\.pallas\.{spec.name}: argument '\w+' must be a JAX array, "
+                                        r"got torch\.Tensor"):
+        spec.public("pallas")(**inputs)

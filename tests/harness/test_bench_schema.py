@@ -253,12 +253,49 @@ def test_bench_without_gpu_says_no_json_is_written(tmp_path, capsys, monkeypatch
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(bench, "interpreter_sweep", lambda specs, dtypes: 0)
+    monkeypatch.setattr(bench, "interpreter_sweep", lambda specs, dtypes, **kw: (1, 0))
     parser = argparse.ArgumentParser()
     bench.add_arguments(parser)
     out = tmp_path / "bench.json"
     assert bench.run(parser.parse_args(["--kernel", "rmsnorm", "--json", str(out)])) == 0
     assert "no " + str(out) + " written" in capsys.readouterr().out and not out.exists()
+
+
+def _bench_cli(argv, monkeypatch):
+    """`gks bench ...` as a machine without a GPU runs it."""
+    import torch
+
+    from gks.__main__ import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    return main(["bench", *argv])
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--kernel", "rmsnorm", "--backends", "foo"], "argument --backends: 'foo' is not a backend (cuda, triton, pallas)"),
+    (["--kernel", "gemm", "--backends", "triton"], "argument --backends: none of triton is a backend of gemm"),
+    (["--kernel", "gemm", "--dtypes", "int8"], "argument --dtypes: 'int8' is not a dtype of gemm (bfloat16, float16)"),
+    (["--kernel", "gemm", "--backends", "cuda"], "the interpreter sweep ran nothing"),
+])
+def test_bench_refuses_what_it_cannot_honour(argv, message, monkeypatch, capsys):
+    assert _bench_cli(argv, monkeypatch) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bench_takes_no_abbreviated_option(monkeypatch, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        _bench_cli(["--kernel", "rmsnorm", "--dtype", "float32"], monkeypatch)
+    assert exit_.value.code == 2 and "unrecognized arguments: --dtype" in capsys.readouterr().err
+
+
+def test_bench_sweep_honours_backends_dtypes_and_shapes(monkeypatch, capsys):
+    argv = ["--kernel", "rmsnorm", "--backends", "triton", "--dtypes", "float16", "--shapes", "3x40,2x7"]
+    assert _bench_cli(argv, monkeypatch) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.startswith("rmsnorm ")]
+    assert sorted((r[1], r[2], r[3], r[4]) for r in rows) == [
+        ("triton", "float16", "2x7", "ok"), ("triton", "float16", "3x40", "ok")]
+    assert "interpreter sweep: 2 cases, all ok" in out
 
 
 # ---------------------------------------------------------------------------------------------
