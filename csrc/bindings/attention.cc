@@ -13,8 +13,9 @@ gks::FlashAttentionFwdArgs attention_args(tvm::ffi::TensorView q, tvm::ffi::Tens
   using namespace gks::ffi;
   gks::FlashAttentionFwdArgs args{to_ref(q), to_ref(k), to_ref(v), to_ref(o), to_ref(lse),
                                   causal, std::nullopt};
-  if (softmax_scale.has_value()) args.softmax_scale = static_cast<float>(softmax_scale.value());
-  args.config = static_cast<int>(config);
+  if (softmax_scale.has_value())
+    args.softmax_scale = float32_arg(softmax_scale.value(), "softmax_scale", "gks.flash_attention_fwd");
+  args.config = config_arg(config, "gks.flash_attention_fwd");
   return args;
 }
 

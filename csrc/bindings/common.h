@@ -9,6 +9,8 @@
 #include <tvm/ffi/function.h>
 #include <tvm/ffi/string.h>
 
+#include <climits>
+#include <cmath>
 #include <initializer_list>
 #include <string>
 
@@ -65,6 +67,27 @@ void translate_errors(F&& body) {
       default: TVM_FFI_THROW(RuntimeError) << e.what();
     }
   }
+}
+
+// Python's ints and floats arrive as int64 and double, the C++ API takes int and float: each
+// is narrowed only once it is known to survive, else refused naming the argument (a config
+// of 2^32 would wrap to config 0; an eps of 1e-50 would become 0). NaN, negatives and the
+// rest go on to the op's own checks.
+inline int config_arg(int64_t config, const char* op) {
+  GKS_CHECK(config >= INT_MIN && config <= INT_MAX, kInvalidArgument)
+      << op << ": argument 'config' must be -1 (the heuristic) or an index into the op's "
+      << "config table, got " << config;
+  return static_cast<int>(config);
+}
+
+inline float float32_arg(double value, const char* arg, const char* op) {
+  const float narrowed = static_cast<float>(value);
+  const bool underflows = value != 0 && narrowed == 0;
+  const bool overflows = std::isfinite(value) && std::isinf(narrowed);
+  GKS_CHECK(!underflows && !overflows, kInvalidArgument)
+      << op << ": argument '" << arg << "' must be 0 or of a magnitude float32 holds "
+      << "(1.4e-45 to 3.4e+38), got " << value;
+  return narrowed;
 }
 
 // A new contiguous tensor from the caller's framework (tvm-ffi's environment allocator,

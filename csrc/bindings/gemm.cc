@@ -3,14 +3,9 @@
 // names and heuristic), the allocating forms and the path queries.
 #include <tvm/ffi/string.h>
 
-#include <algorithm>
-#include <climits>
-
 #include "common.h"
 
 namespace {
-
-int config_arg(int64_t config) { return static_cast<int>(std::clamp<int64_t>(config, INT_MIN, INT_MAX)); }
 
 // A tile config's fields, the ones every GEMM table has.
 void tile_fields(gks::ffi::ConfigTable& table, const gks::GemmConfigInfo& c) {
@@ -24,7 +19,7 @@ void sgemm(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorView 
   using namespace gks::ffi;
   translate_errors([&] {
     gks::SgemmArgs args{to_ref(a), to_ref(b), to_ref(c)};
-    args.config = config_arg(config);
+    args.config = config_arg(config, "gks.sgemm");
     gks::sgemm(args, stream_for(args.a));
   });
 }
@@ -35,7 +30,7 @@ void wmma_gemm(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorV
   using namespace gks::ffi;
   translate_errors([&] {
     gks::WmmaGemmArgs args{to_ref(a), to_ref(b), to_ref(c)};
-    args.config = config_arg(config);
+    args.config = config_arg(config, "gks.wmma_gemm");
     gks::wmma_gemm(args, stream_for(args.a));
   });
 }
@@ -46,7 +41,7 @@ gks::Int8GemmArgs int8_gemm_args(const tvm::ffi::TensorView& a_q, const tvm::ffi
                                  const tvm::ffi::TensorView& c, int64_t config) {
   using gks::ffi::to_ref;
   gks::Int8GemmArgs args{to_ref(a_q), to_ref(b_q), to_ref(a_scale), to_ref(b_scale), to_ref(c)};
-  args.config = config_arg(config);
+  args.config = gks::ffi::config_arg(config, "gks.int8_gemm");
   return args;
 }
 
@@ -91,7 +86,7 @@ gks::GemmArgs gemm_args(const tvm::ffi::TensorView& a, const tvm::ffi::TensorVie
                         const tvm::ffi::TensorView& c, int64_t config) {
   using gks::ffi::to_ref;
   gks::GemmArgs args{to_ref(a), to_ref(b), to_ref(c)};
-  args.config = config_arg(config);
+  args.config = gks::ffi::config_arg(config, "gks.gemm");
   return args;
 }
 

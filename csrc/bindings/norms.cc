@@ -8,8 +8,8 @@ void rmsnorm(tvm::ffi::TensorView x, tvm::ffi::TensorView weight, tvm::ffi::Tens
              double eps, int64_t config) {
   using namespace gks::ffi;
   translate_errors([&] {
-    const gks::RmsNormArgs args{to_ref(x), to_ref(weight), to_ref(y), static_cast<float>(eps),
-                                static_cast<int>(config)};
+    const gks::RmsNormArgs args{to_ref(x), to_ref(weight), to_ref(y),
+                                float32_arg(eps, "eps", "gks.rmsnorm"), config_arg(config, "gks.rmsnorm")};
     gks::rmsnorm(args, stream_for(args.x));
   });
 }
@@ -20,7 +20,8 @@ void softmax_rmsnorm(tvm::ffi::TensorView x, tvm::ffi::TensorView weight,
   using namespace gks::ffi;
   translate_errors([&] {
     const gks::SoftmaxRmsNormArgs args{to_ref(x), to_ref(weight), to_ref(y),
-                                       static_cast<float>(eps), static_cast<int>(config)};
+                                       float32_arg(eps, "eps", "gks.softmax_rmsnorm"),
+                                       config_arg(config, "gks.softmax_rmsnorm")};
     gks::softmax_rmsnorm(args, stream_for(args.x));
   });
 }

@@ -7,7 +7,7 @@ namespace {
 void softmax(tvm::ffi::TensorView x, tvm::ffi::TensorView y, int64_t config) {
   using namespace gks::ffi;
   translate_errors([&] {
-    const gks::SoftmaxArgs args{to_ref(x), to_ref(y), static_cast<int>(config)};
+    const gks::SoftmaxArgs args{to_ref(x), to_ref(y), config_arg(config, "gks.softmax")};
     gks::softmax(args, stream_for(args.x));
   });
 }

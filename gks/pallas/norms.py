@@ -21,6 +21,7 @@ from jax.experimental.pallas import triton as plgpu
 
 from gks.pallas._common import check_float, default_interpret, next_pow2, takes_arrays
 from gks.pallas.softmax import _check_x, _run
+from gks.runtime.args import float32_scalar
 
 __all__ = ["rmsnorm", "softmax_rmsnorm"]
 
@@ -93,7 +94,7 @@ def _check_norm_args(x: jax.Array, weight: jax.Array, eps: float, op: str) -> in
     n = x.shape[-1]
     if weight.shape != (n,):
         raise ValueError(f"{op}: argument 'weight' must have shape [{n}] (the last dim of x), got {list(weight.shape)}")
-    if not eps >= 0:
+    if not float32_scalar(eps, "eps", op) >= 0:
         raise ValueError(f"{op}: argument 'eps' must be >= 0, got {eps}")
     return n
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import math
 
 from gks.registry import Backend, BadInput, ELEM_BYTES, OpSpec, Peer, register
+from gks.runtime.args import float32_scalar
 
 if TYPE_CHECKING:  # annotations only: the module loads without torch
     import torch
@@ -55,10 +56,12 @@ def check_attention_shapes(op: str, q_shape, k_shape, v_shape) -> None:
 def checked_softmax_scale(op: str, softmax_scale: float | None, head_dim: int) -> float:
     """The scale the Triton and Pallas backends apply: 1/sqrt(head_dim) unless given, which
     must be a finite number > 0 (ValueError naming the argument otherwise)."""
-    scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
+    if softmax_scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    scale = float32_scalar(softmax_scale, "softmax_scale", op)  # as the C++ binding narrows it
     if not (math.isfinite(scale) and scale > 0):
         raise ValueError(f"{op}: argument 'softmax_scale' must be a finite number > 0, got {scale}")
-    return scale
+    return float(softmax_scale)
 
 
 def flash_attention_fwd(
@@ -215,6 +218,8 @@ def _attention_bad_inputs() -> tuple[BadInput, ...]:
                  "argument 'k' must have shape [1, Hkv, Sk, 64]"),
         BadInput("softmax_scale", lambda t, d: call(t, d, softmax_scale=-1.0), ValueError,
                  "argument 'softmax_scale' must be a finite number > 0"),
+        BadInput("softmax_scale-underflows-float32", lambda t, d: call(t, d, softmax_scale=1e-50), ValueError,
+                 "argument 'softmax_scale' must be 0 or of a magnitude float32 holds"),
     )
 
 

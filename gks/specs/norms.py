@@ -78,7 +78,8 @@ def _torch_rms_norm():
 
 def _rmsnorm_bad_inputs(op: str) -> tuple[BadInput, ...]:
     """What rmsnorm and the fused op refuse alike: the weight's dtype, length, rank, stride
-    and device, a strided last dim of x, an integer x, a negative or NaN eps."""
+    and device, a strided last dim of x, an integer x, a negative or NaN eps, or one that
+    float32 would flush to 0."""
 
     def call(t, d, x=None, weight=None, eps=1e-6):
         x = t.randn(4, 8, device=d) if x is None else x
@@ -98,6 +99,8 @@ def _rmsnorm_bad_inputs(op: str) -> tuple[BadInput, ...]:
                  "argument 'x'"),
         BadInput("eps-negative", lambda t, d: call(t, d, eps=-1.0), ValueError, "argument 'eps'"),
         BadInput("eps-nan", lambda t, d: call(t, d, eps=float("nan")), ValueError, "argument 'eps'"),
+        BadInput("eps-underflows-float32", lambda t, d: call(t, d, eps=1e-50), ValueError,
+                 "argument 'eps' must be 0 or of a magnitude float32 holds"),
         BadInput("weight-strided", lambda t, d: call(t, d, weight=t.ones(16, device=d)[::2]), ValueError,
                  "argument 'weight'", jax=False),
         BadInput("weight-on-cpu", lambda t, d: call(t, d, weight=t.ones(8)), ValueError,

@@ -11,6 +11,8 @@ import torch
 import triton
 import triton.language as tl
 
+from gks.runtime.args import float32_scalar
+
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
@@ -56,10 +58,13 @@ def check_device(t: torch.Tensor, op: str, arg: str) -> None:
         )
 
 
-def check_eps(eps: float, op: str) -> None:
-    """eps >= 0, as the C++ API checks it (`not >=`, so that NaN is refused too)."""
-    if not eps >= 0:
+def check_eps(eps: float, op: str) -> float:
+    """eps as the kernel takes it (float32), checked as the C++ API checks it: it must
+    survive the narrowing (runtime.args), then be >= 0 (`not >=`, so NaN is refused too)."""
+    narrowed = float32_scalar(eps, "eps", op)
+    if not narrowed >= 0:
         raise ValueError(f"{op}: argument 'eps' must be >= 0, got {eps}")
+    return narrowed
 
 
 def check_norm_weight(weight: torch.Tensor, cols: int, op: str) -> None:

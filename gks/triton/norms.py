@@ -76,7 +76,7 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.T
     check_same(x, "x", weight, "weight", op)
     xr = row_layout(x, op, "x")
     check_norm_weight(weight, xr.cols, op)
-    check_eps(eps, op)
+    eps = check_eps(eps, op)
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if xr.rows == 0 or xr.cols == 0:
         return y
@@ -102,5 +102,5 @@ def softmax_rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) ->
     check_same(x, "x", weight, "weight", op)
     xr = row_layout(x, op, "x")
     check_norm_weight(weight, xr.cols, op)
-    check_eps(eps, op)
+    eps = check_eps(eps, op)
     return _softmax_launch(op, x, xr, weight, float(eps))

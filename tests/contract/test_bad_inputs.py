@@ -54,3 +54,25 @@ def test_the_pallas_backend_says_it_takes_jax_arrays(spec):
     with pytest.raises(TypeError, match=rf"gks\.pallas\.{spec.name}: argument '\w+' must be a JAX array, "
                                         r"got torch\.Tensor"):
         spec.public("pallas")(**inputs)
+
+
+def _config_cases():
+    import inspect
+
+    for spec in registry.ops():
+        for backend in spec.backends:
+            if "config" in inspect.signature(spec.public(backend.name)).parameters:
+                yield pytest.param(spec, backend, id=f"{spec.name}-{backend.name}")
+
+
+@pytest.mark.parametrize("spec,backend", list(_config_cases()))
+@pytest.mark.parametrize("config", [2**32, 2**31, -(2**31) - 2])
+def test_a_config_past_int32_is_refused_not_wrapped(spec, backend, config):
+    """config arrives as a Python int: 2^32 must not become config 0 on the way to the kernel.
+    The CUDA bindings check it before the tensors, so this runs without a GPU too."""
+    if backend.name == "cuda" and not HAS_NATIVE:
+        pytest.skip("needs the built library")
+    device = DEVICE if backend.name != "cuda" else ("cuda" if HAS_GPU else "cpu")
+    inputs = spec.make_inputs(spec.example_shape, spec.dtypes[-1], device, 0)
+    with pytest.raises(ValueError, match="argument 'config' must be -1"):
+        backend.load()(**inputs, config=config)
