@@ -68,15 +68,21 @@ def _rmsnorm_kernel(
             tl.store(y_row + start + cols, (x * inv_rms * w).to(y_ptr.dtype.element_ty), mask=mask)
 
 
-def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """RMSNorm over the last dim of x [..., N]; fp32 math, output in x's dtype."""
-    op = "gks.triton.rmsnorm"
+def _check_norm_args(x: torch.Tensor, weight: torch.Tensor, eps: float, op: str):
+    """What both norms refuse, in the C++ API's order; returns x's row view and eps as the
+    kernel takes it (float32)."""
     check_device(x, op, "x")
     check_float(x, op, "x")
     check_same(x, "x", weight, "weight", op)
     xr = row_layout(x, op, "x")
     check_norm_weight(weight, xr.cols, op)
-    eps = check_eps(eps, op)
+    return xr, check_eps(eps, op)
+
+
+def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """RMSNorm over the last dim of x [..., N]; fp32 math, output in x's dtype."""
+    op = "gks.triton.rmsnorm"
+    xr, eps = _check_norm_args(x, weight, eps, op)
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if xr.rows == 0 or xr.cols == 0:
         return y
@@ -97,10 +103,5 @@ def softmax_rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) ->
     """softmax(rmsnorm(x, weight, eps)) over the last dim of x [..., N], one kernel; the
     normalized row stays fp32 (never rounded to x's dtype)."""
     op = "gks.triton.softmax_rmsnorm"
-    check_device(x, op, "x")
-    check_float(x, op, "x")
-    check_same(x, "x", weight, "weight", op)
-    xr = row_layout(x, op, "x")
-    check_norm_weight(weight, xr.cols, op)
-    eps = check_eps(eps, op)
-    return _softmax_launch(op, x, xr, weight, float(eps))
+    xr, eps = _check_norm_args(x, weight, eps, op)
+    return _softmax_launch(op, x, xr, weight, eps)
