@@ -24,10 +24,10 @@ gks::FlashAttentionFwdArgs valid_args(int64_t head_dim = 64, int64_t heads_q = 8
   gks::FlashAttentionFwdArgs a;
   const auto f16 = gks::DType::kFloat16;
   a.q = gks::TensorRef::make(g_buffer, f16, {2, heads_q, 100, head_dim}, kGpu);
-  a.k = gks::TensorRef::make(g_buffer, f16, {2, heads_kv, 130, head_dim}, kGpu);
-  a.v = gks::TensorRef::make(g_buffer, f16, {2, heads_kv, 130, head_dim}, kGpu);
-  a.o = gks::TensorRef::make(g_buffer, f16, {2, heads_q, 100, head_dim}, kGpu);
-  a.lse = gks::TensorRef::make(g_buffer, gks::DType::kFloat32, {2, heads_q, 100}, kGpu);
+  a.k = gks::TensorRef::make(gks_test::fake_address(2), f16, {2, heads_kv, 130, head_dim}, kGpu);
+  a.v = gks::TensorRef::make(gks_test::fake_address(3), f16, {2, heads_kv, 130, head_dim}, kGpu);
+  a.o = gks::TensorRef::make(gks_test::fake_address(4), f16, {2, heads_q, 100, head_dim}, kGpu);
+  a.lse = gks::TensorRef::make(gks_test::fake_address(5), gks::DType::kFloat32, {2, heads_q, 100}, kGpu);
   return a;
 }
 
@@ -127,7 +127,7 @@ TEST(FlashAttentionFwd, RejectsUnalignedRows) {
   expect_error([&] { run(a); }, ErrorKind::kInvalidArgument,
                "argument 'q' must be 16-byte aligned");
   a = valid_args();
-  a.o.data = g_buffer + 2;
+  a.o.data = static_cast<char*>(gks_test::fake_address(4)) + 2;
   expect_error([&] { run(a); }, ErrorKind::kInvalidArgument,
                "argument 'o' must be 16-byte aligned");
 }

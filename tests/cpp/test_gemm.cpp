@@ -29,26 +29,26 @@ gks::TensorRef mat(void* p, gks::DType dt, int64_t rows, int64_t cols,
 gks::SgemmArgs sgemm_args(void* p, int64_t m, int64_t n, int64_t k) {
   gks::SgemmArgs a;
   a.a = mat(p, gks::DType::kFloat32, m, k);
-  a.b = mat(p, gks::DType::kFloat32, k, n);
-  a.c = mat(p, gks::DType::kFloat32, m, n);
+  a.b = mat(gks_test::fake_address(2), gks::DType::kFloat32, k, n);
+  a.c = mat(gks_test::fake_address(3), gks::DType::kFloat32, m, n);
   return a;
 }
 
 gks::WmmaGemmArgs wmma_args(void* p, int64_t m, int64_t n, int64_t k) {
   gks::WmmaGemmArgs a;
   a.a = mat(p, gks::DType::kFloat16, m, k);
-  a.b = mat(p, gks::DType::kFloat16, k, n);
-  a.c = mat(p, gks::DType::kFloat32, m, n);
+  a.b = mat(gks_test::fake_address(2), gks::DType::kFloat16, k, n);
+  a.c = mat(gks_test::fake_address(3), gks::DType::kFloat32, m, n);
   return a;
 }
 
 gks::Int8GemmArgs int8_args(void* p, int64_t m, int64_t n, int64_t k) {
   gks::Int8GemmArgs a;
   a.a = mat(p, gks::DType::kInt8, m, k);
-  a.b = mat(p, gks::DType::kInt8, k, n);
-  a.a_scale = mat(p, gks::DType::kFloat32, m, 1);
-  a.b_scale = mat(p, gks::DType::kFloat32, 1, n);
-  a.c = mat(p, gks::DType::kFloat16, m, n);
+  a.b = mat(gks_test::fake_address(2), gks::DType::kInt8, k, n);
+  a.a_scale = mat(gks_test::fake_address(4), gks::DType::kFloat32, m, 1);
+  a.b_scale = mat(gks_test::fake_address(5), gks::DType::kFloat32, 1, n);
+  a.c = mat(gks_test::fake_address(3), gks::DType::kFloat16, m, n);
   return a;
 }
 
@@ -334,8 +334,8 @@ gks::GemmArgs args_for(void* p, int64_t m, int64_t n, int64_t k,
                        gks::DType dt = gks::DType::kBFloat16) {
   gks::GemmArgs a;
   a.a = mat(p, dt, m, k);
-  a.b = mat(p, dt, k, n);
-  a.c = mat(p, dt, m, n);
+  a.b = mat(gks_test::fake_address(2), dt, k, n);
+  a.c = mat(gks_test::fake_address(3), dt, m, n);
   return a;
 }
 

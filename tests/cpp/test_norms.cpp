@@ -22,16 +22,16 @@ using gks::ErrorKind;
 gks::RmsNormArgs valid_args(void* p) {
   gks::RmsNormArgs a;
   a.x = gks::TensorRef::make(p, gks::DType::kFloat16, {4, 8}, kGpu);
-  a.weight = gks::TensorRef::make(p, gks::DType::kFloat16, {8}, kGpu);
-  a.y = gks::TensorRef::make(p, gks::DType::kFloat16, {4, 8}, kGpu);
+  a.weight = gks::TensorRef::make(gks_test::fake_address(2), gks::DType::kFloat16, {8}, kGpu);
+  a.y = gks::TensorRef::make(gks_test::fake_address(3), gks::DType::kFloat16, {4, 8}, kGpu);
   return a;
 }
 
 gks::SoftmaxRmsNormArgs fused_args(void* p) {
   gks::SoftmaxRmsNormArgs a;
   a.x = gks::TensorRef::make(p, DType::kBFloat16, {4, 8}, kGpu);
-  a.weight = gks::TensorRef::make(p, DType::kBFloat16, {8}, kGpu);
-  a.y = gks::TensorRef::make(p, DType::kBFloat16, {4, 8}, kGpu);
+  a.weight = gks::TensorRef::make(gks_test::fake_address(2), DType::kBFloat16, {8}, kGpu);
+  a.y = gks::TensorRef::make(gks_test::fake_address(3), DType::kBFloat16, {4, 8}, kGpu);
   return a;
 }
 

@@ -19,16 +19,16 @@ using gks_test::kGpu;
 gks::QuantizeInt8Args quantize_args(void* p) {
   gks::QuantizeInt8Args a;
   a.x = gks::TensorRef::make(p, gks::DType::kBFloat16, {2, 3, 64}, kGpu);
-  a.q = gks::TensorRef::make(p, gks::DType::kInt8, {2, 3, 64}, kGpu);
-  a.scale = gks::TensorRef::make(p, gks::DType::kFloat32, {2, 3, 1}, kGpu);
+  a.q = gks::TensorRef::make(gks_test::fake_address(2), gks::DType::kInt8, {2, 3, 64}, kGpu);
+  a.scale = gks::TensorRef::make(gks_test::fake_address(3), gks::DType::kFloat32, {2, 3, 1}, kGpu);
   return a;
 }
 
 gks::DequantizeInt8Args dequantize_args(void* p) {
   gks::DequantizeInt8Args a;
   a.q = gks::TensorRef::make(p, gks::DType::kInt8, {5, 64}, kGpu);
-  a.scale = gks::TensorRef::make(p, gks::DType::kFloat32, {5, 1}, kGpu);
-  a.out = gks::TensorRef::make(p, gks::DType::kFloat16, {5, 64}, kGpu);
+  a.scale = gks::TensorRef::make(gks_test::fake_address(2), gks::DType::kFloat32, {5, 1}, kGpu);
+  a.out = gks::TensorRef::make(gks_test::fake_address(3), gks::DType::kFloat16, {5, 64}, kGpu);
   return a;
 }
 

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
 
 #include "gks/gks.h"
@@ -13,6 +14,10 @@ namespace gks_test {
 
 inline const gks::Device kGpu{gks::DeviceType::kCUDA, 0};
 inline const gks::Device kCpu{gks::DeviceType::kCPU, 0};
+
+// A distinct, aligned address per slot, for the tensors of host-side checks that no kernel
+// touches: an op's tensors must not share memory (it refuses outputs that do).
+inline void* fake_address(int slot) { return reinterpret_cast<void*>(uintptr_t(slot) << 36); }
 
 // Runs `call` and expects a gks::Error of `kind` whose message contains `needle`.
 template <typename F>

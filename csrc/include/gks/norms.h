@@ -50,7 +50,7 @@ inline constexpr RmsNormConfig kRmsNormConfigs[] = {
 struct RmsNormArgs {
   TensorRef x;       // [..., N], fp32/fp16/bf16, last dim contiguous, any row strides
   TensorRef weight;  // [N], x's dtype, contiguous
-  TensorRef y;       // x's shape and dtype, last dim contiguous, any row strides
+  TensorRef y;       // x's shape and dtype, last dim contiguous, any row strides; may be x (in place)
   float eps = 1e-6f;
   int config = -1;  // -1: the heuristic; else an index into kRmsNormConfigs
 };
@@ -77,7 +77,7 @@ inline constexpr SoftmaxConfig kSoftmaxRmsNormConfigs[] = {
 struct SoftmaxRmsNormArgs {
   TensorRef x;       // [..., N], fp32/fp16/bf16, last dim contiguous, any row strides
   TensorRef weight;  // [N], x's dtype, contiguous
-  TensorRef y;       // x's shape and dtype, last dim contiguous, any row strides
+  TensorRef y;       // x's shape and dtype, last dim contiguous, any row strides; may be x (in place)
   float eps = 1e-6f;
   int config = -1;  // -1: the heuristic; else an index into kSoftmaxRmsNormConfigs
 };

@@ -35,7 +35,7 @@ inline constexpr SoftmaxConfig kSoftmaxConfigs[] = {
 
 struct SoftmaxArgs {
   TensorRef x;  // [..., N], fp32/fp16/bf16, last dim contiguous, any row strides
-  TensorRef y;  // x's shape and dtype, last dim contiguous, any row strides
+  TensorRef y;  // x's shape and dtype, last dim contiguous, any row strides; may be x (in place)
   int config = -1;  // -1: the heuristic; else an index into kSoftmaxConfigs
 };
 

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The small tensor view the C++ API takes: pointer, dtype, shape, strides (in elements),
-// device. It owns nothing; the caller keeps the memory alive for the call.
+// device. It owns nothing; the caller keeps the memory alive for the call. Every op refuses
+// an output that repeats an element (a stride-0 view) or shares memory with another argument,
+// except the in-place forms it documents (the row ops' y may be x): check_outputs below.
 #pragma once
 
 #include <cstdint>
@@ -86,5 +88,43 @@ void check_same_shape(const TensorRef& a, const char* a_name, const TensorRef& b
                       const char* b_name, const char* op);
 // x must have ndim >= 1 and a contiguous last dim (stride 1, or any stride when N <= 1).
 RowLayout row_layout(const TensorRef& x, const char* op, const char* arg);
+
+// ---- validation alone: while a ValidateOnly object lives on its thread, every op checks its
+// arguments as it always does, then returns before it touches the device. A framework's fake
+// (meta) kernel runs the real checks this way on shapes, dtypes and strides alone (the data
+// pointers it passes need not point at memory), so a traced program fails where a real call
+// would, with the same message.
+class ValidateOnly {
+ public:
+  ValidateOnly();
+  ~ValidateOnly();
+  ValidateOnly(const ValidateOnly&) = delete;
+  ValidateOnly& operator=(const ValidateOnly&) = delete;
+};
+bool validating_only();
+
+// ---- outputs: a kernel writes each element of an output once and reads its inputs while it
+// writes, so an output must not repeat an element or share memory with another argument ----
+
+// Whether two tensors share memory: kNo and kYes are exact; kUndecided when the two layouts
+// interleave too intricately to tell apart in a bounded number of steps (callers refuse it).
+// A tensor with a null data pointer (a check of shapes alone) shares nothing.
+enum class Sharing : uint8_t { kNo, kYes, kUndecided };
+Sharing shares_memory(const TensorRef& a, const TensorRef& b);
+
+// out holds each of its elements once: no stride 0 over a dim of size > 1, and each dim,
+// taken in order of stride, steps past the extent of the dims inside it.
+void check_output(const TensorRef& out, const char* op, const char* arg);
+
+struct NamedTensor {
+  const TensorRef* tensor;
+  const char* name;
+};
+// check_output for each output, then no output may share memory with another output or with
+// an input, except that an output may be exactly the input named `in_place` (the same data,
+// dtype, shape and strides: the in-place form an op documents).
+void check_outputs(std::initializer_list<NamedTensor> outputs,
+                   std::initializer_list<NamedTensor> inputs, const char* op,
+                   const char* in_place = nullptr);
 
 }  // namespace gks

@@ -142,6 +142,7 @@ float validate(const FlashAttentionFwdArgs& args) {
             kInvalidArgument)
       << kOp << ": argument 'lse' must have shape [" << batch << ", " << heads_q << ", "
       << seqlen_q << "] (q's first three dims), got " << lse.shape_string();
+  check_outputs({{&o, "o"}, {&lse, "lse"}}, {{&q, "q"}, {&k, "k"}, {&v, "v"}}, kOp);
   detail::plan_flash_attention_fwd(head_dim, args.causal);  // throws for a head dim with no kernel
   GKS_CHECK(heads_kv > 0 ? heads_q % heads_kv == 0 : heads_q == 0, kInvalidArgument)
       << kOp << ": the query heads (" << heads_q << ", dim 1 of q) must be a multiple of the "
@@ -200,6 +201,7 @@ void flash_attention_fwd(const FlashAttentionFwdArgs& args, cudaStream_t stream)
     detail::check_aligned16(k, kOp, "k");
     detail::check_aligned16(v, kOp, "v");
   }
+  if (validating_only()) return;
 
   kernels::attention::FwdParams p{};
   p.q = q.data;

@@ -120,7 +120,9 @@ GemmOperands half_gemm_operands(const TensorRef& a, const TensorRef& b, const Te
   GKS_CHECK(c.dtype == DType::kFloat32 || c.dtype == a.dtype, kUnsupportedDtype)
       << op << ": argument 'c' must be float32 or the dtype of 'a' (" << dtype_name(a.dtype)
       << "), got " << dtype_name(c.dtype);
-  return gemm_operands(a, "a", b, "b", c, config, config_count, op);
+  GemmOperands ops = gemm_operands(a, "a", b, "b", c, config, config_count, op);
+  check_outputs({{&c, "c"}}, {{&a, "a"}, {&b, "b"}}, op);
+  return ops;
 }
 
 }  // namespace gks::detail

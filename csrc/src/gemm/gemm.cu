@@ -122,7 +122,7 @@ GemmPath gemm_path(const GemmArgs& args) {
 void gemm(const GemmArgs& args, cudaStream_t stream) {
   const detail::GemmOperands ops = detail::validate(args);
   const int64_t m = ops.a.rows, n = ops.b.cols, k = ops.a.cols;
-  if (m == 0 || n == 0) return;
+  if (validating_only() || m == 0 || n == 0) return;
   const int device = args.a.device.index;
   const detail::DeviceGuard guard(device);
   const int64_t c_elem = dtype_size(args.c.dtype);

@@ -157,6 +157,9 @@ Int8Validated validate(const Int8GemmArgs& args) {
   }
   v.sa_stride = scale_stride(args.a_scale, v.ops.a.rows, true, kOp, "a_scale");
   v.sb_stride = scale_stride(args.b_scale, v.ops.n, false, kOp, "b_scale");
+  check_outputs({{&args.c, "c"}},
+                {{&args.a, "a_q"}, {&b, "b_q"}, {&args.a_scale, "a_scale"}, {&args.b_scale, "b_scale"}},
+                kOp);
   return v;
 }
 
@@ -271,7 +274,7 @@ void int8_gemm(const Int8GemmArgs& args, cudaStream_t stream) {
   using namespace detail;
   const Int8Validated v = validate(args);
   const int64_t m = v.ops.m, n = v.ops.n, k = v.ops.k;
-  if (m == 0 || n == 0) return;
+  if (validating_only() || m == 0 || n == 0) return;
 
   const int device = args.a.device.index;
   const DeviceGuard guard(device);

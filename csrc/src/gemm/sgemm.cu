@@ -71,9 +71,10 @@ void sgemm(const SgemmArgs& args, cudaStream_t stream) {
   const auto& configs = detail::sgemm_configs();
   const detail::GemmOperands ops = detail::gemm_operands(args.a, "a", args.b, "b", args.c,
                                                          args.config, int(configs.size()), kOp);
+  check_outputs({{&args.c, "c"}}, {{&args.a, "a"}, {&args.b, "b"}}, kOp);
   const detail::GemmMatrix &a = ops.a, &b = ops.b, &c = ops.c;
   const int64_t m = ops.m, n = ops.n, k = ops.k;
-  if (m == 0 || n == 0) return;
+  if (validating_only() || m == 0 || n == 0) return;
 
   const int device = args.a.device.index;
   const detail::DeviceGuard guard(device);

@@ -26,10 +26,10 @@ void rmsnorm(const RmsNormArgs& args, cudaStream_t stream) {
   constexpr const char* kOp = "gks.rmsnorm";
   const TensorRef &x = args.x, &w = args.weight, &y = args.y;
   const detail::RowViews rows = detail::check_rows(x, y, kOp);
-  detail::check_row_weight(w, x, rows.x.cols, kOp);
+  detail::check_row_weight(w, x, y, rows.x.cols, kOp);
   detail::check_eps(args.eps, kOp);
   detail::check_row_config(args.config, int(std::size(kRmsNormConfigs)), "kRmsNormConfigs", kOp);
-  if (rows.x.rows == 0 || rows.x.cols == 0) return;
+  if (validating_only() || rows.x.rows == 0 || rows.x.cols == 0) return;
   const int64_t vec = 16 / dtype_size(x.dtype);
   // 16-byte accesses need 16-byte aligned rows of a whole number of vectors (each access
   // then lies wholly inside a row or wholly past it); anything else goes element by element.

@@ -76,10 +76,10 @@ void softmax_rmsnorm(const SoftmaxRmsNormArgs& args, cudaStream_t stream) {
   using detail::kOp;
   const TensorRef &x = args.x, &w = args.weight, &y = args.y;
   const detail::RowViews rows = detail::check_rows(x, y, kOp);
-  detail::check_row_weight(w, x, rows.x.cols, kOp);
+  detail::check_row_weight(w, x, y, rows.x.cols, kOp);
   detail::check_eps(args.eps, kOp);
   detail::check_listed_config(args.config, kSoftmaxRmsNormConfigs, kOp);
-  if (rows.x.rows == 0 || rows.x.cols == 0) return;
+  if (validating_only() || rows.x.rows == 0 || rows.x.cols == 0) return;
   const int64_t vec = 16 / dtype_size(x.dtype);
   const bool aligned = detail::rows_aligned({x.data, y.data, w.data}, {&rows.x, &rows.y}, vec);
   // Clusters split one row over several CTAs, one grid block each: the grid must hold them.

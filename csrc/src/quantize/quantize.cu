@@ -76,8 +76,9 @@ void quantize_int8(const QuantizeInt8Args& args, cudaStream_t stream) {
   const RowLayout q_rows = row_layout(q, kOp, "q");
   detail::check_scale_shape(x, "x", scale, kOp);
   const RowLayout scale_rows = row_layout(scale, kOp, "scale");
+  check_outputs({{&q, "q"}, {&scale, "scale"}}, {{&x, "x"}}, kOp);
   // Rows of length 0 still get their scale (0); only no rows at all launches nothing.
-  if (x_rows.rows == 0) return;
+  if (validating_only() || x_rows.rows == 0) return;
 
   const int64_t x_vec = 16 / dtype_size(x.dtype);
   const bool aligned = detail::aligned16(x.data) && detail::aligned16(q.data) &&
@@ -113,7 +114,8 @@ void dequantize_int8(const DequantizeInt8Args& args, cudaStream_t stream) {
   const RowLayout scale_rows = row_layout(scale, kOp, "scale");
   check_same_shape(q, "q", out, "out", kOp);
   const RowLayout out_rows = row_layout(out, kOp, "out");
-  if (q_rows.rows == 0 || q_rows.cols == 0) return;
+  check_outputs({{&out, "out"}}, {{&q, "q"}, {&scale, "scale"}}, kOp);
+  if (validating_only() || q_rows.rows == 0 || q_rows.cols == 0) return;
 
   // A chunk is one 16-byte store of out and a 4- or 8-byte load of q.
   const int64_t out_vec = 16 / dtype_size(out.dtype);

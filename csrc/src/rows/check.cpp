@@ -15,10 +15,12 @@ RowViews check_rows(const TensorRef& x, const TensorRef& y, const char* op) {
   RowViews rows{row_layout(x, op, "x"), {}};
   check_same_shape(x, "x", y, "y", op);
   rows.y = row_layout(y, op, "y");
+  check_outputs({{&y, "y"}}, {{&x, "x"}}, op, "x");  // y may be x: the op in place
   return rows;
 }
 
-void check_row_weight(const TensorRef& w, const TensorRef& x, int64_t cols, const char* op) {
+void check_row_weight(const TensorRef& w, const TensorRef& x, const TensorRef& y, int64_t cols,
+                      const char* op) {
   check_same_device(x, "x", w, "weight", op);
   check_same_dtype(x, "x", w, "weight", op);
   GKS_CHECK(w.ndim == 1 && w.shape[0] == cols, kInvalidArgument)
@@ -26,6 +28,7 @@ void check_row_weight(const TensorRef& w, const TensorRef& x, int64_t cols, cons
       << w.shape_string();
   GKS_CHECK(w.strides[0] == 1 || w.shape[0] <= 1, kInvalidArgument)
       << op << ": argument 'weight' must be contiguous, got stride " << w.strides[0];
+  check_outputs({{&y, "y"}}, {{&w, "weight"}}, op);
 }
 
 void check_eps(float eps, const char* op) {

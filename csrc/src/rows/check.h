@@ -11,14 +11,16 @@
 
 namespace gks::detail {
 
-// The row layouts of a float x [..., N] and of y, x's shape and dtype on x's device.
+// The row layouts of a float x [..., N] and of y, x's shape and dtype on x's device; y holds
+// each element once and shares no memory with x, unless it is exactly x (in place).
 struct RowViews {
   RowLayout x, y;
 };
 RowViews check_rows(const TensorRef& x, const TensorRef& y, const char* op);
 
-// weight: [N] (x's last dim), x's dtype and device, contiguous.
-void check_row_weight(const TensorRef& weight, const TensorRef& x, int64_t cols, const char* op);
+// weight: [N] (x's last dim), x's dtype and device, contiguous, sharing no memory with y.
+void check_row_weight(const TensorRef& weight, const TensorRef& x, const TensorRef& y, int64_t cols,
+                      const char* op);
 
 // eps >= 0.
 void check_eps(float eps, const char* op);

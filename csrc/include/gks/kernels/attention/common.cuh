@@ -143,7 +143,8 @@ __device__ __forceinline__ float softmax_step(S&& s, float& row_max, float& row_
 
 // The end of row `row`: its quad's sums added; lane t == 0 writes its lse where the row
 // exists, ln(sum_j 2^(s_j * scale_log2)) = ln2 * (max * scale_log2 + log2(sum)), or -inf
-// for a row that saw no key. Returns the row's normalizer 1 / sum (0 for such a row).
+// for a row that saw no key (sum 0). Returns the row's normalizer 1 / sum (0 for such a
+// row). A NaN score makes the sum NaN, which is not 0: lse and o are NaN, not "no key".
 __device__ __forceinline__ float finish_row(float row_sum, float row_max, int row, int t,
                                             const FwdParams& p, float* lse) {
   float sum = row_sum;
@@ -151,9 +152,9 @@ __device__ __forceinline__ float finish_row(float row_sum, float row_max, int ro
   sum += __shfl_xor_sync(0xffffffffu, sum, 2);
   if (t == 0 && row < p.seqlen_q) {
     lse[int64_t(row) * p.lse_row] =
-        sum > 0.f ? (row_max * p.scale_log2 + __log2f(sum)) * 0.69314718055994531f : -INFINITY;
+        sum != 0.f ? (row_max * p.scale_log2 + __log2f(sum)) * 0.69314718055994531f : -INFINITY;
   }
-  return sum > 0.f ? 1.f / sum : 0.f;
+  return sum != 0.f ? 1.f / sum : 0.f;
 }
 
 }  // namespace gks::kernels::attention
