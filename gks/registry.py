@@ -167,9 +167,15 @@ class OpSpec:
     example_shape: tuple[int, ...] = ()
     # The bad calls every backend must refuse alike (BadInput).
     bad_inputs: tuple[BadInput, ...] = ()
-    # Calls the op's gks.cuda `_out` entry point: (gks.cuda, inputs, outputs), the outputs a
-    # tuple shaped like the reference's result.
-    cuda_out: Callable[[Any, dict[str, Any], tuple], None] | None = None
+    # Calls the op's gks.cuda `_out` entry point: (gks.cuda, inputs, outputs, **kw), the
+    # outputs a tuple shaped like the reference's result; kw passes `config` on to a tunable
+    # op's entry point.
+    cuda_out: Callable[..., None] | None = None
+    # The names of those outputs (the `_out` entry point's arguments), and the in-place forms
+    # it documents: output name -> the input it may be exactly (the same view). Any other
+    # output that repeats an element or shares memory with an argument is refused.
+    outputs: tuple[str, ...] = ()
+    in_place: Mapping[str, str] = dataclasses.field(default_factory=dict)
     # Shape dims the autotuner's shape bucket keeps exact instead of rounding them up to a
     # power of two: flags, and dims that pick another kernel.
     bucket_exact: tuple[str, ...] = ()

@@ -8,25 +8,28 @@ import torch
 
 from gks import cuda
 from gks._torch_ops._eager import gks_op
+from gks._torch_ops._fake import validate
 from gks.runtime.dims import attention_dims
 from gks.runtime.tables import resolve_config
 
 __all__ = ["flash_attention_fwd"]
 
 
-def _aligned16(t: torch.Tensor) -> bool:
+def _aligned16(t: torch.Tensor, fake: bool) -> bool:
     """The kernel copies 16-byte chunks: the data pointer and the batch, head and sequence
-    strides must be 16-byte multiples."""
+    strides must be 16-byte multiples. A fake tensor has no data pointer: its storage offset
+    stands in (allocations are 16-byte aligned)."""
     elems = 16 // t.element_size()
-    return t.data_ptr() % 16 == 0 and all(
+    address = t.storage_offset() * t.element_size() if fake else t.data_ptr()
+    return address % 16 == 0 and all(
         s % elems == 0 or n <= 1 for n, s in zip(t.shape[:3], t.stride()[:3])
     )
 
 
-def _kernel_input(t: torch.Tensor) -> torch.Tensor:
+def _kernel_input(t: torch.Tensor, fake: bool = False) -> torch.Tensor:
     # A view whose rows do not start on 16-byte boundaries (a slice at an odd offset, a
     # stride that is not a multiple of 8) is copied; every other layout is used in place.
-    if t.dim() == 4 and t.numel() > 0 and t.stride(-1) == 1 and not _aligned16(t):
+    if t.dim() == 4 and t.numel() > 0 and t.stride(-1) == 1 and not _aligned16(t, fake):
         return t.clone(memory_format=torch.contiguous_format)
     return t
 
@@ -69,4 +72,7 @@ flash_attention_fwd = gks_op("flash_attention_fwd", _flash_attention_fwd)
 def _(q, k, v, causal=False, softmax_scale=None, config=-1):
     o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
+    # What the op copies (a view whose rows are not 16-byte aligned) arrives aligned.
+    q, k, v = (_kernel_input(t, fake=True) for t in (q, k, v))
+    validate(cuda.flash_attention_fwd_out, q, k, v, o, lse, causal, softmax_scale, config)
     return o, lse

@@ -8,6 +8,7 @@ import torch
 
 from gks import cuda
 from gks._torch_ops._eager import gks_op
+from gks._torch_ops._fake import validate
 from gks._torch_ops._eager import native_allocates
 from gks.runtime.dims import gemm_dims
 from gks.runtime.tables import resolve_config
@@ -36,7 +37,10 @@ sgemm = gks_op("sgemm", _sgemm)
 
 @sgemm.op.register_fake
 def _(a: torch.Tensor, b: torch.Tensor, config: int = -1) -> torch.Tensor:
-    return torch.empty((a.shape[0], b.shape[1]), dtype=torch.float32, device=a.device)
+    m, n, _k = gemm_dims("gks.sgemm", a, b)
+    c = torch.empty((m, n), dtype=torch.float32, device=a.device)
+    validate(cuda.sgemm_out, a, b, c, config)
+    return c
 
 
 def _wmma_out_dtype(a: torch.Tensor, out_dtype: torch.dtype) -> torch.dtype:
@@ -69,7 +73,10 @@ wmma_gemm = gks_op("wmma_gemm", _wmma_gemm)
 
 @wmma_gemm.op.register_fake
 def _(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype = torch.float32, config: int = -1):
-    return torch.empty((a.shape[0], b.shape[1]), dtype=_wmma_out_dtype(a, out_dtype), device=a.device)
+    m, n, _k = gemm_dims("gks.wmma_gemm", a, b)
+    c = torch.empty((m, n), dtype=_wmma_out_dtype(a, out_dtype), device=a.device)
+    validate(cuda.wmma_gemm_out, a, b, c, config)
+    return c
 
 
 _INT8_OUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -138,7 +145,10 @@ int8_gemm = gks_op("int8_gemm", _int8_gemm)
 
 @int8_gemm.op.register_fake
 def _(a_q, b_q, a_scale, b_scale, out_dtype: torch.dtype = torch.float16, config: int = -1):
-    return torch.empty((a_q.shape[0], b_q.shape[1]), dtype=_int8_out_dtype(out_dtype), device=a_q.device)
+    m, n, _k = gemm_dims("gks.int8_gemm", a_q, b_q, "a_q", "b_q")
+    c = torch.empty((m, n), dtype=_int8_out_dtype(out_dtype), device=a_q.device)
+    validate(cuda.int8_gemm_out, a_q, b_q, a_scale, b_scale, c, config)
+    return c
 
 
 def _gemm_out_dtype(a: torch.Tensor, out_dtype: torch.dtype | None) -> torch.dtype:
@@ -184,4 +194,7 @@ gemm = gks_op("gemm", _gemm)
 
 @gemm.op.register_fake
 def _(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None, config: int = -1):
-    return torch.empty((a.shape[0], b.shape[1]), dtype=_gemm_out_dtype(a, out_dtype), device=a.device)
+    m, n, _k = gemm_dims("gks.gemm", a, b)
+    c = torch.empty((m, n), dtype=_gemm_out_dtype(a, out_dtype), device=a.device)
+    validate(cuda.gemm_out, a, b, c, config)
+    return c

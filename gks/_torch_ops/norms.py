@@ -8,6 +8,7 @@ import torch
 
 from gks import cuda
 from gks._torch_ops._eager import gks_op
+from gks._torch_ops._fake import validate
 from gks.runtime.dims import row_dims
 from gks.runtime.tables import resolve_config
 
@@ -32,7 +33,9 @@ rmsnorm = gks_op("rmsnorm", _rmsnorm)
 
 @rmsnorm.op.register_fake
 def _(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, config: int = -1) -> torch.Tensor:
-    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    validate(cuda.rmsnorm_out, x, weight, y, eps, config)
+    return y
 
 
 def _softmax_rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, config: int = -1) -> torch.Tensor:
@@ -52,4 +55,6 @@ softmax_rmsnorm = gks_op("softmax_rmsnorm", _softmax_rmsnorm)
 
 @softmax_rmsnorm.op.register_fake
 def _(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, config: int = -1) -> torch.Tensor:
-    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    validate(cuda.softmax_rmsnorm_out, x, weight, y, eps, config)
+    return y

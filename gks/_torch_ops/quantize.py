@@ -9,6 +9,7 @@ import torch
 
 from gks import cuda
 from gks._torch_ops._eager import gks_op
+from gks._torch_ops._fake import validate
 
 __all__ = ["quantize_int8", "dequantize_int8"]
 
@@ -39,7 +40,9 @@ quantize_int8 = gks_op("quantize_int8", _quantize_int8)
 @quantize_int8.op.register_fake
 def _(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     q = torch.empty(x.shape, dtype=torch.int8, device=x.device)
-    return q, torch.empty(_scale_shape(x), dtype=torch.float32, device=x.device)
+    scale = torch.empty(_scale_shape(x), dtype=torch.float32, device=x.device)
+    validate(cuda.quantize_int8_out, x, q, scale)
+    return q, scale
 
 
 def _check_dtype(dtype: torch.dtype) -> None:
@@ -69,4 +72,6 @@ dequantize_int8 = gks_op("dequantize_int8", _dequantize_int8)
 @dequantize_int8.op.register_fake
 def _(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.float16) -> torch.Tensor:
     _check_dtype(dtype)
-    return torch.empty(q.shape, dtype=dtype, device=q.device)
+    out = torch.empty(q.shape, dtype=dtype, device=q.device)
+    validate(cuda.dequantize_int8_out, q, scale, out)
+    return out

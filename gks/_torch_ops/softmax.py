@@ -8,6 +8,7 @@ import torch
 
 from gks import cuda
 from gks._torch_ops._eager import gks_op
+from gks._torch_ops._fake import validate
 from gks.runtime.dims import row_dims
 from gks.runtime.tables import resolve_config
 
@@ -32,4 +33,6 @@ softmax = gks_op("softmax", _softmax)
 
 @softmax.op.register_fake
 def _(x: torch.Tensor, config: int = -1) -> torch.Tensor:
-    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    validate(cuda.softmax_out, x, y, config)
+    return y

@@ -9,6 +9,10 @@ on the caller's current stream: PyTorch's current stream for torch tensors; for 
 frameworks, the stream set with ``tvm_ffi.use_raw_stream(device, stream_handle)``, else
 the default stream. PyTorch users want :func:`gks.rmsnorm` instead.
 
+An output must hold each of its elements once (no stride-0, expanded view) and share no
+memory with another argument; the row ops (softmax, rmsnorm, softmax_rmsnorm) take y that is
+exactly x, and run in place. Anything else that overlaps is refused, naming both arguments.
+
 Example (CuPy)::
 
     import cupy, tvm_ffi, gks.cuda

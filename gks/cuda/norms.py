@@ -9,7 +9,8 @@ __all__ = ["rmsnorm_out", "softmax_rmsnorm_out"]
 
 
 def rmsnorm_out(x, weight, y, eps: float = 1e-6, config: int = -1) -> None:
-    """y = rmsnorm(x, weight, eps), written into y (same shape and dtype as x).
+    """y = rmsnorm(x, weight, eps), written into y (same shape and dtype as x; y may be x
+    itself, in place, and may share no memory with x or weight otherwise).
 
     config: -1 picks the kernel shape by heuristic, else an index into the library's table
     (gks.registry.get("rmsnorm").configs; csrc/include/gks/norms.h says what each is)."""
@@ -18,7 +19,8 @@ def rmsnorm_out(x, weight, y, eps: float = 1e-6, config: int = -1) -> None:
 
 def softmax_rmsnorm_out(x, weight, y, eps: float = 1e-6, config: int = -1) -> None:
     """y = softmax(rmsnorm(x, weight, eps)) over the last dim, in one kernel, written into y
-    (same shape and dtype as x). config: -1 picks the kernel shape by heuristic, else an
+    (same shape and dtype as x; y may be x itself, in place). config: -1 picks the kernel
+    shape by heuristic, else an
     index into the library's table (gks.registry.get("softmax_rmsnorm").configs: softmax's,
     then "cluster", long 16-byte aligned rows split over a thread block cluster on sm_90, and
     "staged", persistent blocks that fetch their next row into shared memory while they work

@@ -9,7 +9,8 @@ __all__ = ["softmax_out"]
 
 
 def softmax_out(x, y, config: int = -1) -> None:
-    """y = softmax(x) over the last dim, written into y (same shape and dtype as x).
+    """y = softmax(x) over the last dim, written into y (same shape and dtype as x;
+    y may be x itself, in place, and may share no memory with x otherwise).
 
     config: -1 picks the kernel shape by heuristic, else an index into the library's table
     (gks.registry.get("softmax").configs: "registers" holds rows in registers where they

@@ -66,7 +66,8 @@ def _fwd_kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, *, scale_log2, causal, bloc
         jnp.zeros((block_q,), jnp.float32),
     )
     acc, m_i, l_i = jax.lax.fori_loop(0, upper, body, init)
-    seen = l_i > 0.0
+    # A row that saw no key has sum 0; a NaN score makes it NaN, which must stay NaN.
+    seen = l_i != 0.0
     safe_l = jnp.where(seen, l_i, 1.0)
     o_ref[...] = jnp.where(seen[:, None], acc / safe_l[:, None], 0.0).astype(o_ref.dtype)
     lse_ref[...] = jnp.where(seen, (m_i + jnp.log2(safe_l)) * LN2, -jnp.inf)

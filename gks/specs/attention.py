@@ -388,8 +388,9 @@ FLASH_ATTENTION_FWD = register(
         check=check,
         example_shape=(1, 2, 1, 37, 53, 32, 1),
         bad_inputs=_attention_bad_inputs(),
-        cuda_out=lambda cuda, i, o: cuda.flash_attention_fwd_out(i["q"], i["k"], i["v"], o[0], o[1], i["causal"],
-                                                                 i["softmax_scale"]),
+        cuda_out=lambda cuda, i, o, **kw: cuda.flash_attention_fwd_out(
+            i["q"], i["k"], i["v"], o[0], o[1], i["causal"], i["softmax_scale"], **kw),
+        outputs=("o", "lse"),
         sass_kernels=(r"attention::flash_attention_fwd(_wgmma)?_kernel<",),
     )
 )

@@ -221,7 +221,8 @@ SGEMM = register(
             BadInput("a-3d", lambda t, d: {"a": t.randn(2, 4, 6, device=d), "b": t.randn(6, 5, device=d)},
                      ValueError, "argument 'a' must be a 2-D matrix"),
         ),
-        cuda_out=lambda cuda, i, o: cuda.sgemm_out(i["a"], i["b"], o[0]),
+        cuda_out=lambda cuda, i, o, **kw: cuda.sgemm_out(i["a"], i["b"], o[0], **kw),
+        outputs=("c",),
         sass_kernels=(r"gemm::sgemm_kernel<",),
     )
 )
@@ -282,7 +283,8 @@ WMMA_GEMM = register(
             BadInput("b-inner-dim", lambda t, d: {"a": t.randn(4, 6, device=d).half(), "b": t.randn(7, 5, device=d).half()},
                      ValueError, "argument 'b' must have shape [K, N] with K = 6"),
         ),
-        cuda_out=lambda cuda, i, o: cuda.wmma_gemm_out(i["a"], i["b"], o[0]),
+        cuda_out=lambda cuda, i, o, **kw: cuda.wmma_gemm_out(i["a"], i["b"], o[0], **kw),
+        outputs=("c",),
         sass_kernels=(r"gemm::wmma_gemm_kernel<",),
     )
 )
@@ -390,7 +392,9 @@ INT8_GEMM = register(
             BadInput("a_scale-on-cpu", lambda t, d: _int8_args(t, d, a_scale=t.ones(4, 1)), ValueError,
                      "argument 'a_scale' must be on the device of 'a_q'", gpu=True),
         ),
-        cuda_out=lambda cuda, i, o: cuda.int8_gemm_out(i["a_q"], i["b_q"], i["a_scale"], i["b_scale"], o[0]),
+        cuda_out=lambda cuda, i, o, **kw: cuda.int8_gemm_out(i["a_q"], i["b_q"], i["a_scale"], i["b_scale"],
+                                                             o[0], **kw),
+        outputs=("c",),
         sass_kernels=(
             r"gemm::int8_gemm_kernel<",
             r"sm90::gemm_kernel<gks::kernels::gemm::sm90::Mainloop<gks::kernels::gemm::sm90::Int8Operands",
@@ -471,7 +475,8 @@ GEMM = register(
             BadInput("b-transposed", lambda t, d: {"a": t.randn(4, 8, device=d).half(), "b": t.randn(3, 8, device=d).half().t()},
                      ValueError, "argument 'b' must be row-major"),
         ),
-        cuda_out=lambda cuda, i, o: cuda.gemm_out(i["a"], i["b"], o[0]),
+        cuda_out=lambda cuda, i, o, **kw: cuda.gemm_out(i["a"], i["b"], o[0], **kw),
+        outputs=("c",),
         sass_kernels=(
             r"sm90::gemm_kernel<gks::kernels::gemm::sm90::Mainloop<gks::kernels::gemm::sm90::HalfOperands<",
             r"sm90::split_k_reduce_kernel<gks::kernels::gemm::sm90::HalfOperands<",

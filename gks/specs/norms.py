@@ -137,7 +137,9 @@ RMSNORM = register(
         peers=(Peer("F.rms_norm", _torch_rms_norm), reference_peer("rmsnorm", compiled=True)),
         example_shape=(33, 1000),
         bad_inputs=_rmsnorm_bad_inputs("rmsnorm"),
-        cuda_out=lambda cuda, i, o: cuda.rmsnorm_out(i["x"], i["weight"], o[0], i["eps"]),
+        cuda_out=lambda cuda, i, o, **kw: cuda.rmsnorm_out(i["x"], i["weight"], o[0], i["eps"], **kw),
+        outputs=("y",),
+        in_place={"y": "x"},
         sass_kernels=(r"rows::\w+_kernel<gks::kernels::rows::RmsNormRow<",),
     )
 )
@@ -187,7 +189,9 @@ SOFTMAX_RMSNORM = register(
         peers=(Peer("F.rms_norm+torch.softmax", _torch_two_step), reference_peer("softmax_rmsnorm", compiled=True)),
         example_shape=(3, 1000),
         bad_inputs=_rmsnorm_bad_inputs("softmax_rmsnorm"),
-        cuda_out=lambda cuda, i, o: cuda.softmax_rmsnorm_out(i["x"], i["weight"], o[0], i["eps"]),
+        cuda_out=lambda cuda, i, o, **kw: cuda.softmax_rmsnorm_out(i["x"], i["weight"], o[0], i["eps"], **kw),
+        outputs=("y",),
+        in_place={"y": "x"},
         sass_kernels=(
             r"rows::\w+_kernel<gks::kernels::rows::SoftmaxRmsNormRow<",
             r"rows::softmax_rmsnorm_staged_kernel<",

@@ -175,6 +175,7 @@ QUANTIZE_INT8 = register(
                      "argument 'x' must be contiguous in its last dim", jax=False),
         ),
         cuda_out=lambda cuda, i, o: cuda.quantize_int8_out(i["x"], o[0], o[1]),
+        outputs=("q", "scale"),
         sass_kernels=(r"rows::\w+_kernel<gks::kernels::rows::QuantizeRow<",),
     )
 )
@@ -263,6 +264,7 @@ DEQUANTIZE_INT8 = register(
                      ValueError, "argument 'q' must be contiguous in its last dim", jax=False),
         ),
         cuda_out=lambda cuda, i, o: cuda.dequantize_int8_out(i["q"], i["scale"], o[0]),
+        outputs=("out",),
         sass_kernels=(r"rows::\w+_kernel<gks::kernels::rows::DequantizeRow<",),
     )
 )

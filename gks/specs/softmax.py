@@ -92,7 +92,9 @@ SOFTMAX = register(
                      "argument 'x' must be float32, float16 or bfloat16", jax=False),
             BadInput("x-scalar", lambda t, d: {"x": t.tensor(1.0, device=d)}, ValueError, "argument 'x'"),
         ),
-        cuda_out=lambda cuda, i, o: cuda.softmax_out(i["x"], o[0]),
+        cuda_out=lambda cuda, i, o, **kw: cuda.softmax_out(i["x"], o[0], **kw),
+        outputs=("y",),
+        in_place={"y": "x"},
         sass_kernels=(r"rows::\w+_kernel<gks::kernels::rows::SoftmaxRow<",),
     )
 )

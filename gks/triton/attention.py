@@ -137,17 +137,21 @@ def _flash_attention_fwd_kernel(
     else:
         hi = seqlen_k
     # The pointers advance one tile per pass (64-bit pointer arithmetic, no start * stride
-    # products).
+    # products); the step itself is 64-bit, as BLOCK_N times a sequence stride of a KV-cache
+    # view passes 2^31 elements.
+    k_step = BLOCK_N * tl.cast(k_sn, tl.int64)  # a stride of 1 arrives as a plain int
+    v_step = BLOCK_N * tl.cast(v_sn, tl.int64)
     for start_n in tl.range(0, hi, BLOCK_N):
         acc, m_i, l_i = _online_softmax_step(
             acc, m_i, l_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, d_mask,
             seqlen_k, diag_offset, scale_log2, start_m * BLOCK_M, BLOCK_N=BLOCK_N, BOUNDS=BOUNDS,
             CAUSAL=CAUSAL, EVEN_D=EVEN_D, UPCAST=UPCAST,
         )
-        k_ptrs += BLOCK_N * k_sn
-        v_ptrs += BLOCK_N * v_sn
+        k_ptrs += k_step
+        v_ptrs += v_step
 
-    seen = l_i > 0.0
+    # A row that saw no key has sum 0; a NaN score makes it NaN, which must stay NaN.
+    seen = l_i != 0.0
     inv_l = tl.where(seen, 1.0 / tl.where(seen, l_i, 1.0), 0.0)
     o = acc * inv_l[:, None]
     # lse = ln(sum_j 2^(s_j)) with s in log2 units = ln2 * (max + log2(sum)).

@@ -76,3 +76,40 @@ def test_a_config_past_int32_is_refused_not_wrapped(spec, backend, config):
     inputs = spec.make_inputs(spec.example_shape, spec.dtypes[-1], device, 0)
     with pytest.raises(ValueError, match="argument 'config' must be -1"):
         backend.load()(**inputs, config=config)
+
+
+def _fake_cases():
+    for spec in registry.ops():
+        if spec.has_backend("cuda"):
+            for bad in spec.bad_inputs:
+                yield pytest.param(spec, bad, id=f"{spec.name}-{bad.id}")
+
+
+@pytest.mark.skipif(not HAS_NATIVE, reason="the fake kernels run the library's checks: needs the built library")
+@pytest.mark.parametrize("spec,bad", list(_fake_cases()))
+def test_the_fake_kernel_refuses_it_as_the_op_does(spec, bad):
+    """torch.compile traces an op with FakeTensors: its fake kernel refuses what the CUDA op
+    refuses, with the same error, so a compiled model fails where the mistake is. No GPU
+    needed: the library checks the FakeTensors' metadata (gks._torch_ops._fake)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        inputs = bad.make(torch, "cuda")
+        with pytest.raises(bad.error) as info:
+            spec.public("cuda").op(**inputs)
+    assert bad.message in str(info.value), str(info.value)
+
+
+@pytest.mark.skipif(not HAS_NATIVE, reason="the fake kernels run the library's checks: needs the built library")
+@pytest.mark.parametrize("spec", [s for s in registry.ops() if s.has_backend("cuda")], ids=lambda s: s.name)
+@pytest.mark.parametrize("shape_of", ["example", "first-test-shape"])
+def test_the_fake_kernel_takes_good_inputs_and_shapes_the_output(spec, shape_of):
+    shape = spec.example_shape if shape_of == "example" else spec.test_shapes[0]
+    # Real inputs made on this machine, then described by metadata alone (meta tensors,
+    # which the fake kernel stands in for the CUDA ones).
+    inputs = {k: (v.to("meta") if isinstance(v, torch.Tensor) else v)
+              for k, v in spec.make_inputs(shape, spec.dtypes[-1], DEVICE, 0).items()}
+    out = spec.public("cuda").op(**inputs)
+    ref = spec.reference(**inputs)
+    outs, refs = (out, ref) if isinstance(ref, tuple) else ((out,), (ref,))
+    assert [(tuple(o.shape), o.dtype) for o in outs] == [(tuple(r.shape), r.dtype) for r in refs]
