@@ -1,23 +1,25 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # The GPU-machine check: build gks, run the C++ and Python test suites, run the CUDA ops
-# under compute-sanitizer (memcheck), run the benchmark with its peers, and print a short
-# summary table last. Logs and JSON go to OUTDIR.
+# under compute-sanitizer (memcheck, racecheck, synccheck), run the benchmark with its
+# peers, and print a short summary table last. Logs and JSON go to OUTDIR.
 #
 #   scripts/gpu_check.sh OUTDIR [bench args...]     (default bench args: --all --with-references)
 #
 # Environment: GKS_CUDA_ARCHS (default 90a here, for build time; CI builds 80;90a),
 # GKS_CHECK_STEPS (default "build ctest example pytest sanitize bench"; also available:
-# pyexample (examples/python/transformer_block.py), ceilings (gks roofline --measure),
-# autotune (every tunable kernel, see GKS_AUTOTUNE below),
-# profile (gks profile under ncu, GKS_PROFILE_ARGS)), GKS_FAMILIES (build only these kernel
-# families, e.g. "norms;softmax"), GKS_PYTEST_ARGS (default "tests"), GKS_SANITIZE_ARGS (arguments
-# of scripts/sanitize_cases.py), GKS_STEP_TIMEOUT (seconds any one step may run, default
-# 3600: a step past it is stopped so the later steps and the summary still run),
-# GKS_BENCH_EACH (e.g. "sgemm gemm": the bench step runs once per op listed, each with the
-# bench args, its own time limit, log bench-OP.log and JSON bench-OP.json), GKS_AUTOTUNE
-# (the "autotune" step's BACKEND:KERNEL list, default every tunable kernel; the cache goes to
-# OUTDIR/autotune.json, which is what gks/runtime/tuned/nvidia-h200.json is made of).
+# sanitize-suite (the pytest suite under memcheck, GKS_SANITIZE_PYTEST_ARGS), pyexample
+# (examples/python/transformer_block.py), ceilings (gks roofline --measure), autotune (every
+# tunable kernel, see GKS_AUTOTUNE below), profile (gks profile under ncu, GKS_PROFILE_ARGS)),
+# GKS_FAMILIES (build only these kernel families, e.g. "norms;softmax"), GKS_PYTEST_ARGS
+# (default "tests"; with pytest-xdist's -n, add --dist loadgroup so the large-memory cases
+# share one worker), GKS_SANITIZE_ARGS (arguments of scripts/sanitize_cases.py),
+# GKS_STEP_TIMEOUT (seconds any one step may run, default 3600: a step past it is stopped so
+# the later steps and the summary still run), GKS_BENCH_EACH (e.g. "sgemm gemm": the bench
+# step runs once per op listed, each with the bench args, its own time limit, log
+# bench-OP.log and JSON bench-OP.json), GKS_AUTOTUNE (the "autotune" step's BACKEND:KERNEL
+# list, default every tunable kernel; the cache goes to OUTDIR/autotune.json, which is what
+# gks/runtime/tuned/nvidia-h200.json is made of).
 # Wheels in .whl/ (e.g. apache-tvm-ffi, absent from the GPU image) are installed first.
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_check.sh OUTDIR [bench args...]}
@@ -63,7 +65,17 @@ run_step build bash -c "cmake -S . -B '$BUILD' -G Ninja -DGKS_CUDA_ARCHS='$ARCHS
 run_step ctest ctest --test-dir "$BUILD" --output-on-failure
 run_step example "$BUILD/examples/cpp/rmsnorm_example"
 run_step pytest $PY -m pytest ${GKS_PYTEST_ARGS:-tests} -q -p no:cacheprovider --junitxml="$OUT/pytest.xml"
-run_step sanitize bash -c "compute-sanitizer --tool memcheck --error-exitcode 1 '$BUILD/examples/cpp/rmsnorm_example' && compute-sanitizer --tool memcheck --error-exitcode 1 $PY scripts/sanitize_cases.py ${GKS_SANITIZE_ARGS:-}"
+# compute-sanitizer's memcheck, racecheck (shared-memory hazards) and synccheck (barrier
+# misuse), each over the C++ tests and example and over every CUDA kernel config on the
+# registry's small test shapes (scripts/sanitize_cases.py --each-config).
+SAN="compute-sanitizer --error-exitcode 1 --print-limit 20"
+SAN_CASES="$PY scripts/sanitize_cases.py --each-config ${GKS_SANITIZE_ARGS:-}"
+run_step sanitize bash -c "for tool in memcheck racecheck synccheck; do echo \"== \$tool\"; \
+  $SAN --tool \$tool '$BUILD/examples/cpp/rmsnorm_example' && $SAN --tool \$tool '$BUILD/gks_cpp_tests' \
+  && $SAN --tool \$tool $SAN_CASES || exit 1; done"
+# The Python test suite (or the part GKS_SANITIZE_PYTEST_ARGS names) under memcheck, every
+# process (the pytest-xdist workers too) instrumented.
+run_step sanitize-suite bash -c "$SAN --tool memcheck --target-processes all $PY -m pytest ${GKS_SANITIZE_PYTEST_ARGS:-tests} -q -p no:cacheprovider"
 run_step pyexample $PY examples/python/transformer_block.py
 run_step ceilings $PY -m gks roofline --measure
 # GKS_AUTOTUNE: backend:op pairs to tune (default: every tunable kernel of every backend).

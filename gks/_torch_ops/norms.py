@@ -21,7 +21,9 @@ def _rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, config: i
     x: fp32/fp16/bf16 CUDA tensor, last dim contiguous, any leading strides.
     weight: [N], x's dtype. Runs on the current CUDA stream.
     config: the kernel shape (-1: the tuned table's pick for this shape if any, else the
-    heuristic; see gks.cuda.rmsnorm_out).
+    heuristic; see gks.cuda.rmsnorm_out). The sum of squares is fp32, as in F.rms_norm: exact
+    while sum(x^2) < 3.4e38; a row past that gives 0 (the fp32 formula's result), in every
+    backend.
     """
     y = torch.empty_like(x, memory_format=torch.contiguous_format)
     cuda.rmsnorm_out(x, weight, y, eps, resolve_config("rmsnorm", x, row_dims(x), config))

@@ -2,7 +2,10 @@
 """The norms family: RMSNorm, and softmax(rmsnorm(x) * weight) fused (a norm whose output
 feeds softmax's row kernel: its kernels are softmax's with the norm folded in).
 
-rmsnorm: RMSNorm: y = x / sqrt(mean(x^2, last dim) + eps) * weight.
+rmsnorm: RMSNorm: y = x / sqrt(mean(x^2, last dim) + eps) * weight. Every backend sums the
+squares in fp32, as torch's F.rms_norm does: a row is exact while sum(x^2) < 3.4e38 (float32's
+largest value), and past it the sum is inf and the row gives 0 (NaN where x is inf): the fp32
+formula's answer, tests/contract/test_non_finite.py holds both sides of the line.
 
 softmax_rmsnorm: softmax(rmsnorm(x) * weight) over the last dim, fused: two reductions in one kernel and
 no round trip of the normalized row through memory (it stays fp32, never rounded).

@@ -46,6 +46,30 @@ def interpreter_variant() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1" and not os.environ.get("GKS_DUMP_GPU_PATH")
 
 
+# Bound once (and replaceable by the tests, which simulate a second device on one GPU).
+_current_device = torch.cuda.current_device
+_use_device = torch.cuda.device
+
+
+def on_tensor_device(op):
+    """Runs a Triton op on the device of its first argument, and so on that device's current
+    stream: Triton launches on the current device, which need not be the tensors' (cuda:1
+    tensors with cuda:0 current would fail or run unordered with the caller's work). The
+    switch is made only when the two differ, so the common call pays one device query."""
+
+    @functools.wraps(op)
+    def call(*args, **kwargs):
+        first = args[0] if args else next(iter(kwargs.values()), None)
+        if isinstance(first, torch.Tensor) and first.is_cuda:
+            index = first.get_device()
+            if index != _current_device():
+                with _use_device(index):
+                    return op(*args, **kwargs)
+        return op(*args, **kwargs)
+
+    return call
+
+
 def check_device(t: torch.Tensor, op: str, arg: str) -> None:
     """CUDA tensors, or CPU tensors under Triton's interpreter."""
     import os

@@ -18,7 +18,13 @@ import triton
 import triton.language as tl
 
 from gks.specs.attention import check_attention_shapes, checked_softmax_scale
-from gks.triton._common import check_device, check_same, interpreter_variant, next_pow2
+from gks.triton._common import (
+    check_device,
+    check_same,
+    interpreter_variant,
+    next_pow2,
+    on_tensor_device,
+)
 
 __all__ = ["flash_attention_fwd", "flash_attention_fwd_config_names"]
 
@@ -220,6 +226,7 @@ def _check_inputs(q, k, v, op):
     check_attention_shapes(op, q.shape, k.shape, v.shape)
 
 
+@on_tensor_device
 def flash_attention_fwd(
     q: torch.Tensor,
     k: torch.Tensor,

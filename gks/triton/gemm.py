@@ -41,7 +41,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from gks.triton._common import check_device, check_same_device
+from gks.triton._common import check_device, check_same_device, on_tensor_device
 
 __all__ = ["sgemm", "wmma_gemm", "int8_gemm", "gemm_config_names", "sgemm_config_names",
            "wmma_gemm_config_names", "int8_gemm_config_names"]
@@ -487,6 +487,7 @@ def run_plan(key: tuple | None, a: torch.Tensor, b: torch.Tensor, a_scale=None, 
 # launches.
 
 
+@on_tensor_device
 def sgemm(a: torch.Tensor, b: torch.Tensor, config: int = -1) -> torch.Tensor:
     """c [M, N] float32 = a [M, K] @ b [K, N] (float32). config: -1 = the autotuned block
     shape if any, else Triton's autotuner; i = gks.triton.gemm_config_names("sgemm")[i]."""
@@ -507,6 +508,7 @@ def sgemm(a: torch.Tensor, b: torch.Tensor, config: int = -1) -> torch.Tensor:
 _HALF = (torch.float16, torch.bfloat16)
 
 
+@on_tensor_device
 def wmma_gemm(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype = torch.float32,
               config: int = -1) -> torch.Tensor:
     """c [M, N] (out_dtype: float32 or a's dtype) = a [M, K] @ b [K, N]. config as in
@@ -550,6 +552,7 @@ def _scale(s: torch.Tensor, like: torch.Tensor, length: int, column: bool, op: s
     return s.reshape(length) if s.dim() == 2 else s
 
 
+@on_tensor_device
 def int8_gemm(a_q: torch.Tensor, b_q: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor,
               out_dtype: torch.dtype = torch.float16, config: int = -1) -> torch.Tensor:
     """c [M, N] = float(a_q [M, K] @ b_q [K, N]) * a_scale [M, 1] * b_scale [1, N]. config as

@@ -21,6 +21,7 @@ from gks.triton._common import (
     check_norm_weight,
     check_same,
     next_pow2,
+    on_tensor_device,
     row_layout,
     row_num_warps,
     row_start,
@@ -79,6 +80,7 @@ def _check_norm_args(x: torch.Tensor, weight: torch.Tensor, eps: float, op: str)
     return xr, check_eps(eps, op)
 
 
+@on_tensor_device
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """RMSNorm over the last dim of x [..., N]; fp32 math, output in x's dtype."""
     op = "gks.triton.rmsnorm"
@@ -99,6 +101,7 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.T
     return y
 
 
+@on_tensor_device
 def softmax_rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """softmax(rmsnorm(x, weight, eps)) over the last dim of x [..., N], one kernel; the
     normalized row stays fp32 (never rounded to x's dtype)."""

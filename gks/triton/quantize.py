@@ -30,6 +30,7 @@ from gks.triton._common import (
     interpreter_variant,
     long_row_max_warps,
     next_pow2,
+    on_tensor_device,
     pairs_launch,
     pairs_pay_off,
     row_layout,
@@ -187,6 +188,7 @@ def _scale_shape(shape) -> tuple[int, ...]:
     return (*shape[:-1], 1)
 
 
+@on_tensor_device
 def quantize_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(q int8, scale fp32 [..., 1]): scale = absmax(row) / 127, q = rint(x / scale)."""
     op = "gks.triton.quantize_int8"
@@ -217,6 +219,7 @@ def quantize_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q, scale
 
 
+@on_tensor_device
 def dequantize_int8(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.float16) -> torch.Tensor:
     """q * scale (fp32 product) in ``dtype``; scale fp32 [..., 1] (q's shape, last dim 1)."""
     op = "gks.triton.dequantize_int8"

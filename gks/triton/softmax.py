@@ -33,6 +33,7 @@ from gks.triton._common import (
     long_row_max_warps,
     neg_inf_pair,
     next_pow2,
+    on_tensor_device,
     pack_pairs,
     pairs_launch,
     pairs_pay_off,
@@ -352,6 +353,7 @@ def _launch(op: str, x: torch.Tensor, xr, weight, eps: float) -> torch.Tensor:
     return y
 
 
+@on_tensor_device
 def softmax(x: torch.Tensor) -> torch.Tensor:
     """Softmax over the last dim of x [..., N]; fp32 math, output in x's dtype."""
     op = "gks.triton.softmax"

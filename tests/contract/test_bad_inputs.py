@@ -113,3 +113,26 @@ def test_the_fake_kernel_takes_good_inputs_and_shapes_the_output(spec, shape_of)
     ref = spec.reference(**inputs)
     outs, refs = (out, ref) if isinstance(ref, tuple) else ((out,), (ref,))
     assert [(tuple(o.shape), o.dtype) for o in outs] == [(tuple(r.shape), r.dtype) for r in refs]
+
+
+def _device_mix_cases():
+    for spec in registry.ops():
+        for backend in spec.backends:
+            if backend.name != "pallas":  # JAX arrays carry their own placement
+                yield pytest.param(spec, backend, id=f"{spec.name}-{backend.name}")
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="mixes the GPU with the host: needs a GPU")
+@pytest.mark.parametrize("spec,backend", list(_device_mix_cases()))
+def test_an_argument_on_another_device_is_refused_naming_it(spec, backend):
+    """Each tensor argument after the first, moved to the host in turn, is refused naming it
+    and the first (issue 34, classes 4 and 8), by every backend alike."""
+    if backend.name == "cuda" and not HAS_NATIVE:
+        pytest.skip("needs the built library")
+    inputs = spec.make_inputs(spec.example_shape, spec.dtypes[-1], "cuda", 0)
+    names = [n for n, v in inputs.items() if isinstance(v, torch.Tensor)]
+    for name in names[1:]:
+        mixed = {**inputs, name: inputs[name].cpu()}
+        with pytest.raises(ValueError, match=rf"argument '{name}' must be on the device of '{names[0]}'"):
+            backend.load()(**mixed)
+            torch.cuda.synchronize()

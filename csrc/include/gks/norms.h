@@ -4,6 +4,9 @@
 //  - softmax_rmsnorm: y = softmax(x / sqrt(mean(x^2) + eps) * weight) in one kernel. The
 //    normalized row stays in fp32 (it is never rounded to x's dtype); only y is rounded.
 //    Non-finite input as for gks::softmax.
+// The sum of squares is fp32 (as in torch's F.rms_norm): a row is normalized exactly while
+// sum(x^2) < 3.4e38 (float32's largest value; elements below about 1.8e19 / sqrt(N)); past
+// that the sum is inf and the row gives 0 (NaN where x is inf), what the fp32 formula gives.
 #pragma once
 
 #include <cuda_runtime_api.h>
