@@ -47,6 +47,19 @@ def check_float(x, op: str, arg: str) -> None:
         raise TypeError(f"{op}: argument '{arg}' must be float32, float16 or bfloat16, got {x.dtype}")
 
 
+def check_int8_offsets(size: int, op: str, arg: str) -> None:
+    """JAX's Pallas Triton lowering indexes an array with 32-bit offsets unless it holds more
+    than 2^32 bytes; for 1-byte elements, offsets from 2^31 to 2^32 elements then wrap (a
+    fault, or a wrong read). An int8 array of that size is refused instead."""
+    if 2**31 <= size <= 2**32:
+        raise ValueError(
+            f"{op}: argument '{arg}' has {size} elements, whose int8 array the Pallas Triton "
+            "lowering would index with 32-bit offsets that wrap past 2^31 (it takes 64-bit "
+            "offsets above 2^32 bytes only); use gks.triton or gks.cuda for int8 arrays of "
+            "2^31 to 2^32 elements"
+        )
+
+
 def next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 

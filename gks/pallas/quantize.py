@@ -30,7 +30,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from gks.pallas._common import check_float, default_interpret, next_pow2, takes_arrays
+from gks.pallas._common import check_float, check_int8_offsets, default_interpret, next_pow2, takes_arrays
 
 __all__ = ["quantize_int8", "dequantize_int8"]
 
@@ -196,6 +196,7 @@ def quantize_int8(x: jax.Array, *, interpret: bool | None = None):
     scale_shape = (*x.shape[:-1], 1)
     if x.size == 0:  # no rows, or rows of length 0 (whose absmax, hence scale, is 0)
         return jnp.zeros(x.shape, jnp.int8), jnp.zeros(scale_shape, jnp.float32)
+    check_int8_offsets(x.size, op, "x")  # q, the int8 output, has x's size
     if interpret is None:
         interpret = default_interpret(x)
     q, scale = _quantize_2d(x.reshape(-1, n), interpret=interpret)
@@ -221,6 +222,7 @@ def dequantize_int8(q: jax.Array, scale: jax.Array, dtype=jnp.float16, *, interp
         )
     if q.size == 0:
         return jnp.zeros(q.shape, dt)
+    check_int8_offsets(q.size, op, "q")
     if interpret is None:
         interpret = default_interpret(q)
     n = q.shape[-1]

@@ -206,11 +206,10 @@ def _config(head_dim: int) -> dict:
 
 
 def _check_inputs(q, k, v, op):
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        check_device(t, op, name)
+    check_device(q, op, "q")
     if q.dtype not in (torch.float16, torch.bfloat16):
         raise TypeError(f"{op}: argument 'q' must be float16 or bfloat16, got {q.dtype}")
-    check_same(q, "q", k, "k", op)
+    check_same(q, "q", k, "k", op)  # the device first: a host k is named as on another device
     check_same(q, "q", v, "v", op)
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dim() != 4:

@@ -57,6 +57,11 @@ def _free():
 def test_rows_past_element_2_31(spec, backend):
     dtype = _dtype(spec)
     inputs = spec.make_inputs((M, N), dtype, "cuda", seed_for(spec.name, "large"))
+    if backend.name == "pallas" and spec.family == "quantize":
+        # JAX's lowering would index the int8 array with 32-bit offsets: refused, saying so.
+        with pytest.raises(ValueError, match="32-bit offsets that wrap past 2\\^31"):
+            backend.load()(**inputs)
+        return
     out = backend.load()(**inputs)
     torch.cuda.synchronize()
     picked = _rows(inputs, PICK)

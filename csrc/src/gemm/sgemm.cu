@@ -63,11 +63,12 @@ void sgemm(const SgemmArgs& args, cudaStream_t stream) {
     GKS_CHECK(t.dtype == DType::kFloat32, kUnsupportedDtype)
         << kOp << ": argument '" << name << "' must be float32, got " << dtype_name(t.dtype);
   };
+  // The device first: a host b or c is named as on another device than a.
   check_f32(args.a, "a");
-  check_f32(args.b, "b");
-  check_f32(args.c, "c");
   check_same_device(args.a, "a", args.b, "b", kOp);
   check_same_device(args.a, "a", args.c, "c", kOp);
+  check_f32(args.b, "b");
+  check_f32(args.c, "c");
   const auto& configs = detail::sgemm_configs();
   const detail::GemmOperands ops = detail::gemm_operands(args.a, "a", args.b, "b", args.c,
                                                          args.config, int(configs.size()), kOp);
