@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The gks command line: `python -m gks {list,bench,test,autotune,roofline,profile} ...`
+"""The gks command line: `python -m gks {list,bench,test,autotune,roofline,profile,serve,bench-suite} ...`
 (also `gks ...`).
 
   list      ops x backends x supported architectures (``--format json``: see FORMAT_JSON)
@@ -8,6 +8,8 @@
   autotune  measure every config of a kernel and store the winners (see gks.profile.autotune)
   roofline  measured ceilings, and a bench JSON placed on the roofline
   profile   one op under Nsight Compute (see gks.profile.ncu)
+  serve     the benchmark server, for a GPU host (see gks.serve)
+  bench-suite  the pre-commit sweep, on a server or --local, against the pinned baseline
 """
 
 from __future__ import annotations
@@ -79,6 +81,23 @@ def _cmd_test(args: argparse.Namespace) -> int:
     return int(pytest.main([str(tests), "-q", *extra, *args.pytest_args]))
 
 
+def _serve_arguments(p: argparse.ArgumentParser) -> None:
+    # gks.serve.app imports FastAPI; its arguments are declared without it, so `gks --help`
+    # works where the server's dependencies are not installed.
+    p.add_argument("--db", type=Path, default=Path("gks-serve.db"), help="the SQLite file (default gks-serve.db)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8470)
+    p.add_argument("--token", help="the clients' bearer token (default: $GKS_SERVE_TOKEN)")
+    p.add_argument("--job-timeout", type=float, default=3600.0, help="seconds a job may run (default 3600)")
+    p.add_argument("--max-queued", type=int, default=1000)
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from gks.serve import app
+
+    return app.run(args)
+
+
 def _cmd_autotune(args: argparse.Namespace) -> int:
     from gks.profile import autotune
 
@@ -113,6 +132,15 @@ def build_parser() -> argparse.ArgumentParser:
     pp = sub.add_parser("profile", help="one op under Nsight Compute", allow_abbrev=False)
     ncu.add_arguments(pp)
     pp.set_defaults(func=lambda a: ncu.run(a))
+    from gks.serve import suite
+
+    sp = sub.add_parser("serve", help="the benchmark server for a GPU host (gks.serve.app)", allow_abbrev=False)
+    _serve_arguments(sp)
+    sp.set_defaults(func=_cmd_serve)
+    sup = sub.add_parser("bench-suite", help="the pre-commit sweep against the pinned baseline",
+                         allow_abbrev=False)
+    suite.add_arguments(sup)
+    sup.set_defaults(func=lambda a: suite.run(a))
     ap = sub.add_parser("autotune", help="tune tile configs (see gks.profile.autotune)", add_help=False)
     ap.add_argument("rest", nargs=argparse.REMAINDER)
     ap.set_defaults(func=_cmd_autotune)
