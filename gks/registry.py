@@ -66,10 +66,14 @@ class Backend:
 
 @dataclasses.dataclass(frozen=True)
 class Peer:
-    """A reference implementation a benchmark compares against (e.g. torch eager)."""
+    """A reference implementation a benchmark compares against (e.g. torch eager). An upstream
+    one names its ``package`` (pinned in reference-dependencies.json, gks.upstream): the tests
+    compare gks's error with its error, and a run that enables it while the pinned version is
+    missing reports it failed, naming the package."""
 
     name: str
     make: Callable[[], Callable[..., Any]]  # builds the callable (may compile lazily)
+    package: str = ""
 
 
 def reference_peer(op: str, *, compiled: bool) -> Peer:

@@ -213,11 +213,17 @@ def bench_op(spec, *, backends, dtypes, shapes, with_references, reps, progress,
                         checks[cv.name] = lambda o: o
                         variants.append(cv)
                         kinds[cv.name] = "gks"
-            if with_references:
-                for peer in spec.peers:
-                    variants.append(Variant(peer.name, peer.make(), sets))
-                    kinds[peer.name] = "peer"
             failed = {}
+            if with_references:
+                from gks import upstream
+
+                for peer in spec.peers:
+                    kinds[peer.name] = "peer"
+                    why = upstream.missing(peer.package) if peer.package else None
+                    if why:  # enabled but not here: reported, never left out silently
+                        failed[peer.name] = f"FAILED: upstream reference {why}"
+                        continue
+                    variants.append(Variant(peer.name, peer.make(), sets))
             for v in list(variants):
                 try:  # compile / first call outside the timing; a failure is reported, not fatal
                     v.fn(**v.input_sets[0])
@@ -447,4 +453,8 @@ def run(args: argparse.Namespace) -> int:
         args.json.write_text(json.dumps(doc, indent=1))
         print(f"wrote {args.json}")
     bad = [r for r in rows if r["kind"] == "gks" and r["checked"] != "ok"]
-    return 1 if bad else 0
+    missing = sorted({r["variant"] for r in rows if "upstream reference" in str(r.get("checked", ""))})
+    if missing:
+        print(f"gks bench: upstream references missing: {', '.join(missing)} (see the rows above)",
+              file=sys.stderr)
+    return 1 if bad or missing else 0

@@ -331,6 +331,43 @@ def _jax_dot_product_attention():
     return run
 
 
+def _fa4():
+    from flash_attn.cute import flash_attn_func
+
+    def run(q, k, v, causal=False, softmax_scale=None):
+        # FlashAttention takes [B, S, H, D]: the harness's [B, H, S, D] tensors as transposed
+        # views (the last dim stays contiguous, no copy).
+        out = flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                              softmax_scale=softmax_scale, causal=bool(causal), return_lse=True)
+        o, lse = out if isinstance(out, tuple) else (out, None)
+        return o.transpose(1, 2), lse
+
+    return run
+
+
+def _fa3_jax():
+    import functools
+
+    import jax
+    import jax.numpy as jnp
+    from flash_attn3_jax import flash_mha
+
+    from gks.pallas._bridge import via_jax
+
+    @functools.partial(jax.jit, static_argnames=("causal", "scale"))
+    def attend(q, k, v, *, causal, scale):
+        # As jax.nn.dot_product_attention's peer: [B, S, H, D] inside the jitted function.
+        out = flash_mha(jnp.swapaxes(q, 1, 2), jnp.swapaxes(k, 1, 2), jnp.swapaxes(v, 1, 2),
+                        softmax_scale=scale, is_causal=causal)
+        return jnp.swapaxes(out, 1, 2)
+
+    def run(q, k, v, causal=False, softmax_scale=None):
+        scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else float(softmax_scale)
+        return via_jax(functools.partial(attend, causal=bool(causal), scale=scale))(q, k, v)
+
+    return run
+
+
 def _bench_shapes():
     shapes = []
     tokens, hidden = 32768, 2048
@@ -396,6 +433,8 @@ FLASH_ATTENTION_FWD = register(
             Peer("sdpa-cudnn", _sdpa("CUDNN_ATTENTION")),
             Peer("sdpa-efficient", _sdpa("EFFICIENT_ATTENTION")),
             Peer("jax.nn.dot_product_attention", _jax_dot_product_attention),
+            Peer("FA4", _fa4, package="flash-attn-4"),
+            Peer("FA3 (JAX)", _fa3_jax, package="flash-attn3-jax"),
         ),
         check=check,
         example_shape=(1, 2, 1, 37, 53, 32, 1),

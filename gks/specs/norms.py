@@ -79,6 +79,19 @@ def _torch_rms_norm():
     return lambda x, weight, eps: F.rms_norm(x, (x.shape[-1],), weight, eps)
 
 
+def _quack_rmsnorm():
+    from quack.rmsnorm import rmsnorm as quack_rmsnorm
+
+    return lambda x, weight, eps: quack_rmsnorm(x, weight, eps=eps)
+
+
+def _liger_rmsnorm():
+    from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+
+    # "gemma" casting: everything in fp32, the output rounded once, as gks computes it.
+    return lambda x, weight, eps: LigerRMSNormFunction.apply(x, weight, eps, 0.0, "gemma", False)
+
+
 def _rmsnorm_bad_inputs(op: str) -> tuple[BadInput, ...]:
     """What rmsnorm and the fused op refuse alike: the weight's dtype, length, rank, stride
     and device, a strided last dim of x, an integer x, a negative or NaN eps, or one that
@@ -137,7 +150,9 @@ RMSNORM = register(
             (4, 8192), (2, 32768), (1, 262144), (0, 64), (3, 0),
         ),
         bench_shapes=((32768, 4096), (8192, 32768), (65536, 1024)),
-        peers=(Peer("F.rms_norm", _torch_rms_norm), reference_peer("rmsnorm", compiled=True)),
+        peers=(Peer("F.rms_norm", _torch_rms_norm), reference_peer("rmsnorm", compiled=True),
+               Peer("QuACK", _quack_rmsnorm, package="quack-kernels"),
+               Peer("Liger", _liger_rmsnorm, package="liger-kernel")),
         example_shape=(33, 1000),
         bad_inputs=_rmsnorm_bad_inputs("rmsnorm"),
         cuda_out=lambda cuda, i, o, **kw: cuda.rmsnorm_out(i["x"], i["weight"], o[0], i["eps"], **kw),

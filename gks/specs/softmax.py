@@ -40,6 +40,18 @@ def make_inputs(shape, dtype, device, seed):
     return {"x": x.to(getattr(torch, dtype))}
 
 
+def _quack_softmax():
+    from quack.softmax import softmax as quack_softmax
+
+    return lambda x: quack_softmax(x)
+
+
+def _liger_softmax():
+    from liger_kernel.ops.softmax import LigerSoftmaxFunction
+
+    return lambda x: LigerSoftmaxFunction.apply(x)
+
+
 def _torch_softmax():
     import torch
 
@@ -81,7 +93,9 @@ SOFTMAX = register(
         ),
         test_shapes=TEST_SHAPES,
         bench_shapes=((32768, 4096), (8192, 32768), (65536, 1024)),
-        peers=(Peer("torch.softmax", _torch_softmax), reference_peer("softmax", compiled=True)),
+        peers=(Peer("torch.softmax", _torch_softmax), reference_peer("softmax", compiled=True),
+               Peer("QuACK", _quack_softmax, package="quack-kernels"),
+               Peer("Liger", _liger_softmax, package="liger-kernel")),
         example_shape=(33, 31),
         bad_inputs=(
             BadInput("x-last-dim-strided", lambda t, d: {"x": t.randn(8, 4, device=d).t()}, ValueError,
