@@ -1,13 +1,14 @@
 # SPDX-License-Identifier: Apache-2.0
 """The HTTP API of the benchmark server (``python -m gks serve``).
 
+  POST /archives     a source archive (.tar.gz of a checkout, the raw body) -> 201 {"archive": sha256}
   POST /jobs         a job (JobRequest as JSON) -> 201 {"id": ...}
   GET  /jobs/{id}    its state, request, result (the bench JSON) and log
   GET  /jobs         the latest jobs (?state=queued|running|done|failed|timeout)
   GET  /health       {"ok": true, "queued": n}
 
 Every request but /health carries ``Authorization: Bearer TOKEN`` (401 otherwise). A body
-larger than max_body bytes gets 413, a request that names no op, backend, dtype or shape the
+larger than max_body bytes (an archive: max_archive) gets 413, a request that names no op, backend, dtype or shape the
 registry knows 422 with the reason, a full queue 429.
 """
 
@@ -26,6 +27,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from gks import registry
+from gks.serve.archives import Archives, BadArchive
 from gks.serve.store import STATES, JobStore
 from gks.serve.worker import CommandExecutor, Worker
 
@@ -42,6 +44,7 @@ class JobRequest(BaseModel):
     with_references: bool = False
     reps: int = Field(default=15, ge=1, le=1000)
     revision: str | None = None
+    archive: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
 
     @field_validator("op")
     @classmethod
@@ -67,6 +70,8 @@ class JobRequest(BaseModel):
 
     @model_validator(mode="after")
     def _of_the_op(self):
+        if self.revision and self.archive:
+            raise ValueError("give a revision or an archive, not both")
         spec = registry.get(self.op)
         for b in self.backends or ():
             if not spec.has_backend(b):
@@ -78,18 +83,20 @@ class JobRequest(BaseModel):
 
 
 def create_app(store: JobStore, worker: Worker | None, token: str, *, max_body: int = 64 * 1024,
-               max_queued: int = 1000) -> FastAPI:
+               max_queued: int = 1000, archives: Archives | None = None,
+               max_archive: int = 32 * 2**20) -> FastAPI:
     app = FastAPI(title="gks benchmark server")
 
     @app.middleware("http")
     async def limit_body(request: Request, call_next):
+        limit = max_archive if request.url.path == "/archives" else max_body
         length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > max_body):
-            return JSONResponse({"detail": f"request body over {max_body} bytes"}, status_code=413)
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            return JSONResponse({"detail": f"request body over {limit} bytes"}, status_code=413)
         if length is None and request.method in ("POST", "PUT"):
             body = await request.body()  # chunked: read, then measure
-            if len(body) > max_body:
-                return JSONResponse({"detail": f"request body over {max_body} bytes"}, status_code=413)
+            if len(body) > limit:
+                return JSONResponse({"detail": f"request body over {limit} bytes"}, status_code=413)
         return await call_next(request)
 
     def authorized(request: Request) -> None:
@@ -101,8 +108,19 @@ def create_app(store: JobStore, worker: Worker | None, token: str, *, max_body: 
     def health():
         return {"ok": True, "queued": len(store.list("queued", limit=1_000_000))}
 
+    @app.post("/archives", status_code=201, dependencies=[Depends(authorized)])
+    async def upload(request: Request):
+        if archives is None:
+            raise HTTPException(status_code=404, detail="this server takes no archives")
+        try:
+            return {"archive": archives.add(await request.body())}
+        except BadArchive as e:
+            raise HTTPException(status_code=422, detail=f"archive: {e}") from None
+
     @app.post("/jobs", status_code=201, dependencies=[Depends(authorized)])
     def submit(job: JobRequest):
+        if job.archive and (archives is None or archives.path(job.archive) is None):
+            raise HTTPException(status_code=422, detail=f"archive {job.archive} was not uploaded (POST /archives)")
         job_id = store.add(job.model_dump(), max_queued)
         if job_id is None:
             raise HTTPException(status_code=429, detail=f"the queue is full ({max_queued} jobs wait)")
@@ -138,10 +156,12 @@ def run(args: argparse.Namespace) -> int:
     if cut:
         print(f"gks serve: {cut} job(s) the previous server left running are marked failed (interrupted)")
     root = Path(__file__).resolve().parent.parent.parent
-    worker = Worker(store, CommandExecutor(root, timeout_s=args.job_timeout))
+    archives = Archives(args.db.with_name(args.db.name + ".archives"))
+    worker = Worker(store, CommandExecutor(root, timeout_s=args.job_timeout, archives=archives))
     worker.start()
     try:
-        uvicorn.run(create_app(store, worker, token, max_queued=args.max_queued), host=args.host, port=args.port)
+        uvicorn.run(create_app(store, worker, token, max_queued=args.max_queued, archives=archives),
+                    host=args.host, port=args.port)
     finally:
         worker.stop()
         store.close()

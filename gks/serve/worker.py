@@ -5,8 +5,9 @@ failed or timeout while the server goes on.
 
 A bench job runs ``python -m gks bench --kernel OP ... --json OUT`` and keeps OUT as its
 result; a test job runs the op's contract tests (``pytest tests/contract -k OP``). A job for
-a git revision runs in a worktree of that revision (its Python code; the CUDA library is the
-server's own build, GKS_LIBRARY)."""
+a git revision runs in a worktree of that revision, one for an uploaded source archive
+(gks.serve.archives) in a folder it is extracted into: their Python code, against the
+server's own CUDA build (GKS_LIBRARY)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from gks.serve.archives import Archives, BadArchive
 from gks.serve.store import JobStore
 
 LOG_LIMIT = 64 * 1024  # the last bytes of a job's output that are kept
@@ -29,8 +31,10 @@ LOG_LIMIT = 64 * 1024  # the last bytes of a job's output that are kept
 class CommandExecutor:
     """Turns a job's request into a command and runs it under a time limit."""
 
-    def __init__(self, root: Path, timeout_s: float = 3600.0, python: str = sys.executable):
+    def __init__(self, root: Path, timeout_s: float = 3600.0, python: str = sys.executable,
+                 archives: Archives | None = None):
         self.root = Path(root)
+        self.archives = archives
         self.timeout_s = timeout_s
         self.python = python
         self._proc: subprocess.Popen | None = None
@@ -61,7 +65,13 @@ class CommandExecutor:
         with tempfile.TemporaryDirectory(prefix="gks-job-") as tmp:
             tmp = Path(tmp)
             cwd = self.root
-            if request.get("revision"):
+            if request.get("archive"):
+                cwd = tmp / "src"
+                try:
+                    self.archives.extract(request["archive"], cwd)
+                except (BadArchive, AttributeError, OSError) as e:
+                    return "failed", None, "", f"archive {request['archive']}: {e}"
+            elif request.get("revision"):
                 cwd = tmp / "src"
                 made = subprocess.run(["git", "-C", str(self.root), "worktree", "add", "--detach", str(cwd),
                                        request["revision"]], capture_output=True, text=True)

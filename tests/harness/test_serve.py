@@ -273,3 +273,60 @@ def test_bench_suite_exits_1_on_a_regression_and_0_within_the_band(tmp_path, run
             s.stop()
         out = capsys.readouterr().out
         assert ("REGRESSED" in out) == (status == 1), out
+
+
+def _tar_gz(files: dict[str, bytes], evil: str | None = None) -> bytes:
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        if evil:
+            info = tarfile.TarInfo(evil)
+            info.type = tarfile.SYMTYPE
+            info.linkname = "/etc/passwd"
+            tar.addfile(info)
+    return buf.getvalue()
+
+
+class CwdExecutor(ScriptExecutor):
+    """Records the job's working folder's marker file instead of the request's shape."""
+
+    def command(self, request, out_json):
+        script = ("import pathlib, sys; open(sys.argv[1], 'a').write(pathlib.Path('MARKER').read_text() + '\\n')")
+        return [sys.executable, "-c", script, str(self.runs)]
+
+
+def test_a_job_runs_in_its_uploaded_archive(tmp_path, runs):
+    from gks.serve.archives import Archives
+
+    archives = Archives(tmp_path / "archives")
+    s = Server(tmp_path / "jobs.db", None, worker=False, archives=archives, max_archive=4096)
+    executor = CwdExecutor(tmp_path, runs)
+    executor.archives = archives
+    s.worker = Worker(s.store, executor, poll_s=0.05)
+    s.worker.start()
+    try:
+        client = suite.Client(s.url, TOKEN)
+        good = _tar_gz({"MARKER": b"from-the-archive"})
+        code, reply = _request(s, "POST", "/archives", raw=good, headers={"Content-Type": "application/gzip"})
+        assert code == 201 and len(reply["archive"]) == 64
+        job_id = client.submit({"op": "softmax", "archive": reply["archive"]})
+        assert _wait(client, [job_id])[0]["state"] == "done"
+        assert runs.read_text().split() == ["from-the-archive"]
+        # Refused: not a tar, a link out of it, too large, unknown, or with a revision too.
+        assert _request(s, "POST", "/archives", raw=b"plain bytes")[0] == 422
+        code, reply = _request(s, "POST", "/archives", raw=_tar_gz({"a": b"x"}, evil="link"))
+        assert code == 422 and "'link' is not a plain file" in reply["detail"]
+        assert _request(s, "POST", "/archives", raw=_tar_gz({"big": bytes(range(256)) * 64}) + b"\0" * 4096)[0] == 413
+        code, reply = _request(s, "POST", "/jobs", {"op": "softmax", "archive": "0" * 64})
+        assert code == 422 and "was not uploaded" in reply["detail"]
+        code, reply = _request(s, "POST", "/jobs", {"op": "softmax", "archive": "0" * 64, "revision": "main"})
+        assert code == 422 and "not both" in json.dumps(reply)
+        assert _request(s, "POST", "/archives", raw=good, token="wrong")[0] == 401
+    finally:
+        s.stop()
