@@ -223,7 +223,10 @@ def bench_op(spec, *, backends, dtypes, shapes, with_references, reps, progress,
                     if why:  # enabled but not here: reported, never left out silently
                         failed[peer.name] = f"FAILED: upstream reference {why}"
                         continue
-                    variants.append(Variant(peer.name, peer.make(), sets))
+                    try:  # an import that fails (a broken install) is that peer's failure alone
+                        variants.append(Variant(peer.name, peer.make(), sets))
+                    except Exception as e:  # noqa: BLE001
+                        failed[peer.name] = f"FAILED to load: {type(e).__name__}: {str(e)[:200]}"
             for v in list(variants):
                 try:  # compile / first call outside the timing; a failure is reported, not fatal
                     v.fn(**v.input_sets[0])
