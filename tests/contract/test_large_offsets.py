@@ -6,7 +6,7 @@
 - the CUDA and Triton row ops on views whose row stride is 2^31 + 64 elements;
 - the CUDA and Triton attention forwards on K/V views whose sequence stride is 2^25 + 64
   elements (a KV-cache view: one tile of 64 keys then spans more than 2^31 elements);
-- the Pallas attention forward with K/V of more than 2^31 elements.
+- the attention forwards with K/V of more than 2^31 elements, and of D = 256 below it.
 
 A kernel that computes such an offset in 32 bits reads the wrong rows (or faults), and the
 comparison fails. The cases run one after another on one pytest-xdist worker (run the
@@ -123,6 +123,20 @@ def test_attention_kv_past_element_2_31(backend):
     sk = 2**23 + 64
     inputs = ATTENTION.make_inputs((1, 1, 1, 64, sk, 256, 0), "float16", "cuda",
                                    seed_for("attention-large"))
+    out = backend.load()(**inputs)
+    torch.cuda.synchronize()
+    check_output(ATTENTION, out, inputs, "float16", f"attention {backend.name} Sk {sk}")
+    del inputs, out
+    _free()
+
+
+@pytest.mark.parametrize("backend", [b for b in ATTENTION.backends if b.name != "pallas"], ids=lambda b: b.name)
+@pytest.mark.parametrize("sk", [2**21, 2**22, 2**23 - 64])
+def test_attention_long_kv_below_element_2_31(backend, sk):
+    """The same 64 queries against K/V of D = 256 just below 2^31 elements and shorter: tells
+    an offset fault at 2^31 (these pass, the case above fails) from an error that grows with
+    the number of keys (these fail too)."""
+    inputs = ATTENTION.make_inputs((1, 1, 1, 64, sk, 256, 0), "float16", "cuda", seed_for("attention-long", sk))
     out = backend.load()(**inputs)
     torch.cuda.synchronize()
     check_output(ATTENTION, out, inputs, "float16", f"attention {backend.name} Sk {sk}")
