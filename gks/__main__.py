@@ -93,8 +93,11 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from gks.serve import app
-
+    try:
+        from gks.serve import app
+    except ImportError as e:
+        print(f"gks serve: needs FastAPI and uvicorn ({e}); pip install -e '.[serve]'", file=sys.stderr)
+        return 2
     return app.run(args)
 
 
