@@ -11,10 +11,18 @@ import numpy as np
 FLOAT_DTYPES = (jnp.float32, jnp.float16, jnp.bfloat16)
 
 
+def device_of(x) -> jax.Device:
+    """The device x lives on. A traced value (inside jax.jit, vmap, grad) has none to ask: its
+    computation runs where jit places it, on the default backend's first device unless the
+    caller says otherwise, so the choice is made from the backend, never from the value."""
+    if isinstance(x, jax.core.Tracer) or not hasattr(x, "devices"):
+        return jax.devices()[0]
+    return next(iter(x.devices()))
+
+
 def default_interpret(x: jax.Array) -> bool:
-    """Interpret mode unless the array lives on a GPU."""
-    devices = getattr(x, "devices", lambda: set())()
-    return not any(d.platform == "gpu" for d in devices)
+    """Interpret mode unless the array lives (or, traced, will run) on a GPU."""
+    return device_of(x).platform != "gpu"
 
 
 def takes_arrays(*names: str):
@@ -69,7 +77,7 @@ def tuned_config(x: jax.Array, kernel: str, dtype: str, shape: tuple[int, ...]) 
     dtype and shape's bucket, else None (gks.runtime.tables.lookup_for, keyed without torch)."""
     from gks.runtime import tables
 
-    device = next(iter(x.devices()))
+    device = device_of(x)
     cc = str(getattr(device, "compute_capability", "?"))
     identity = tables.make_identity(device.device_kind, cc)
     return tables.lookup_for(identity, kernel, dtype, shape)
