@@ -61,3 +61,23 @@ def test_vmap_over_a_batch_gives_each_inputs_result(spec):
         one = op(**{n: (arrays[n] if n in mapped else stacked[n]) for n in names}, **static)
         for a, b in zip(_leaves(one), _leaves(jax.tree_util.tree_map(lambda v: v[i], vmapped)), strict=True):
             np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.filterwarnings("ignore:Some donated buffers were not usable")
+@pytest.mark.parametrize("spec", PALLAS_SPECS, ids=lambda s: s.name)
+def test_donated_and_single_device_sharded_arrays(spec):
+    """Donated inputs (on a CPU, where XLA cannot reuse them, it says so and goes on), and
+    inputs placed with a sharding over a one-device mesh, give the eager result."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    op = getattr(pallas, spec.name)
+    arrays, static = _split(spec, "donate")
+    expected = _leaves(op(**arrays, **static))
+    mesh = Mesh(np.array(jax.devices()[:1]), ("d",))
+    sharded = {k: jax.device_put(v, NamedSharding(mesh, PartitionSpec())) for k, v in arrays.items()}
+    for a, b in zip(expected, _leaves(op(**sharded, **static)), strict=True):
+        np.testing.assert_array_equal(a, b)
+    copies = {k: v.copy() for k, v in arrays.items()}
+    donated = jax.jit(functools.partial(op, **static), donate_argnames=tuple(copies))(**copies)
+    for a, b in zip(expected, _leaves(donated), strict=True):
+        np.testing.assert_array_equal(a, b)
