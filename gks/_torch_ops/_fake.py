@@ -85,10 +85,10 @@ def _concrete(values) -> list[int] | None:
 
 class _MetaView:
     """A DLPack producer describing t at a made-up address (slot << 40, plus its storage
-    offset)."""
+    offset in bytes)."""
 
-    def __init__(self, t: torch.Tensor, slot: int, shape: list[int], strides: list[int]):
-        self.t, self.slot, self.shape, self.strides = t, slot, shape, strides
+    def __init__(self, t: torch.Tensor, slot: int, shape: list[int], strides: list[int], offset: int):
+        self.t, self.slot, self.shape, self.strides, self.offset = t, slot, shape, strides, offset
 
     def __dlpack_device__(self):
         kind = self.t.device.type
@@ -101,7 +101,7 @@ class _MetaView:
         strides = (ctypes.c_int64 * max(ndim, 1))(*self.strides)
         managed = _DLManagedTensor()
         dl = managed.dl_tensor
-        dl.data = (self.slot << 40) + _concrete([t.storage_offset()])[0] * t.element_size()
+        dl.data = (self.slot << 40) + self.offset * t.element_size()
         dl.device = _DLDevice(*self.__dlpack_device__())
         dl.ndim = ndim
         dl.dtype = _DLDataType(code, bits, 1)
@@ -122,10 +122,10 @@ def validate(entry: Callable, *args) -> None:
     described = []
     for slot, a in enumerate(args, start=1):
         if isinstance(a, torch.Tensor):
-            shape, strides = _concrete(a.shape), _concrete(a.stride())
-            if shape is None or strides is None or _concrete([a.storage_offset()]) is None:
+            shape, strides, offset = _concrete(a.shape), _concrete(a.stride()), _concrete([a.storage_offset()])
+            if shape is None or strides is None or offset is None:
                 return
-            a = tvm_ffi.from_dlpack(_MetaView(a, slot, shape, strides))
+            a = tvm_ffi.from_dlpack(_MetaView(a, slot, shape, strides, offset[0]))
         described.append(a)
     module = _native.module()
     module.validate_only(True)

@@ -307,7 +307,10 @@ def _sdpa(backend_name: str):
     return make
 
 
-def _jax_dot_product_attention():
+def _jax_bshd_peer(attend_bshd):
+    """A JAX attention on [B, S, H, D] arrays, attend_bshd(q, k, v, causal=, scale=), as a
+    harness peer: jitted with the layout swaps inside it, called on the harness's
+    [B, H, S, D] torch tensors."""
     import functools
 
     import jax
@@ -317,11 +320,8 @@ def _jax_dot_product_attention():
 
     @functools.partial(jax.jit, static_argnames=("causal", "scale"))
     def attend(q, k, v, *, causal, scale):
-        # jax takes [B, S, H, D]; the harness's tensors are [B, H, S, D].
-        out = jax.nn.dot_product_attention(
-            jnp.swapaxes(q, 1, 2), jnp.swapaxes(k, 1, 2), jnp.swapaxes(v, 1, 2),
-            scale=scale, is_causal=causal,
-        )
+        out = attend_bshd(jnp.swapaxes(q, 1, 2), jnp.swapaxes(k, 1, 2), jnp.swapaxes(v, 1, 2),
+                          causal=causal, scale=scale)
         return jnp.swapaxes(out, 1, 2)
 
     def run(q, k, v, causal=False, softmax_scale=None):
@@ -329,6 +329,13 @@ def _jax_dot_product_attention():
         return via_jax(functools.partial(attend, causal=bool(causal), scale=scale))(q, k, v)
 
     return run
+
+
+def _jax_dot_product_attention():
+    import jax
+
+    return _jax_bshd_peer(lambda q, k, v, *, causal, scale: jax.nn.dot_product_attention(
+        q, k, v, scale=scale, is_causal=causal))
 
 
 def _fa4():
@@ -346,26 +353,10 @@ def _fa4():
 
 
 def _fa3_jax():
-    import functools
-
-    import jax
-    import jax.numpy as jnp
     from flash_attn3_jax import flash_mha
 
-    from gks.pallas._bridge import via_jax
-
-    @functools.partial(jax.jit, static_argnames=("causal", "scale"))
-    def attend(q, k, v, *, causal, scale):
-        # As jax.nn.dot_product_attention's peer: [B, S, H, D] inside the jitted function.
-        out = flash_mha(jnp.swapaxes(q, 1, 2), jnp.swapaxes(k, 1, 2), jnp.swapaxes(v, 1, 2),
-                        softmax_scale=scale, is_causal=causal)
-        return jnp.swapaxes(out, 1, 2)
-
-    def run(q, k, v, causal=False, softmax_scale=None):
-        scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else float(softmax_scale)
-        return via_jax(functools.partial(attend, causal=bool(causal), scale=scale))(q, k, v)
-
-    return run
+    return _jax_bshd_peer(lambda q, k, v, *, causal, scale: flash_mha(
+        q, k, v, softmax_scale=scale, is_causal=causal))
 
 
 def _bench_shapes():

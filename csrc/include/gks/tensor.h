@@ -120,6 +120,10 @@ struct NamedTensor {
   const TensorRef* tensor;
   const char* name;
 };
+// Throws unless output `out` shares no memory with `other` (an input or another output).
+// `in_place` names the input out may be exactly, said in the message.
+void check_apart(const NamedTensor& out, const NamedTensor& other, const char* op,
+                 const char* in_place = nullptr);
 // check_output for each output, then no output may share memory with another output or with
 // an input, except that an output may be exactly the input named `in_place` (the same data,
 // dtype, shape and strides: the in-place form an op documents).

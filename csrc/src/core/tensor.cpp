@@ -309,29 +309,31 @@ void check_output(const TensorRef& out, const char* op, const char* arg) {
   }
 }
 
+void check_apart(const NamedTensor& out, const NamedTensor& other, const char* op,
+                 const char* in_place) {
+  const Sharing s = shares_memory(*out.tensor, *other.tensor);
+  const bool may_alias = in_place != nullptr && std::strcmp(other.name, in_place) == 0;
+  GKS_CHECK(s == Sharing::kNo, kInvalidArgument)
+      << op << ": argument '" << out.name << "' must not share memory with argument '"
+      << other.name << "'"
+      << (may_alias ? std::string(" unless it is exactly '") + in_place + "' (the same data, "
+                          "shape and strides: the op in place)"
+                    : std::string())
+      << (s == Sharing::kUndecided ? " (their layouts interleave too intricately to tell "
+                                     "apart; pass separate tensors)"
+                                   : "");
+}
+
 void check_outputs(std::initializer_list<NamedTensor> outputs,
                    std::initializer_list<NamedTensor> inputs, const char* op,
                    const char* in_place) {
   for (const NamedTensor& o : outputs) check_output(*o.tensor, op, o.name);
-  auto check_pair = [&](const NamedTensor& out, const NamedTensor& other) {
-    const Sharing s = shares_memory(*out.tensor, *other.tensor);
-    const bool may_alias = in_place != nullptr && std::strcmp(other.name, in_place) == 0;
-    GKS_CHECK(s == Sharing::kNo, kInvalidArgument)
-        << op << ": argument '" << out.name << "' must not share memory with argument '"
-        << other.name << "'"
-        << (may_alias ? std::string(" unless it is exactly '") + in_place + "' (the same data, "
-                            "shape and strides: the op in place)"
-                      : std::string())
-        << (s == Sharing::kUndecided ? " (their layouts interleave too intricately to tell "
-                                       "apart; pass separate tensors)"
-                                     : "");
-  };
   for (auto o = outputs.begin(); o != outputs.end(); ++o) {
-    for (auto p = outputs.begin(); p != o; ++p) check_pair(*o, *p);
+    for (auto p = outputs.begin(); p != o; ++p) check_apart(*o, *p, op);
     for (const NamedTensor& in : inputs) {
       const bool exact = in_place != nullptr && std::strcmp(in.name, in_place) == 0 &&
                          same_view(*o->tensor, *in.tensor);
-      if (!exact) check_pair(*o, in);
+      if (!exact) check_apart(*o, in, op, in_place);
     }
   }
 }
