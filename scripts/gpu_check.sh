@@ -14,13 +14,16 @@
 # GKS_FAMILIES (build only these kernel families, e.g. "norms;softmax"), GKS_PYTEST_ARGS
 # (default "tests"; with pytest-xdist's -n, add --dist loadgroup so the large-memory cases
 # share one worker), GKS_SANITIZE_ARGS (arguments of scripts/sanitize_cases.py),
+# GKS_SANITIZE_TOOLS (default "memcheck racecheck synccheck"), GKS_SANITIZE_JOBS (sanitizer
+# processes at once, default 8),
 # GKS_STEP_TIMEOUT (seconds any one step may run, default 3600: a step past it is stopped so
 # the later steps and the summary still run), GKS_BENCH_EACH (e.g. "sgemm gemm": the bench
 # step runs once per op listed, each with the bench args, its own time limit, log
 # bench-OP.log and JSON bench-OP.json), GKS_AUTOTUNE (the "autotune" step's BACKEND:KERNEL
 # list, default every tunable kernel; the cache goes to OUTDIR/autotune.json, which is what
 # gks/runtime/tuned/nvidia-h200.json is made of).
-# Wheels in .whl/ (e.g. apache-tvm-ffi, absent from the GPU image) are installed first.
+# Wheels in .whl/ (apache-tvm-ffi and the server extra, absent from the GPU image; made by
+# scripts/gpu_wheels.sh) are installed first.
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_check.sh OUTDIR [bench args...]}
 shift
@@ -66,13 +69,44 @@ run_step ctest ctest --test-dir "$BUILD" --output-on-failure
 run_step example "$BUILD/examples/cpp/rmsnorm_example"
 run_step pytest $PY -m pytest ${GKS_PYTEST_ARGS:-tests} -q -p no:cacheprovider --junitxml="$OUT/pytest.xml"
 # compute-sanitizer's memcheck, racecheck (shared-memory hazards) and synccheck (barrier
-# misuse), each over the C++ tests and example and over every CUDA kernel config on the
-# registry's small test shapes (scripts/sanitize_cases.py --each-config).
+# misuse), each over the example, the C++ tests and every CUDA kernel config on the
+# registry's small test shapes (scripts/sanitize_cases.py --each-config). GKS_SANITIZE_JOBS
+# processes share the GPU (default 8): the C++ tests in gtest shards and one process per
+# op; each writes OUTDIR/sanitize/TOOL-PART.log, and the step fails if any part does.
 SAN="compute-sanitizer --error-exitcode 1 --print-limit 20"
-SAN_CASES="$PY scripts/sanitize_cases.py --each-config ${GKS_SANITIZE_ARGS:-}"
-run_step sanitize bash -c "for tool in memcheck racecheck synccheck; do echo \"== \$tool\"; \
-  $SAN --tool \$tool '$BUILD/examples/cpp/rmsnorm_example' && $SAN --tool \$tool --require-cuda-init no '$BUILD/gks_cpp_tests' \
-  && $SAN --tool \$tool $SAN_CASES || exit 1; done"
+export SAN OUT BUILD PY SAN_JOBS=${GKS_SANITIZE_JOBS:-8}
+sanitize_part() {  # tool part command...: one part under the tool, logged; a failure leaves a mark
+  local tool=$1 part=$2 t0=$SECONDS; shift 2
+  local log="$OUT/sanitize/$tool-$part.log"
+  "$@" > "$log" 2>&1
+  local rc=$?
+  [ $rc -eq 0 ] || touch "$OUT/sanitize/failed"
+  printf '%-9s %-22s %-7s %5ss  %s\n' "$tool" "$part" "$([ $rc -eq 0 ] && echo ok || echo FAIL:$rc)" \
+    "$((SECONDS - t0))" "$(grep -E 'ERROR SUMMARY|FAILED|Error' "$log" | tail -1 | cut -c1-70)"
+}
+sanitize_all() {  # every tool over every part, SAN_JOBS parts at a time
+  mkdir -p "$OUT/sanitize" && rm -f "$OUT/sanitize/failed"
+  local ops tool i op
+  ops=$($PY -c "from gks import registry; print(*(s.name for s in registry.ops() if 'cuda' in [b.name for b in s.backends]))") || return 1
+  for tool in ${GKS_SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
+    local -a parts=("example $SAN --tool $tool $BUILD/examples/cpp/rmsnorm_example")
+    for i in $(seq 0 $((SAN_JOBS - 1))); do
+      parts+=("cpp$i env GTEST_TOTAL_SHARDS=$SAN_JOBS GTEST_SHARD_INDEX=$i $SAN --tool $tool --require-cuda-init no $BUILD/gks_cpp_tests")
+    done
+    for op in $ops; do
+      parts+=("$op $SAN --tool $tool $PY scripts/sanitize_cases.py --each-config --kernel $op ${GKS_SANITIZE_ARGS:-}")
+    done
+    for part in "${parts[@]}"; do
+      while [ "$(jobs -rp | wc -l)" -ge "$SAN_JOBS" ]; do wait -n; done
+      # shellcheck disable=SC2086  # each part is a word list
+      sanitize_part "$tool" $part &
+    done
+    wait
+  done
+  [ ! -f "$OUT/sanitize/failed" ]
+}
+export -f sanitize_part sanitize_all
+run_step sanitize bash -c sanitize_all
 # The Python test suite (or the part GKS_SANITIZE_PYTEST_ARGS names) under memcheck, every
 # process (the pytest-xdist workers too) instrumented.
 run_step sanitize-suite bash -c "$SAN --tool memcheck --target-processes all $PY -m pytest ${GKS_SANITIZE_PYTEST_ARGS:-tests} -q -p no:cacheprovider"
