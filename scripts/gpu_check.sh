@@ -87,7 +87,7 @@ sanitize_part() {  # tool part command...: one part under the tool, logged; a fa
 sanitize_all() {  # every tool over every part, SAN_JOBS parts at a time
   mkdir -p "$OUT/sanitize" && rm -f "$OUT/sanitize/failed"
   local ops tool i op
-  ops=$($PY -c "from gks import registry; print(*(s.name for s in registry.ops() if 'cuda' in [b.name for b in s.backends]))") || return 1
+  ops=$($PY scripts/sanitize_cases.py --list) || return 1
   for tool in ${GKS_SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
     local -a parts=("example $SAN --tool $tool $BUILD/examples/cpp/rmsnorm_example")
     for i in $(seq 0 $((SAN_JOBS - 1))); do

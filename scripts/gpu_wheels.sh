@@ -4,7 +4,7 @@
 # wheels that scripts/gpu_check.sh installs from .whl/ before it builds: apache-tvm-ffi (the
 # Python module's build and runtime need) with torch's DLPack extension, and the server
 # extra (FastAPI, uvicorn) with every dependency resolved, so that `python -m gks serve`
-# runs there. About 12 MB; carry .whl in the device call.
+# runs there. About 8 MB; carry .whl in the device call.
 #
 #   scripts/gpu_wheels.sh [DIR]      (default .whl, in the project root)
 set -euo pipefail

@@ -42,14 +42,16 @@ def main() -> int:
     p.add_argument("--kernel", action="append")
     p.add_argument("--each-config", action="store_true",
                    help="also run every config of the spec (CUDA config=i) on its own, not only the heuristic's")
+    p.add_argument("--list", action="store_true", help="print the ops it would run (those with a CUDA backend) and exit")
     args = p.parse_args()
-    failures = runs = 0
     specs = [registry.get(k) for k in args.kernel] if args.kernel else registry.ops()
+    specs = [s for s in specs if "cuda" in [b.name for b in s.backends]]
+    if args.list:
+        print(*(s.name for s in specs))
+        return 0
+    failures = runs = 0
     for spec in specs:
-        try:
-            fn = spec.backend("cuda").load()
-        except KeyError:
-            continue
+        fn = spec.backend("cuda").load()
         for dtype in spec.dtypes:
             for shape in spec.test_shapes:
                 if math.prod(shape) > args.max_elements:

@@ -119,10 +119,9 @@ __device__ __forceinline__ void mask_row(S&& s, int n0, int t, int limit) {
 // rescaled and added to. Returns the factor O's row must be rescaled by (1 when the max did
 // not move). In a kMasked pass a row may have seen only masked keys (max -inf): it shifts by
 // 0, so that exp2(-inf - shift) is 0 rather than NaN; unmasked scores are finite.
-// The correction is exp2((old max - new max) * scale_log2), the difference taken first: it is
-// exactly 0 when the max did not move, so the factor is exactly 1. (old * scale_log2 - shift
-// contracts to an fma that leaves the rounding error of shift, a factor 1 +- 1.7e-7 that
-// compounds over every tile: lse off by 0.04 at 2^23 keys.)
+// The correction takes the difference of the maxes first, so it is exactly 1 when the max
+// did not move: old * scale_log2 - shift would contract to an fma that keeps shift's
+// rounding error, a factor 1 +- 1.7e-7 that compounds over the tiles into lse.
 template <bool kMasked, int kNTiles, class S>
 __device__ __forceinline__ float softmax_step(S&& s, float& row_max, float& row_sum,
                                               float scale_log2) {
