@@ -8,7 +8,8 @@
 #
 # Environment: GKS_CUDA_ARCHS (default 90a here, for build time; CI builds 80;90a),
 # GKS_CHECK_STEPS (default "build ctest example pytest sanitize bench"; also available:
-# sanitize-suite (the pytest suite under memcheck, GKS_SANITIZE_PYTEST_ARGS), pyexample
+# sanitize-suite (the pytest suite under memcheck and racecheck, GKS_SANITIZE_PYTEST_ARGS,
+# GKS_SANITIZE_SUITE_TOOLS), pyexample
 # (examples/python/transformer_block.py), ceilings (gks roofline --measure), autotune (every
 # tunable kernel, see GKS_AUTOTUNE below), profile (gks profile under ncu, GKS_PROFILE_ARGS)),
 # GKS_FAMILIES (build only these kernel families, e.g. "norms;softmax"), GKS_PYTEST_ARGS
@@ -107,9 +108,27 @@ sanitize_all() {  # every tool over every part, SAN_JOBS parts at a time
 }
 export -f sanitize_part sanitize_all
 run_step sanitize bash -c sanitize_all
-# The Python test suite (or the part GKS_SANITIZE_PYTEST_ARGS names) under memcheck, every
-# process (the pytest-xdist workers too) instrumented.
-run_step sanitize-suite bash -c "$SAN --tool memcheck --target-processes all $PY -m pytest ${GKS_SANITIZE_PYTEST_ARGS:-tests} -q -p no:cacheprovider"
+# The Python test suite (or the part GKS_SANITIZE_PYTEST_ARGS names) under each of
+# GKS_SANITIZE_SUITE_TOOLS (default memcheck racecheck), the tools side by side, every process
+# (the pytest-xdist workers too) instrumented; each tool's log is OUTDIR/sanitize/TOOL-suite.log.
+# Only gks's own kernels are instrumented (GKS_SANITIZE_SUITE_KERNELS, a compute-sanitizer
+# --kernel-name filter, default kns=gks: the mangled names of the gks:: namespace; empty for
+# every kernel): racecheck of every kernel, torch's references included, is many times slower
+# than memcheck over the same tests.
+sanitize_suite() {
+  mkdir -p "$OUT/sanitize" && rm -f "$OUT/sanitize/failed"
+  local tool filter=()
+  [ -n "${GKS_SANITIZE_SUITE_KERNELS-kns=gks}" ] && filter=(--kernel-name "${GKS_SANITIZE_SUITE_KERNELS-kns=gks}")
+  for tool in ${GKS_SANITIZE_SUITE_TOOLS:-memcheck racecheck}; do
+    # shellcheck disable=SC2086  # the pytest arguments are a word list
+    sanitize_part "$tool" suite $SAN --tool "$tool" --target-processes all "${filter[@]}" \
+      $PY -m pytest ${GKS_SANITIZE_PYTEST_ARGS:-tests} -q -p no:cacheprovider &
+  done
+  wait
+  [ ! -f "$OUT/sanitize/failed" ]
+}
+export -f sanitize_suite
+run_step sanitize-suite bash -c sanitize_suite
 run_step pyexample $PY examples/python/transformer_block.py
 run_step ceilings $PY -m gks roofline --measure
 # GKS_AUTOTUNE: backend:op pairs to tune (default: every tunable kernel of every backend).

@@ -52,10 +52,13 @@ class Client:
         return self._call("GET", f"/jobs/{job_id}")
 
 
-def sweep(ops: list[str] | None = None, with_references: bool = False) -> list[dict[str, Any]]:
-    """One bench job per op: all its backends, dtypes and bench shapes."""
+def sweep(ops: list[str] | None = None, with_references: bool = False,
+          reps: int | None = None) -> list[dict[str, Any]]:
+    """One bench job per op: all its backends, dtypes and bench shapes (`reps` timed
+    repetitions per variant; the bench's default when None)."""
     specs = [registry.get(o) for o in ops] if ops else list(registry.ops())
-    return [{"kind": "bench", "op": s.name, "with_references": with_references} for s in specs]
+    extra = {} if reps is None else {"reps": reps}
+    return [{"kind": "bench", "op": s.name, "with_references": with_references, **extra} for s in specs]
 
 
 def timed_rows(doc: dict[str, Any]) -> dict[tuple, float]:
@@ -119,6 +122,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--token", help="the server's bearer token (default: $GKS_SERVE_TOKEN)")
     p.add_argument("--kernel", action="append", help="only these ops (repeatable; default every op)")
     p.add_argument("--with-references", action="store_true", help="also time the peers")
+    p.add_argument("--reps", type=int, help="timed repetitions per variant (default: the bench's, 15)")
     p.add_argument("--baseline", type=Path, default=DEFAULT_BASELINE)
     p.add_argument("--tolerance", action="append", default=[], metavar="OP=FRACTION",
                    help=f"an op's noise band (default {DEFAULT_TOLERANCE} for every op), e.g. gemm=0.05")
@@ -136,7 +140,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"gks bench-suite: --tolerance {item!r} is not OP=FRACTION", file=sys.stderr)
             return 2
     try:
-        requests = sweep(args.kernel, args.with_references)
+        if args.reps is not None and args.reps < 1:
+            print(f"gks bench-suite: --reps must be >= 1, got {args.reps}", file=sys.stderr)
+            return 2
+        requests = sweep(args.kernel, args.with_references, args.reps)
     except KeyError as e:
         print(f"gks bench-suite: {e.args[0]}", file=sys.stderr)
         return 2

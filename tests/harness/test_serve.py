@@ -260,7 +260,7 @@ def test_bench_suite_exits_1_on_a_regression_and_0_within_the_band(tmp_path, run
         try:
             # The sweep's one job: its scripted result is the row [1, 1] above.
             original = suite.sweep
-            suite.sweep = lambda ops, refs: [_job("1x1")]
+            suite.sweep = lambda ops, refs, reps: [_job("1x1")]
             try:
                 args = ["bench-suite", "--server", s.url, "--token", TOKEN, "--baseline", str(baseline),
                         "--poll", "0.05"]
@@ -273,6 +273,18 @@ def test_bench_suite_exits_1_on_a_regression_and_0_within_the_band(tmp_path, run
             s.stop()
         out = capsys.readouterr().out
         assert ("REGRESSED" in out) == (status == 1), out
+
+
+def test_the_sweep_asks_for_the_reps_given():
+    assert all("reps" not in r for r in suite.sweep(["softmax", "rmsnorm"]))
+    assert [r["reps"] for r in suite.sweep(["softmax"], reps=5)] == [5]
+
+
+def test_bench_suite_refuses_reps_below_1(capsys):
+    from gks.__main__ import main
+
+    assert main(["bench-suite", "--local", "--reps", "0"]) == 2
+    assert "--reps must be >= 1, got 0" in capsys.readouterr().err
 
 
 def _tar_gz(files: dict[str, bytes], evil: str | None = None) -> bytes:
