@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """gks — GPU Kernel Suite.
 
-``gks.<op>`` runs the CUDA backend on torch tensors (a torch custom op). The same ops, with
+``gks.<op>`` runs the CUDA backend on torch tensors (a torch custom op); ``gks.<op>_`` is an
+op's in-place form where it has one (``gks.fused_add_rmsnorm_``). The same ops, with
 the same meaning, are ``gks.triton.<op>`` (torch tensors), ``gks.pallas.<op>`` (JAX arrays)
 and ``gks.reference.<op>`` (plain PyTorch). ``gks.cuda`` holds the framework-neutral
 DLPack entry points and ``gks.registry`` the op specs: the one list of ops, through which
@@ -25,16 +26,18 @@ def __getattr__(name: str) -> Any:
         return importlib.import_module(f"gks.{name}")
     from gks import registry
 
+    # `<op>_` is an op's in-place form, where it has one (gks.fused_add_rmsnorm_).
     try:
-        spec = registry.get(name)
+        spec = registry.get(name[:-1] if name.endswith("_") else name)
     except KeyError:
         spec = None
     if spec is not None and spec.has_backend("cuda"):
-        # Kept as a module attribute, so that later `gks.<op>` lookups skip this function
-        # and its import machinery (several µs a call, as much as a small kernel).
-        op = getattr(importlib.import_module("gks._torch_ops"), name)
-        globals()[name] = op
-        return op
+        op = getattr(importlib.import_module("gks._torch_ops"), name, None)
+        if op is not None:
+            # Kept as a module attribute, so that later `gks.<op>` lookups skip this function
+            # and its import machinery (several µs a call, as much as a small kernel).
+            globals()[name] = op
+            return op
     raise AttributeError(f"module 'gks' has no attribute '{name}'")
 
 

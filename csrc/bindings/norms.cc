@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The norms family's entry points: rmsnorm and the fused softmax(rmsnorm).
+// The norms family's entry points: rmsnorm, fused_add_rmsnorm and the fused softmax(rmsnorm).
 #include "common.h"
 
 namespace {
@@ -14,6 +14,17 @@ void rmsnorm(tvm::ffi::TensorView x, tvm::ffi::TensorView weight, tvm::ffi::Tens
   });
 }
 
+void fused_add_rmsnorm(tvm::ffi::TensorView x, tvm::ffi::TensorView residual, tvm::ffi::TensorView weight,
+                       tvm::ffi::TensorView y, tvm::ffi::TensorView residual_out, double eps, int64_t config) {
+  using namespace gks::ffi;
+  constexpr const char* kOp = "gks.fused_add_rmsnorm";
+  translate_errors([&] {
+    const gks::FusedAddRmsNormArgs args{to_ref(x), to_ref(residual), to_ref(weight), to_ref(y),
+                                        to_ref(residual_out), float32_arg(eps, "eps", kOp),
+                                        config_arg(config, kOp)};
+    gks::fused_add_rmsnorm(args, stream_for(args.x));
+  });
+}
 
 void softmax_rmsnorm(tvm::ffi::TensorView x, tvm::ffi::TensorView weight,
                      tvm::ffi::TensorView y, double eps, int64_t config) {
@@ -39,6 +50,8 @@ tvm::ffi::String rmsnorm_configs() {
   }
   return table.json();
 }
+// fused_add_rmsnorm runs rmsnorm's kernel shapes.
+tvm::ffi::String fused_add_rmsnorm_configs() { return rmsnorm_configs(); }
 tvm::ffi::String softmax_rmsnorm_configs() {
   return gks::ffi::softmax_config_table(gks::kSoftmaxRmsNormConfigs);
 }
@@ -46,6 +59,8 @@ tvm::ffi::String softmax_rmsnorm_configs() {
 }  // namespace
 
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(rmsnorm, rmsnorm);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(fused_add_rmsnorm, fused_add_rmsnorm);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(softmax_rmsnorm, softmax_rmsnorm);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(rmsnorm_configs, rmsnorm_configs);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(fused_add_rmsnorm_configs, fused_add_rmsnorm_configs);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(softmax_rmsnorm_configs, softmax_rmsnorm_configs);

@@ -36,11 +36,11 @@ def _plain_eager(args: tuple, kwargs: dict) -> bool:
     return True
 
 
-def gks_op(name: str, body: Callable) -> Callable:
+def gks_op(name: str, body: Callable, mutates_args: tuple[str, ...] = ()) -> Callable:
     """gks.<name>: the custom op ``gks::<name>`` made from `body` (reachable as the result's
     ``.op``, where its fake kernel is registered), called through `body` itself in plain
-    eager use."""
-    op = torch.library.custom_op(f"gks::{name}", body, mutates_args=())
+    eager use. mutates_args: the arguments an in-place op writes."""
+    op = torch.library.custom_op(f"gks::{name}", body, mutates_args=mutates_args)
 
     @functools.wraps(body)
     def call(*args, **kwargs):

@@ -6,7 +6,8 @@ device but no memory. A fake kernel that only computed the output's shape would 
 compiled model take arguments the kernel refuses, and fail late, far from the cause. So each
 fake kernel hands its arguments to the same C++ entry point the op calls, described by
 their metadata alone (a DLPack view at a made-up address: each tensor its own 2^40-aligned
-range plus its storage offset, so alignment reads as for a real allocation), with the
+range plus its storage offset, so alignment reads as for a real allocation, and a tensor
+passed twice the same range, so an in-place call reads as one), with the
 library in validate-only mode (gks::ValidateOnly): the C++ API runs every check and returns
 before it touches the device. The errors are the real ones, word for word.
 """
@@ -120,8 +121,10 @@ def validate(entry: Callable, *args) -> None:
     from gks import _native
 
     described = []
+    slots: dict[int, int] = {}  # one tensor passed twice (an in-place form) is one range
     for slot, a in enumerate(args, start=1):
         if isinstance(a, torch.Tensor):
+            slot = slots.setdefault(id(a), slot)
             shape, strides, offset = _concrete(a.shape), _concrete(a.stride()), _concrete([a.storage_offset()])
             if shape is None or strides is None or offset is None:
                 return

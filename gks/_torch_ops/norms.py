@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The norms family's torch ops: gks::rmsnorm and gks::softmax_rmsnorm (softmax's row kernel
-with the norm folded in). See gks._torch_ops for what every custom op guarantees."""
+"""The norms family's torch ops: gks::rmsnorm, gks::fused_add_rmsnorm (and its in-place form
+gks::fused_add_rmsnorm_) and gks::softmax_rmsnorm (softmax's row kernel with the norm folded
+in). See gks._torch_ops for what every custom op guarantees."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from gks._torch_ops._fake import validate
 from gks.runtime.dims import row_dims
 from gks.runtime.tables import resolve_config
 
-__all__ = ["rmsnorm", "softmax_rmsnorm"]
+__all__ = ["rmsnorm", "fused_add_rmsnorm", "fused_add_rmsnorm_", "softmax_rmsnorm"]
 
 
 def _rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, config: int = -1) -> torch.Tensor:
@@ -38,6 +39,55 @@ def _(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, config: int = -1
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     validate(cuda.rmsnorm_out, x, weight, y, eps, config)
     return y
+
+
+def _fused_add_rmsnorm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, config: int = -1
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(y, residual_out): residual_out = x + residual (added in fp32, rounded to x's dtype) and
+    y = rmsnorm(residual_out, weight, eps), in one pass over the rows.
+
+    x, residual: [..., N] of one float dtype on one CUDA device, last dim contiguous, any
+    leading strides. weight: [N], x's dtype. y equals gks.rmsnorm(x + residual, weight, eps).
+    gks.fused_add_rmsnorm_ is the in-place form. config: as for gks.rmsnorm (the same kernel
+    shapes). Runs on the current CUDA stream.
+    """
+    y = torch.empty_like(x, memory_format=torch.contiguous_format)
+    residual_out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    config = resolve_config("fused_add_rmsnorm", x, row_dims(x), config)
+    cuda.fused_add_rmsnorm_out(x, residual, weight, y, residual_out, eps, config)
+    return y, residual_out
+
+
+fused_add_rmsnorm = gks_op("fused_add_rmsnorm", _fused_add_rmsnorm)
+
+
+@fused_add_rmsnorm.op.register_fake
+def _(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
+      config: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    residual_out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    validate(cuda.fused_add_rmsnorm_out, x, residual, weight, y, residual_out, eps, config)
+    return y, residual_out
+
+
+def _fused_add_rmsnorm_(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, config: int = -1
+) -> None:
+    """In place (FlashInfer's fused_add_rmsnorm): residual <- x + residual (added in fp32,
+    rounded to x's dtype), then x <- rmsnorm(residual, weight, eps). Arguments as for
+    gks.fused_add_rmsnorm; x and residual must not share memory."""
+    config = resolve_config("fused_add_rmsnorm", x, row_dims(x), config)
+    cuda.fused_add_rmsnorm_out(x, residual, weight, x, residual, eps, config)
+
+
+fused_add_rmsnorm_ = gks_op("fused_add_rmsnorm_", _fused_add_rmsnorm_, mutates_args=("x", "residual"))
+
+
+@fused_add_rmsnorm_.op.register_fake
+def _(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
+      config: int = -1) -> None:
+    validate(cuda.fused_add_rmsnorm_out, x, residual, weight, x, residual, eps, config)
 
 
 def _softmax_rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, config: int = -1) -> torch.Tensor:

@@ -1,11 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The norms family's DLPack entry points: rmsnorm and the fused softmax(rmsnorm). See gks.cuda."""
+"""The norms family's DLPack entry points: rmsnorm, fused_add_rmsnorm and the fused
+softmax(rmsnorm). See gks.cuda."""
 
 from __future__ import annotations
 
 from gks import _native
 
-__all__ = ["rmsnorm_out", "softmax_rmsnorm_out"]
+__all__ = ["rmsnorm_out", "fused_add_rmsnorm_out", "softmax_rmsnorm_out"]
 
 
 def rmsnorm_out(x, weight, y, eps: float = 1e-6, config: int = -1) -> None:
@@ -15,6 +16,14 @@ def rmsnorm_out(x, weight, y, eps: float = 1e-6, config: int = -1) -> None:
     config: -1 picks the kernel shape by heuristic, else an index into the library's table
     (gks.registry.get("rmsnorm").configs; csrc/include/gks/norms.h says what each is)."""
     _native.module().rmsnorm(x, weight, y, float(eps), int(config))
+
+
+def fused_add_rmsnorm_out(x, residual, weight, y, residual_out, eps: float = 1e-6, config: int = -1) -> None:
+    """residual_out = x + residual (added in fp32, rounded to x's dtype) and y =
+    rmsnorm(residual_out, weight, eps), in one pass. All of x's shape and dtype but weight
+    [N]. In place (FlashInfer's form): y may be x and residual_out may be residual; no other
+    two may share memory. config: as for rmsnorm_out (the same kernel shapes)."""
+    _native.module().fused_add_rmsnorm(x, residual, weight, y, residual_out, float(eps), int(config))
 
 
 def softmax_rmsnorm_out(x, weight, y, eps: float = 1e-6, config: int = -1) -> None:

@@ -4,7 +4,9 @@
 RMSNorm: one program per block of rows. Rows up to MAX_ONE_PASS elements are loaded whole
 (one read); longer rows are walked twice in chunks. Block shapes must be powers of two on
 the Triton lowering, so a row whose length is not one is padded with zeros (which leave
-the sum of squares unchanged) and the result sliced back.
+the sum of squares unchanged) and the result sliced back. fused_add_rmsnorm is the same
+kernels with the residual added first (the rounded sum is a second output; the chunked
+kernel adds it again in its second pass, from inputs that JAX never overwrites).
 
 softmax_rmsnorm, softmax(rmsnorm(x) * weight) in one kernel: its public entry is here, and
 it runs softmax's row kernels (gks.pallas.softmax) with the norm folded in.
@@ -23,67 +25,99 @@ from gks.pallas._common import check_float, default_interpret, next_pow2, takes_
 from gks.pallas.softmax import _check_x, _run
 from gks.runtime.args import float32_scalar
 
-__all__ = ["rmsnorm", "softmax_rmsnorm"]
+__all__ = ["rmsnorm", "fused_add_rmsnorm", "softmax_rmsnorm"]
 
 MAX_ONE_PASS = 32768
 CHUNK = 4096
 
 
-def _one_pass_kernel(x_ref, w_ref, y_ref, *, n, eps):
-    x = x_ref[...].astype(jnp.float32)
+def _refs(refs, add):
+    """(x, residual, weight, y, residual_out) refs; residual's are None without the add."""
+    if add:
+        return refs
+    x_ref, w_ref, y_ref = refs
+    return x_ref, None, w_ref, y_ref, None
+
+
+def _part(x_ref, r_ref, cols, dtype):
+    """x's columns `cols` in fp32 and, with a residual, as the sum rounded to x's dtype."""
+    x = x_ref[:, cols]
+    if r_ref is not None:
+        x = (x.astype(jnp.float32) + r_ref[:, cols].astype(jnp.float32)).astype(dtype)
+    return x
+
+
+def _one_pass_kernel(*refs, n, eps, add):
+    x_ref, r_ref, w_ref, y_ref, ro_ref = _refs(refs, add)
+    x = _part(x_ref, r_ref, slice(None), x_ref.dtype)
+    if add:
+        ro_ref[...] = x
+    x = x.astype(jnp.float32)
     inv_rms = jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) / n + eps)
     y_ref[...] = (x * inv_rms * w_ref[...].astype(jnp.float32)).astype(y_ref.dtype)
 
 
-def _chunked_kernel(x_ref, w_ref, y_ref, *, n, eps, chunk):
+def _chunked_kernel(*refs, n, eps, chunk, add):
+    x_ref, r_ref, w_ref, y_ref, ro_ref = _refs(refs, add)
     steps = x_ref.shape[-1] // chunk
 
     def sumsq(i, acc):
-        x = x_ref[:, pl.ds(i * chunk, chunk)].astype(jnp.float32)
+        cols = pl.ds(i * chunk, chunk)
+        x = _part(x_ref, r_ref, cols, x_ref.dtype)
+        if add:
+            ro_ref[:, cols] = x
+        x = x.astype(jnp.float32)
         return acc + jnp.sum(x * x, axis=-1, keepdims=True)
 
     total = jax.lax.fori_loop(0, steps, sumsq, jnp.zeros((x_ref.shape[0], 1), jnp.float32))
     inv_rms = jax.lax.rsqrt(total / n + eps)
 
     def scale(i, carry):
-        x = x_ref[:, pl.ds(i * chunk, chunk)].astype(jnp.float32)
-        w = w_ref[:, pl.ds(i * chunk, chunk)].astype(jnp.float32)
-        y_ref[:, pl.ds(i * chunk, chunk)] = (x * inv_rms * w).astype(y_ref.dtype)
+        cols = pl.ds(i * chunk, chunk)
+        x = _part(x_ref, r_ref, cols, x_ref.dtype).astype(jnp.float32)
+        w = w_ref[:, cols].astype(jnp.float32)
+        y_ref[:, cols] = (x * inv_rms * w).astype(y_ref.dtype)
         return carry
 
     jax.lax.fori_loop(0, steps, scale, 0)
 
 
 @functools.partial(jax.jit, static_argnames=("eps", "interpret"))
-def _rmsnorm_2d(x, w, *, eps, interpret):
+def _rmsnorm_2d(x, w, r=None, *, eps, interpret):
+    """rmsnorm of x [M, N]'s rows, or with r (x's shape) (rmsnorm(x + r), x + r)."""
+    add = r is not None
     m, n = x.shape
     n_pad = next_pow2(n) if n <= MAX_ONE_PASS else -(-n // CHUNK) * CHUNK
     if n_pad != n:
         x = jnp.pad(x, ((0, 0), (0, n_pad - n)))
         w = jnp.pad(w, (0, n_pad - n))
+        if add:
+            r = jnp.pad(r, ((0, 0), (0, n_pad - n)))
     # Several rows per program for short rows, when they divide the row count.
     rows = 1
     while rows < 16 and (rows * 2) * n_pad <= 4096 and m % (rows * 2) == 0:
         rows *= 2
     if n_pad <= MAX_ONE_PASS:
-        kernel = functools.partial(_one_pass_kernel, n=n, eps=eps)
+        kernel = functools.partial(_one_pass_kernel, n=n, eps=eps, add=add)
     else:
-        kernel = functools.partial(_chunked_kernel, n=n, eps=eps, chunk=CHUNK)
+        kernel = functools.partial(_chunked_kernel, n=n, eps=eps, chunk=CHUNK, add=add)
     elem = x.dtype.itemsize
     num_warps = max(1, min(16, rows * min(n_pad, MAX_ONE_PASS) * elem // (32 * 64)))
-    y = pl.pallas_call(
+    row_block = pl.BlockSpec((rows, n_pad), lambda i: (i, 0))
+    w_block = pl.BlockSpec((1, n_pad), lambda i: (0, 0))
+    row_shape = jax.ShapeDtypeStruct((m, n_pad), x.dtype)
+    outs = pl.pallas_call(
         kernel,
-        out_shape=jax.ShapeDtypeStruct((m, n_pad), x.dtype),
+        out_shape=(row_shape, row_shape) if add else row_shape,
         grid=(m // rows,),
-        in_specs=[
-            pl.BlockSpec((rows, n_pad), lambda i: (i, 0)),
-            pl.BlockSpec((1, n_pad), lambda i: (0, 0)),
-        ],
-        out_specs=pl.BlockSpec((rows, n_pad), lambda i: (i, 0)),
+        in_specs=[row_block, row_block, w_block] if add else [row_block, w_block],
+        out_specs=(row_block, row_block) if add else row_block,
         interpret=interpret,
         compiler_params=plgpu.CompilerParams(num_warps=num_warps),
-    )(x, w.reshape(1, n_pad))
-    return y[:, :n] if n_pad != n else y
+    )(*((x, r) if add else (x,)), w.reshape(1, n_pad))
+    if n_pad != n:
+        outs = tuple(o[:, :n] for o in outs) if add else outs[:, :n]
+    return outs
 
 
 def _check_norm_args(x: jax.Array, weight: jax.Array, eps: float, op: str) -> int:
@@ -113,6 +147,31 @@ def rmsnorm(x: jax.Array, weight: jax.Array, eps: float = 1e-6, *, interpret: bo
         interpret = default_interpret(x)
     y = _rmsnorm_2d(x.reshape(-1, n), weight, eps=float(eps), interpret=interpret)
     return y.reshape(x.shape)
+
+
+@takes_arrays("x", "residual", "weight")
+def fused_add_rmsnorm(x: jax.Array, residual: jax.Array, weight: jax.Array, eps: float = 1e-6, *,
+                      interpret: bool | None = None):
+    """(y, residual_out) of x, residual [..., N] (JAX arrays): residual_out = x + residual
+    (fp32 add, rounded to x's dtype) and y = rmsnorm(residual_out, weight, eps), one kernel.
+    (JAX has no in-place form: donate x and residual to jax.jit to reuse their buffers.)"""
+    op = "gks.pallas.fused_add_rmsnorm"
+    check_float(x, op, "x")
+    if x.ndim < 1:
+        raise ValueError(f"{op}: argument 'x' must have at least 1 dim, got a scalar")
+    if residual.dtype != x.dtype:
+        raise TypeError(f"{op}: argument 'residual' must have the dtype of 'x' ({x.dtype}), got {residual.dtype}")
+    if residual.shape != x.shape:
+        raise ValueError(f"{op}: argument 'residual' must have the shape of 'x' {list(x.shape)}, "
+                         f"got {list(residual.shape)}")
+    n = _check_norm_args(x, weight, eps, op)
+    if x.size == 0:
+        return jnp.zeros(x.shape, x.dtype), jnp.zeros(x.shape, x.dtype)
+    if interpret is None:
+        interpret = default_interpret(x)
+    y, residual_out = _rmsnorm_2d(x.reshape(-1, n), weight, residual.reshape(-1, n), eps=float(eps),
+                                  interpret=interpret)
+    return y.reshape(x.shape), residual_out.reshape(x.shape)
 
 
 @takes_arrays("x", "weight")

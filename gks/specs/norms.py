@@ -7,6 +7,11 @@ squares in fp32, as torch's F.rms_norm does: a row is exact while sum(x^2) < 3.4
 largest value), and past it the sum is inf and the row gives 0 (NaN where x is inf): the fp32
 formula's answer, tests/contract/test_non_finite.py holds both sides of the line.
 
+fused_add_rmsnorm: the residual add before a transformer block's norm and the norm in one pass:
+residual_out = x + residual (added in fp32, rounded to x's dtype), y = rmsnorm(residual_out) *
+weight from that rounded sum, so it equals the two steps run one after the other. Its in-place
+form (FlashInfer's, what a decoder layer calls) writes y over x and the sum over residual.
+
 softmax_rmsnorm: softmax(rmsnorm(x) * weight) over the last dim, fused: two reductions in one kernel and
 no round trip of the normalized row through memory (it stays fp32, never rounded).
 """
@@ -25,7 +30,7 @@ if TYPE_CHECKING:  # annotations only: the module loads without torch
 # ---- the reference: the op's meaning in plain PyTorch (gks.reference.<op>). torch is
 # imported where it is used, so the registry loads without it.
 
-__all__ = ["rmsnorm", "softmax_rmsnorm"]
+__all__ = ["rmsnorm", "fused_add_rmsnorm", "softmax_rmsnorm"]
 
 
 def rmsnorm(
@@ -39,6 +44,19 @@ def rmsnorm(
     inv_rms = torch.rsqrt(xc.square().mean(dim=-1, keepdim=True) + eps)
     y = xc * inv_rms * weight.to(compute)
     return y if precise else y.to(x.dtype)
+
+
+def fused_add_rmsnorm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
+    precise: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(y, residual_out): residual_out = x + residual, added in fp32 and rounded to x's dtype
+    (in every mode: it is the op's stored output), and y = rmsnorm(residual_out, weight, eps)
+    of that rounded sum (fp32 math, or float64 when precise)."""
+    import torch
+
+    residual_out = (x.to(torch.float32) + residual.to(torch.float32)).to(x.dtype)
+    return rmsnorm(residual_out, weight, eps, precise=precise), residual_out
 
 
 def softmax_rmsnorm(
@@ -59,6 +77,14 @@ def softmax_rmsnorm(
         z = rmsnorm(x.to(torch.float32), weight.to(torch.float32), eps)
     y = softmax(z, precise=precise)
     return y if precise else y.to(x.dtype)
+
+
+# Every norm: CUDA (its kernel shapes tunable), Triton and Pallas.
+_BACKENDS = (
+    Backend("cuda", archs=("sm_80", "sm_90a"), tunable=True),
+    Backend("triton", archs=("sm_80", "sm_90"), interpreted=True),
+    Backend("pallas", archs=("sm_80", "sm_90"), interpreted=True),
+)
 
 
 def _rmsnorm_inputs(shape, dtype, device, seed, weight_spread=0.1):
@@ -92,16 +118,28 @@ def _liger_rmsnorm():
     return lambda x, weight, eps: LigerRMSNormFunction.apply(x, weight, eps, 0.0, "gemma", False)
 
 
-def _rmsnorm_bad_inputs(op: str) -> tuple[BadInput, ...]:
-    """What rmsnorm and the fused op refuse alike: the weight's dtype, length, rank, stride
-    and device, a strided last dim of x, an integer x, a negative or NaN eps, or one that
-    float32 would flush to 0."""
+def _rmsnorm_bad_inputs(op: str, residual: bool = False) -> tuple[BadInput, ...]:
+    """What the norms refuse alike: the weight's dtype, length, rank, stride and device, a
+    strided last dim of x, an integer x, a negative or NaN eps, or one that float32 would
+    flush to 0; with `residual`, fused_add_rmsnorm's too: a residual of another dtype or
+    shape, or strided in its last dim."""
 
-    def call(t, d, x=None, weight=None, eps=1e-6):
+    def call(t, d, x=None, weight=None, eps=1e-6, res=None):
         x = t.randn(4, 8, device=d) if x is None else x
-        return {"x": x, "weight": t.ones(8, device=d) if weight is None else weight, "eps": eps}
+        args = {"x": x}
+        if residual:
+            args["residual"] = t.randn(x.shape, device=d).to(x.dtype) if res is None else res
+        return {**args, "weight": t.ones(8, device=d) if weight is None else weight, "eps": eps}
 
-    return (
+    own = () if not residual else (
+        BadInput("residual-dtype", lambda t, d: call(t, d, res=t.randn(4, 8, device=d).half()),
+                 (TypeError, ValueError), "argument 'residual'"),
+        BadInput("residual-shape", lambda t, d: call(t, d, res=t.randn(4, 7, device=d)), ValueError,
+                 "argument 'residual'"),
+        BadInput("residual-last-dim-strided", lambda t, d: call(t, d, res=t.randn(8, 4, device=d).t()),
+                 ValueError, "argument 'residual'", jax=False),
+    )
+    return own + (
         BadInput("weight-dtype", lambda t, d: call(t, d, weight=t.ones(8, device=d).half()),
                  (TypeError, ValueError), "argument 'weight'"),
         BadInput("weight-length", lambda t, d: call(t, d, weight=t.ones(7, device=d)), ValueError,
@@ -109,7 +147,8 @@ def _rmsnorm_bad_inputs(op: str) -> tuple[BadInput, ...]:
         BadInput("weight-2d", lambda t, d: call(t, d, weight=t.ones(2, 8, device=d)), ValueError,
                  "argument 'weight'"),
         BadInput("x-last-dim-strided", lambda t, d: call(t, d, x=t.randn(8, 4, device=d).t(),
-                                                         weight=t.ones(4, device=d)),
+                                                         weight=t.ones(4, device=d),
+                                                         res=t.randn(4, 8, device=d)),
                  ValueError, "argument 'x'", jax=False),
         BadInput("x-int", lambda t, d: call(t, d, x=t.ones(4, 8, device=d, dtype=t.int32)), TypeError,
                  "argument 'x'"),
@@ -140,11 +179,7 @@ RMSNORM = register(
         flops=lambda s: 4.0 * s[0] * s[1],
         # read x and write y once; the weight is N elements, counted once.
         bytes_moved=lambda s, dt: ELEM_BYTES[dt] * (2.0 * s[0] * s[1] + s[1]),
-        backends=(
-            Backend("cuda", archs=("sm_80", "sm_90a"), tunable=True),
-            Backend("triton", archs=("sm_80", "sm_90"), interpreted=True),
-            Backend("pallas", archs=("sm_80", "sm_90"), interpreted=True),
-        ),
+        backends=_BACKENDS,
         test_shapes=(
             (1, 1), (1, 4096), (3, 7), (5, 129), (2, 4097), (7, 1), (33, 1000),
             (4, 8192), (2, 32768), (1, 262144), (0, 64), (3, 0),
@@ -158,7 +193,81 @@ RMSNORM = register(
         cuda_out=lambda cuda, i, o, **kw: cuda.rmsnorm_out(i["x"], i["weight"], o[0], i["eps"], **kw),
         outputs=("y",),
         in_place={"y": "x"},
-        sass_kernels=(r"rows::\w+_kernel<gks::kernels::rows::RmsNormRow<",),
+        sass_kernels=(r"rows::\w+_kernel<gks::kernels::rows::RmsNormRow<[^<>]*, false>",),
+    )
+)
+
+
+def _fused_add_rmsnorm_inputs(shape, dtype, device, seed):
+    """rmsnorm's inputs and a residual ~ N(0, 1) of x's shape and dtype."""
+    import torch
+
+    inputs = _rmsnorm_inputs(shape, dtype, device, seed)
+    gen = torch.Generator(device=device).manual_seed(seed + 1)
+    residual = torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(inputs["x"].dtype)
+    return {"x": inputs["x"], "residual": residual, "weight": inputs["weight"], "eps": inputs["eps"]}
+
+
+def _fused_add_rmsnorm_check(out, ref, dtype, inputs) -> None:
+    """y within rmsnorm's tolerance of the float64 norm of the rounded sum; residual_out
+    equal to the fp32 sum rounded to x's dtype, bit for bit (NaN where it is NaN)."""
+    import torch
+
+    from gks.testing import assert_matches
+
+    what = f"fused_add_rmsnorm/{dtype}/{tuple(inputs['x'].shape)}"
+    assert isinstance(out, tuple) and len(out) == 2, f"{what}: returned {type(out)}"
+    (y, residual_out), (ref_y, ref_residual) = out, ref
+    assert_matches(y, ref_y, dtype, RMSNORM.tolerance, f"{what}: y")
+    assert residual_out.dtype == ref_residual.dtype and residual_out.shape == ref_residual.shape, (
+        f"{what}: residual_out {residual_out.dtype} {tuple(residual_out.shape)}")
+    got, want = residual_out.cpu(), ref_residual.cpu()
+    same = (got == want) | (got.isnan() & want.isnan())
+    if not bool(same.all()):
+        i = tuple(int(k) for k in (~same).nonzero()[0])
+        raise AssertionError(f"{what}: residual_out differs in {int((~same).sum())} elements; first at "
+                             f"{i}: {got[i].item()!r} != {want[i].item()!r}")
+
+
+def _torch_add_rms_norm():
+    # Eager PyTorch as a user would write it: the add, then F.rms_norm of the sum.
+    import torch.nn.functional as F
+
+    def run(x, residual, weight, eps):
+        r = x + residual
+        return F.rms_norm(r, (r.shape[-1],), weight, eps), r
+
+    return run
+
+
+FUSED_ADD_RMSNORM = register(
+    OpSpec(
+        name="fused_add_rmsnorm",
+        family="norms",
+        summary="residual add and RMSNorm in one pass: the sum stored, its norm returned",
+        signature=("fused_add_rmsnorm(x[..., N], residual[..., N], weight[N], eps=1e-6) -> "
+                   "(y[..., N], residual_out[..., N]) (x's dtype; in place: y is x, residual_out is residual)"),
+        shape_names=("M", "N"),
+        dtypes=("float32", "float16", "bfloat16"),
+        make_inputs=_fused_add_rmsnorm_inputs,
+        reference=fused_add_rmsnorm,
+        tolerance=RMSNORM.tolerance,
+        check=_fused_add_rmsnorm_check,
+        # the add, then rmsnorm's 4 flops per element.
+        flops=lambda s: 5.0 * s[0] * s[1],
+        # read x and residual, write y and residual_out; the weight counted once.
+        bytes_moved=lambda s, dt: ELEM_BYTES[dt] * (4.0 * s[0] * s[1] + s[1]),
+        backends=_BACKENDS,
+        test_shapes=RMSNORM.test_shapes,
+        bench_shapes=((32768, 4096), (8192, 32768), (65536, 1024)),
+        peers=(Peer("add+F.rms_norm", _torch_add_rms_norm), reference_peer("fused_add_rmsnorm", compiled=True)),
+        example_shape=(33, 1000),
+        bad_inputs=_rmsnorm_bad_inputs("fused_add_rmsnorm", residual=True),
+        cuda_out=lambda cuda, i, o, **kw: cuda.fused_add_rmsnorm_out(
+            i["x"], i["residual"], i["weight"], o[0], o[1], i["eps"], **kw),
+        outputs=("y", "residual_out"),
+        in_place={"y": "x", "residual_out": "residual"},
+        sass_kernels=(r"rows::\w+_kernel<gks::kernels::rows::RmsNormRow<[^<>]*, true>",),
     )
 )
 
@@ -195,11 +304,7 @@ SOFTMAX_RMSNORM = register(
         flops=lambda s: 9.0 * s[0] * s[1],
         # read x and write y once; the weight is N elements, counted once.
         bytes_moved=lambda s, dt: ELEM_BYTES[dt] * (2.0 * s[0] * s[1] + s[1]),
-        backends=(
-            Backend("cuda", archs=("sm_80", "sm_90a"), tunable=True),
-            Backend("triton", archs=("sm_80", "sm_90"), interpreted=True),
-            Backend("pallas", archs=("sm_80", "sm_90"), interpreted=True),
-        ),
+        backends=_BACKENDS,
         # Beyond softmax's: rows the cluster config splits over 2 and 4 CTAs (in 16-bit, the
         # last of the 4 holds only columns past the row's end).
         test_shapes=SOFTMAX_TEST_SHAPES + ((2, 8192), (3, 12288)),

@@ -241,3 +241,29 @@ def pairs_launch(block_n: int) -> dict:
     warps = row_num_warps(block_n, 2, 32)
     return {"num_warps": warps, "maxnreg": 65536 // (2 * 32 * warps)}
 
+
+
+def _byte_extent(t: torch.Tensor) -> tuple[int, int]:
+    span = sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride())) + 1
+    return t.data_ptr(), t.data_ptr() + span * t.element_size()
+
+
+def check_apart(a: torch.Tensor, a_name: str, b: torch.Tensor, b_name: str, op: str) -> None:
+    """Refuses a and b (an output written in place and another argument) when their byte
+    extents meet: a coarser test than the C++ API's exact one (two interleaved views are
+    refused too), enough for the in-place forms, whose arguments are separate tensors."""
+    if a.numel() == 0 or b.numel() == 0:
+        return
+    (a_lo, a_hi), (b_lo, b_hi) = _byte_extent(a), _byte_extent(b)
+    if a_lo < b_hi and b_lo < a_hi:
+        raise ValueError(f"{op}: argument '{a_name}' must not share memory with argument '{b_name}'")
+
+
+@triton.jit
+def bf16_rounded(y):
+    """fp32 y as bf16, rounded to nearest even on the bits: what a GPU's cast does, for
+    Triton's interpreter, whose cast truncates. NaN stays a quiet NaN."""
+    bits = y.to(tl.int32, bitcast=True)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    rounded = tl.where(y != y, 0x7FC0, rounded)
+    return rounded.to(tl.int16).to(tl.bfloat16, bitcast=True)

@@ -2,7 +2,9 @@
 """The norms in Triton.
 
 RMSNorm: one program per row; the row stays in registers when it fits (one read), else two
-passes over it in chunks (the second mostly from L2).
+passes over it in chunks (the second mostly from L2). fused_add_rmsnorm is the same kernel
+with the residual added first (ADD): the rounded sum is stored, and normalized from
+registers, or in the second pass read back from where it was stored.
 
 softmax_rmsnorm, softmax(rmsnorm(x) * weight) in one kernel: its public entry is here, and
 it runs softmax's row kernels (gks.triton.softmax) with the norm folded in.
@@ -15,11 +17,14 @@ import triton
 import triton.language as tl
 
 from gks.triton._common import (
+    bf16_rounded,
+    check_apart,
     check_device,
     check_eps,
     check_float,
     check_norm_weight,
     check_same,
+    interpreter_variant,
     next_pow2,
     on_tensor_device,
     row_layout,
@@ -28,7 +33,7 @@ from gks.triton._common import (
 )
 from gks.triton.softmax import _launch as _softmax_launch
 
-__all__ = ["rmsnorm", "softmax_rmsnorm"]
+__all__ = ["rmsnorm", "fused_add_rmsnorm", "fused_add_rmsnorm_", "softmax_rmsnorm"]
 
 # Rows up to this many elements are held whole in one program (one read of the row).
 MAX_ONE_PASS = 32768
@@ -36,19 +41,41 @@ CHUNK = 4096
 
 
 @triton.jit
+def _load_row_part(x_row, r_row, ro_row, offs, mask, ADD: tl.constexpr, BF16_BY_HAND: tl.constexpr):
+    """x at offs in fp32; with ADD, x + residual rounded to x's dtype, stored to residual_out."""
+    x = tl.load(x_row + offs, mask=mask, other=0.0)
+    if ADD:
+        r = tl.load(r_row + offs, mask=mask, other=0.0)
+        total = x.to(tl.float32) + r.to(tl.float32)
+        if BF16_BY_HAND:
+            x = bf16_rounded(total)
+        else:
+            x = total.to(ro_row.dtype.element_ty)
+        tl.store(ro_row + offs, x, mask=mask)
+    return x.to(tl.float32)
+
+
+@triton.jit
 def _rmsnorm_kernel(
-    x_ptr, w_ptr, y_ptr, N, eps,
+    x_ptr, r_ptr, w_ptr, y_ptr, ro_ptr, N, eps,
     x_inner, x_outer_stride, x_inner_stride,
+    r_inner, r_outer_stride, r_inner_stride,
     y_inner, y_outer_stride, y_inner_stride,
-    BLOCK_N: tl.constexpr, ONE_PASS: tl.constexpr,
+    ro_inner, ro_outer_stride, ro_inner_stride,
+    BLOCK_N: tl.constexpr, ONE_PASS: tl.constexpr, ADD: tl.constexpr, BF16_BY_HAND: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     x_row = row_start(x_ptr, row, x_inner, x_outer_stride, x_inner_stride)
     y_row = row_start(y_ptr, row, y_inner, y_outer_stride, y_inner_stride)
+    r_row = x_row
+    ro_row = y_row
+    if ADD:
+        r_row = row_start(r_ptr, row, r_inner, r_outer_stride, r_inner_stride)
+        ro_row = row_start(ro_ptr, row, ro_inner, ro_outer_stride, ro_inner_stride)
     cols = tl.arange(0, BLOCK_N)
     if ONE_PASS:
         mask = cols < N
-        x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
+        x = _load_row_part(x_row, r_row, ro_row, cols, mask, ADD, BF16_BY_HAND)
         inv_rms = tl.rsqrt(tl.sum(x * x, axis=0) / N + eps)
         w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
         tl.store(y_row + cols, (x * inv_rms * w).to(y_ptr.dtype.element_ty), mask=mask)
@@ -58,13 +85,19 @@ def _rmsnorm_kernel(
         for chunk in range(0, num_chunks):
             start = chunk * BLOCK_N
             mask = start + cols < N
-            x = tl.load(x_row + start + cols, mask=mask, other=0.0).to(tl.float32)
+            x = _load_row_part(x_row, r_row, ro_row, start + cols, mask, ADD, BF16_BY_HAND)
             acc += x * x
         inv_rms = tl.rsqrt(tl.sum(acc, axis=0) / N + eps)
+        # With ADD the second pass reads the stored sum (residual_out may be residual, so it
+        # may be all that is left): the program's stores must land before its loads.
+        src = x_row
+        if ADD:
+            tl.debug_barrier()
+            src = ro_row
         for chunk in range(0, num_chunks):
             start = chunk * BLOCK_N
             mask = start + cols < N
-            x = tl.load(x_row + start + cols, mask=mask, other=0.0).to(tl.float32)
+            x = tl.load(src + start + cols, mask=mask, other=0.0).to(tl.float32)
             w = tl.load(w_ptr + start + cols, mask=mask, other=0.0).to(tl.float32)
             tl.store(y_row + start + cols, (x * inv_rms * w).to(y_ptr.dtype.element_ty), mask=mask)
 
@@ -80,25 +113,77 @@ def _check_norm_args(x: torch.Tensor, weight: torch.Tensor, eps: float, op: str)
     return xr, check_eps(eps, op)
 
 
+def _launch_rmsnorm(x, xr, weight, y, eps, op, residual=None, rr=None, residual_out=None) -> None:
+    """The kernel over x's rows into y (with the residual: its sum stored to residual_out)."""
+    if xr.rows == 0 or xr.cols == 0:
+        return
+    yr = row_layout(y, op, "y")
+    add = residual is not None
+    ror = row_layout(residual_out, op, "residual_out") if add else yr
+    rr = rr if add else xr
+    one_pass = xr.cols <= MAX_ONE_PASS
+    block_n = next_pow2(xr.cols) if one_pass else CHUNK
+    _rmsnorm_kernel[(xr.rows,)](
+        x, residual if add else x, weight, y, residual_out if add else y, xr.cols, eps,
+        xr.inner, xr.outer_stride, xr.inner_stride,
+        rr.inner, rr.outer_stride, rr.inner_stride,
+        yr.inner, yr.outer_stride, yr.inner_stride,
+        ror.inner, ror.outer_stride, ror.inner_stride,
+        BLOCK_N=block_n, ONE_PASS=one_pass, ADD=add,
+        BF16_BY_HAND=add and interpreter_variant() and x.dtype == torch.bfloat16,
+        num_warps=row_num_warps(block_n, x.element_size()),
+    )
+
+
 @on_tensor_device
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """RMSNorm over the last dim of x [..., N]; fp32 math, output in x's dtype."""
     op = "gks.triton.rmsnorm"
     xr, eps = _check_norm_args(x, weight, eps, op)
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    if xr.rows == 0 or xr.cols == 0:
-        return y
-    yr = row_layout(y, op, "y")
-    one_pass = xr.cols <= MAX_ONE_PASS
-    block_n = next_pow2(xr.cols) if one_pass else CHUNK
-    _rmsnorm_kernel[(xr.rows,)](
-        x, weight, y, xr.cols, eps,
-        xr.inner, xr.outer_stride, xr.inner_stride,
-        yr.inner, yr.outer_stride, yr.inner_stride,
-        BLOCK_N=block_n, ONE_PASS=one_pass,
-        num_warps=row_num_warps(block_n, x.element_size()),
-    )
+    _launch_rmsnorm(x, xr, weight, y, eps, op)
     return y
+
+
+def _check_residual(x: torch.Tensor, residual: torch.Tensor, op: str):
+    """residual: x's device, dtype and shape, contiguous in its last dim; its row view."""
+    check_same(x, "x", residual, "residual", op)
+    if residual.shape != x.shape:
+        raise ValueError(f"{op}: argument 'residual' must have the shape of 'x' {list(x.shape)}, "
+                         f"got {list(residual.shape)}")
+    return row_layout(residual, op, "residual")
+
+
+@on_tensor_device
+def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                      eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+    """(y, residual_out): residual_out = x + residual (fp32 add, rounded to x's dtype) and
+    y = rmsnorm(residual_out, weight, eps), in one kernel."""
+    op = "gks.triton.fused_add_rmsnorm"
+    check_device(x, op, "x")
+    check_float(x, op, "x")
+    rr = _check_residual(x, residual, op)
+    xr, eps = _check_norm_args(x, weight, eps, op)
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    residual_out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    _launch_rmsnorm(x, xr, weight, y, eps, op, residual, rr, residual_out)
+    return y, residual_out
+
+
+@on_tensor_device
+def fused_add_rmsnorm_(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                       eps: float = 1e-6) -> None:
+    """In place (FlashInfer's form): residual <- x + residual, then x <- rmsnorm(residual).
+    x and residual must not share memory."""
+    op = "gks.triton.fused_add_rmsnorm_"
+    check_device(x, op, "x")
+    check_float(x, op, "x")
+    rr = _check_residual(x, residual, op)
+    xr, eps = _check_norm_args(x, weight, eps, op)
+    check_apart(residual, "residual", x, "x", op)
+    check_apart(x, "x", weight, "weight", op)
+    check_apart(residual, "residual", weight, "weight", op)
+    _launch_rmsnorm(x, xr, weight, x, eps, op, residual, rr, residual)
 
 
 @on_tensor_device

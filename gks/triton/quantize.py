@@ -24,6 +24,7 @@ import triton
 import triton.language as tl
 
 from gks.triton._common import (
+    bf16_rounded,
     can_hold_pairs,
     check_device,
     check_float,
@@ -174,12 +175,7 @@ def _dequantize_kernel(
     mask = cols < N
     y = tl.load(q_row + cols, mask=mask, other=0).to(tl.float32) * scale
     if BF16_BY_HAND:
-        # fp32 -> bf16 rounded to nearest even on the bits (the interpreter's cast
-        # truncates); NaN stays a quiet NaN.
-        bits = y.to(tl.int32, bitcast=True)
-        rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
-        rounded = tl.where(y != y, 0x7FC0, rounded)
-        tl.store(o_row + cols, rounded.to(tl.int16).to(tl.bfloat16, bitcast=True), mask=mask)
+        tl.store(o_row + cols, bf16_rounded(y), mask=mask)
     else:
         tl.store(o_row + cols, y.to(o_ptr.dtype.element_ty), mask=mask)
 

@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// Host-side logic of the norms family (gks::rmsnorm, gks::softmax_rmsnorm): validation,
+// Host-side logic of the norms family (gks::rmsnorm, gks::fused_add_rmsnorm,
+// gks::softmax_rmsnorm): validation,
 // which must throw before anything touches a GPU, and the launch plans.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <iterator>
+#include <utility>
 #include <string>
 
 #include "gks/gks.h"
@@ -281,6 +284,66 @@ TEST(SoftmaxRmsNorm, EmptyTensorsReturnWithoutTouchingTheGpu) {
   a.weight = gks::TensorRef::make(nullptr, DType::kFloat16, {0}, kGpu);
   a.y = gks::TensorRef::make(nullptr, DType::kFloat16, {5, 0}, kGpu);
   EXPECT_NO_THROW(gks::softmax_rmsnorm(a, nullptr));
+}
+
+// x, residual, weight, y and residual_out, each at a fake address of its own; a 0-row
+// shape, so that a call that passes validation returns before it would launch.
+gks::FusedAddRmsNormArgs add_args(int64_t rows = 0) {
+  gks::FusedAddRmsNormArgs a;
+  const auto t = [&](int slot, std::initializer_list<int64_t> shape) {
+    return gks::TensorRef::make(gks_test::fake_address(slot), DType::kBFloat16, shape, kGpu);
+  };
+  a.x = t(1, {rows, 8});
+  a.residual = t(2, {rows, 8});
+  a.weight = t(3, {8});
+  a.y = t(4, {rows, 8});
+  a.residual_out = t(5, {rows, 8});
+  return a;
+}
+
+TEST(FusedAddRmsNorm, TakesBothInPlaceFormsAndSeparateOutputs) {
+  auto a = add_args();
+  EXPECT_NO_THROW(gks::fused_add_rmsnorm(a, nullptr));
+  a.y = a.x;
+  EXPECT_NO_THROW(gks::fused_add_rmsnorm(a, nullptr));
+  a.residual_out = a.residual;
+  EXPECT_NO_THROW(gks::fused_add_rmsnorm(a, nullptr));
+}
+
+TEST(FusedAddRmsNorm, RefusesEveryOtherSharing) {
+  const std::pair<const char*, std::function<void(gks::FusedAddRmsNormArgs&)>> cases[] = {
+      {"argument 'y' must not share memory with argument 'residual'", [](auto& a) { a.y = a.residual; }},
+      {"argument 'residual_out' must not share memory with argument 'x'",
+       [](auto& a) { a.residual_out = a.x; }},
+      {"argument 'residual_out' must not share memory with argument 'y'",
+       [](auto& a) { a.residual_out = a.y; }},
+      {"argument 'residual_out' must not share memory with argument 'weight'",
+       [](auto& a) { a.residual_out.data = a.weight.data; }},
+  };
+  for (const auto& [message, edit] : cases) {
+    auto a = add_args(4);
+    edit(a);
+    expect_error([&] { gks::fused_add_rmsnorm(a, nullptr); }, ErrorKind::kInvalidArgument, message);
+  }
+}
+
+TEST(FusedAddRmsNorm, RefusesAResidualUnlikeX) {
+  auto a = add_args(4);
+  a.residual.dtype = DType::kFloat16;
+  expect_error([&] { gks::fused_add_rmsnorm(a, nullptr); }, ErrorKind::kUnsupportedDtype,
+               "argument 'residual' must have the dtype of 'x' (bfloat16), got float16");
+  a = add_args(4);
+  a.residual_out.shape[1] = 7;
+  expect_error([&] { gks::fused_add_rmsnorm(a, nullptr); }, ErrorKind::kInvalidArgument,
+               "argument 'residual_out' must have the shape of 'x'");
+  a = add_args(4);
+  a.residual.strides[1] = 2;
+  expect_error([&] { gks::fused_add_rmsnorm(a, nullptr); }, ErrorKind::kInvalidArgument,
+               "argument 'residual' must be contiguous in its last dim");
+  a = add_args(4);
+  a.config = int(std::size(gks::kRmsNormConfigs));
+  expect_error([&] { gks::fused_add_rmsnorm(a, nullptr); }, ErrorKind::kInvalidArgument,
+               "an index below " + std::to_string(std::size(gks::kRmsNormConfigs)) + " into kRmsNormConfigs");
 }
 
 // ---------------------------------------------------------------- plans

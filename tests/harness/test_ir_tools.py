@@ -28,14 +28,20 @@ A = "gks::kernels::attention::"
 D = "gks::detail::(anonymous namespace)::"
 KERNELS = {
     "rmsnorm": [
-        f"void {R}looped_kernel<{R}RmsNormRow<__half, 1>, "
-         f"{R}Looped<1024> >({R}RmsNormRow<__half, 1>::Params)",
-        f"void {R}looped_kernel<{R}RmsNormRow<float, 4>, "
-         f"{R}Looped<512> >({R}RmsNormRow<float, 4>::Params)",
-        f"void {R}registers_kernel<{R}RmsNormRow<__half, 1>, {R}Registers<1024, 2, 1, "
-         f"1> >({R}RmsNormRow<__half, 1>::Params)",
-        f"void {R}registers_kernel<{R}RmsNormRow<float, 4>, {R}Registers<64, 8, 1, "
-         f"1> >({R}RmsNormRow<float, 4>::Params)",
+        f"void {R}looped_kernel<{R}RmsNormRow<__half, 1, false>, "
+         f"{R}Looped<1024> >({R}RmsNormRow<__half, 1, false>::Params)",
+        f"void {R}looped_kernel<{R}RmsNormRow<float, 4, false>, "
+         f"{R}Looped<512> >({R}RmsNormRow<float, 4, false>::Params)",
+        f"void {R}registers_kernel<{R}RmsNormRow<__half, 1, false>, {R}Registers<1024, 2, 1, "
+         f"1> >({R}RmsNormRow<__half, 1, false>::Params)",
+        f"void {R}registers_kernel<{R}RmsNormRow<float, 4, false>, {R}Registers<64, 8, 1, "
+         f"1> >({R}RmsNormRow<float, 4, false>::Params)",
+    ],
+    "fused_add_rmsnorm": [
+        f"void {R}looped_kernel<{R}RmsNormRow<__nv_bfloat16, 8, true>, "
+         f"{R}Looped<1024> >({R}RmsNormRow<__nv_bfloat16, 8, true>::Params)",
+        f"void {R}registers_kernel<{R}RmsNormRow<__half, 1, true>, {R}Registers<1024, 2, 1, "
+         f"1> >({R}RmsNormRow<__half, 1, true>::Params)",
     ],
     "softmax": [
         f"void {R}looped_kernel<{R}SoftmaxRow<__half, 1, false>, "

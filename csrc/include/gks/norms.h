@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The norms family, over the last dim with fp32 math, outputs in x's dtype:
 //  - rmsnorm: y = x / sqrt(mean(x^2) + eps) * weight;
+//  - fused_add_rmsnorm: the residual added first (r = x + residual, stored), then rmsnorm(r);
 //  - softmax_rmsnorm: y = softmax(x / sqrt(mean(x^2) + eps) * weight) in one kernel. The
 //    normalized row stays in fp32 (it is never rounded to x's dtype); only y is rounded.
 //    Non-finite input as for gks::softmax.
@@ -60,6 +61,23 @@ struct RmsNormArgs {
 
 // Validates the arguments (throws gks::Error) and launches on `stream`.
 void rmsnorm(const RmsNormArgs& args, cudaStream_t stream);
+
+// fused_add_rmsnorm: residual_out = x + residual (added in fp32, rounded to x's dtype), and
+// y = rmsnorm(residual_out) * weight, from the rounded sum: what the two steps give one
+// after the other, in one pass over the row. In place (FlashInfer's form): y is x and
+// residual_out is residual. Its configs are kRmsNormConfigs (the same kernel shapes).
+struct FusedAddRmsNormArgs {
+  TensorRef x;             // [..., N], fp32/fp16/bf16, last dim contiguous, any row strides
+  TensorRef residual;      // x's shape and dtype, last dim contiguous, any row strides
+  TensorRef weight;        // [N], x's dtype, contiguous
+  TensorRef y;             // x's shape and dtype, last dim contiguous; may be x (in place)
+  TensorRef residual_out;  // x's shape and dtype, last dim contiguous; may be residual (in place)
+  float eps = 1e-6f;
+  int config = -1;  // -1: the heuristic; else an index into kRmsNormConfigs
+};
+
+// Validates the arguments (throws gks::Error) and launches on `stream`.
+void fused_add_rmsnorm(const FusedAddRmsNormArgs& args, cudaStream_t stream);
 
 // The fused op's configs: softmax's, then
 //  cluster  16-byte aligned rows of more than 256 threads' worth of 16 values split over a

@@ -103,6 +103,41 @@ __device__ __forceinline__ Raw<T, kVec> load_raw_vec(const Vec<T, kVec>* p) {
   return r;
 }
 
+// kVec fp32 values rounded to T, as an access held in registers.
+template <typename T, int kVec>
+__device__ __forceinline__ Raw<T, kVec> raw_of(const float (&v)[kVec]) {
+  using R = Raw<T, kVec>;
+  R r;
+  if constexpr (sizeof(T) == 4) {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) r.w[j] = __float_as_uint(v[j]);
+  } else if constexpr (kVec == 1) {
+    r.w[0] = bits_of(from_float<T>(v[0]));
+  } else {
+#pragma unroll
+    for (int k = 0; k < R::kWords; ++k) r.w[k] = pack2<T>(v[2 * k], v[2 * k + 1]);
+  }
+  return r;
+}
+
+// Stores a held access at p (aligned to it).
+template <typename T, int kVec>
+__device__ __forceinline__ void store_raw_vec(Vec<T, kVec>* p, const Raw<T, kVec>& r) {
+  if constexpr (kVec == 1) {
+    if constexpr (sizeof(T) == 4) {
+      p->v[0] = __uint_as_float(r.w[0]);
+    } else {
+      const auto bits = static_cast<unsigned short>(r.w[0]);
+      if constexpr (std::is_same_v<T, __half>)
+        p->v[0] = __ushort_as_half(bits);
+      else
+        p->v[0] = __ushort_as_bfloat16(bits);
+    }
+  } else {
+    *reinterpret_cast<uint4*>(p) = make_uint4(r.w[0], r.w[1], r.w[2], r.w[3]);
+  }
+}
+
 // Element j of an access, in fp32.
 template <typename T, int kVec>
 __device__ __forceinline__ float elem(const Raw<T, kVec>& r, int j) {

@@ -39,9 +39,20 @@ struct RmsNormParams {
   float eps;
 };
 
-template <typename T, int kVec>
+// fused_add_rmsnorm's: r = x + residual (in fp32, rounded to x's dtype) is written to
+// residual_out and normalized as RMSNorm's x.
+struct AddRmsNormParams : RmsNormParams {
+  const void* residual;
+  void* residual_out;
+  RowLayout residual_rows;
+  RowLayout residual_out_rows;
+};
+
+// kAddResidual: fused_add_rmsnorm's rows (the residual added first, the sum stored, then
+// normalized); else rmsnorm's.
+template <typename T, int kVec, bool kAddResidual = false>
 struct RmsNormRow {
-  using Params = RmsNormParams;
+  using Params = std::conditional_t<kAddResidual, AddRmsNormParams, RmsNormParams>;
 
   // Registers: warps of 1-8 accesses a thread (4 rows a block); blocks of 64-1024 threads
   // of 2, 4 or 8; clusters (16-byte accesses) of 256- or 1024-thread CTAs. Looped: 128-1024.
@@ -59,13 +70,38 @@ struct RmsNormRow {
     }
   }
 
-  // Up to 4 accesses a thread fit in 32 registers, which lets an SM hold 2048 threads.
+  // Up to 4 accesses a thread fit in 32 registers, which lets an SM hold 2048 threads
+  // (with the residual's accesses beside x's, up to 2).
   template <class S>
   static constexpr int min_blocks() {
+    constexpr int kFew = kAddResidual ? 2 : 4;
     if constexpr (kIsRegisters<S>)
-      return (S::kVecsPerThread <= 4 ? 2048 : 1024) / S::kThreads;
+      return (S::kVecsPerThread <= kFew ? 2048 : 1024) / S::kThreads;
     else
       return 0;
+  }
+
+  // r = x + residual for the accesses of one thread's row part (`live` of them, kStride
+  // vectors apart from `first`), written to residual_out and left in v as rounded.
+  template <int kN, int kStride>
+  static __device__ __forceinline__ void add_residual(const Params& p, int64_t row, int64_t first, int live,
+                                                      Raw<T, kVec> (&v)[kN]) {
+    if constexpr (kAddResidual) {
+      using V = Vec<T, kVec>;
+      const V* res = reinterpret_cast<const V*>(static_cast<const T*>(p.residual) + p.residual_rows.row_offset(row)) + first;
+      V* out = reinterpret_cast<V*>(static_cast<T*>(p.residual_out) + p.residual_out_rows.row_offset(row)) + first;
+      Raw<T, kVec> rv[kN];
+#pragma unroll
+      for (int i = 0; i < kN; ++i) rv[i] = i < live ? load_raw_vec(res + i * kStride) : Raw<T, kVec>{};
+#pragma unroll
+      for (int i = 0; i < kN; ++i) {
+        float sum[kVec];
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) sum[j] = elem(v[i], j) + elem(rv[i], j);
+        v[i] = raw_of<T, kVec>(sum);
+        if (i < live) store_raw_vec(out + i * kStride, v[i]);
+      }
+    }
   }
 
   template <class S>
@@ -93,6 +129,7 @@ struct RmsNormRow {
     R v[kVecsPerThread];
 #pragma unroll
     for (int i = 0; i < kVecsPerThread; ++i) v[i] = i < live ? load_raw_vec(x + i * kThreadsPerRow) : R{};
+    add_residual<kVecsPerThread, kThreadsPerRow>(p, row, first, live, v);
     // Long fp32 rows (8 accesses a thread, one 1024-thread CTA an SM) load the weight with x
     // and hold x * w (as many registers as x), so the weight's loads overlap x's instead of
     // trailing the reduction. 16-bit rows would need twice the registers for the products,
@@ -169,14 +206,27 @@ struct RmsNormRow {
       R v[kUnroll1];
 #pragma unroll
       for (int u = 0; u < kUnroll1; ++u) v[u] = load_raw_vec<CacheHint::kKeepInL2>(x + base + u * kThreads);
+      add_residual<kUnroll1, kThreads>(p, row, base, kUnroll1, v);
 #pragma unroll
       for (int u = 0; u < kUnroll1; ++u) add_squares(v[u]);
     }
 #pragma unroll 1
-    for (int64_t i = whole1 + threadIdx.x; i < row_vecs; i += kThreads)
-      add_squares(load_raw_vec<CacheHint::kKeepInL2>(x + i));
+    for (int64_t i = whole1 + threadIdx.x; i < row_vecs; i += kThreads) {
+      R v[1] = {load_raw_vec<CacheHint::kKeepInL2>(x + i)};
+      add_residual<1, kThreads>(p, row, i, 1, v);
+      add_squares(v[0]);
+    }
+    // The block's barrier (in the reduction) also makes its residual_out stores visible to
+    // the second pass, which reads the sum back from there.
     sumsq = group_reduce<kThreads>(sumsq, SumOp{}, scratch);
     const float inv_rms = rsqrtf(sumsq / float(p.cols) + p.eps);
+    // With the residual the second pass reads the stored sum (plain loads: a hinted load is
+    // not ordered after this block's stores), and it may be all that is left of the inputs
+    // (residual_out may be residual).
+    const V* src = x;
+    if constexpr (kAddResidual)
+      src = reinterpret_cast<const V*>(static_cast<const T*>(p.residual_out) + p.residual_out_rows.row_offset(row));
+    constexpr CacheHint kSecond = kAddResidual ? CacheHint::kDefault : CacheHint::kLastUse;
 
     const V* w = reinterpret_cast<const V*>(p.weight);
     V* y = reinterpret_cast<V*>(static_cast<T*>(p.y) + p.y_rows.row_offset(row));
@@ -191,7 +241,7 @@ struct RmsNormRow {
       R v[kUnroll2], wv[kUnroll2];
 #pragma unroll
       for (int u = 0; u < kUnroll2; ++u) {
-        v[u] = load_raw_vec<CacheHint::kLastUse>(x + base + u * kThreads);
+        v[u] = load_raw_vec<kSecond>(src + base + u * kThreads);
         wv[u] = load_raw_vec<CacheHint::kKeepInL2>(w + base + u * kThreads);
       }
 #pragma unroll
@@ -199,7 +249,7 @@ struct RmsNormRow {
     }
 #pragma unroll 1
     for (int64_t i = whole2 + threadIdx.x; i < row_vecs; i += kThreads)
-      y[i] = scale(load_raw_vec<CacheHint::kLastUse>(x + i), load_raw_vec<CacheHint::kKeepInL2>(w + i));
+      y[i] = scale(load_raw_vec<kSecond>(src + i), load_raw_vec<CacheHint::kKeepInL2>(w + i));
   }
 };
 
