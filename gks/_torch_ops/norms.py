@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """The norms family's torch ops: gks::rmsnorm, gks::fused_add_rmsnorm (and its in-place form
-gks::fused_add_rmsnorm_) and gks::softmax_rmsnorm (softmax's row kernel with the norm folded
+gks::fused_add_rmsnorm_), gks::layernorm and gks::softmax_rmsnorm (softmax's row kernel with the norm folded
 in). See gks._torch_ops for what every custom op guarantees."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from gks._torch_ops._fake import validate
 from gks.runtime.dims import row_dims
 from gks.runtime.tables import resolve_config
 
-__all__ = ["rmsnorm", "fused_add_rmsnorm", "fused_add_rmsnorm_", "softmax_rmsnorm"]
+__all__ = ["rmsnorm", "fused_add_rmsnorm", "fused_add_rmsnorm_", "layernorm", "softmax_rmsnorm"]
 
 
 def _rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, config: int = -1) -> torch.Tensor:
@@ -88,6 +88,31 @@ fused_add_rmsnorm_ = gks_op("fused_add_rmsnorm_", _fused_add_rmsnorm_, mutates_a
 def _(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
       config: int = -1) -> None:
     validate(cuda.fused_add_rmsnorm_out, x, residual, weight, x, residual, eps, config)
+
+
+def _layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, eps: float = 1e-5,
+               config: int = -1) -> torch.Tensor:
+    """LayerNorm over the last dim of x [..., N]: (x - mean) / sqrt(var + eps) * weight (+ bias),
+    the mean and the biased variance in fp32 (F.layer_norm's meaning), output in x's dtype.
+
+    x: fp32/fp16/bf16 CUDA tensor, last dim contiguous, any leading strides. weight and bias
+    (optional): [N], x's dtype. config: as for gks.rmsnorm (the same kernel shapes). Runs on
+    the current CUDA stream.
+    """
+    y = torch.empty_like(x, memory_format=torch.contiguous_format)
+    cuda.layernorm_out(x, weight, bias, y, eps, resolve_config("layernorm", x, row_dims(x), config))
+    return y
+
+
+layernorm = gks_op("layernorm", _layernorm)
+
+
+@layernorm.op.register_fake
+def _(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, eps: float = 1e-5,
+      config: int = -1) -> torch.Tensor:
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    validate(cuda.layernorm_out, x, weight, bias, y, eps, config)
+    return y
 
 
 def _softmax_rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, config: int = -1) -> torch.Tensor:

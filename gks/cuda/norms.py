@@ -1,12 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The norms family's DLPack entry points: rmsnorm, fused_add_rmsnorm and the fused
-softmax(rmsnorm). See gks.cuda."""
+"""The norms family's DLPack entry points: rmsnorm, fused_add_rmsnorm, layernorm and the
+fused softmax(rmsnorm). See gks.cuda."""
 
 from __future__ import annotations
 
 from gks import _native
 
-__all__ = ["rmsnorm_out", "fused_add_rmsnorm_out", "softmax_rmsnorm_out"]
+__all__ = ["rmsnorm_out", "fused_add_rmsnorm_out", "layernorm_out", "softmax_rmsnorm_out"]
 
 
 def rmsnorm_out(x, weight, y, eps: float = 1e-6, config: int = -1) -> None:
@@ -24,6 +24,14 @@ def fused_add_rmsnorm_out(x, residual, weight, y, residual_out, eps: float = 1e-
     [N]. In place (FlashInfer's form): y may be x and residual_out may be residual; no other
     two may share memory. config: as for rmsnorm_out (the same kernel shapes)."""
     _native.module().fused_add_rmsnorm(x, residual, weight, y, residual_out, float(eps), int(config))
+
+
+def layernorm_out(x, weight, bias, y, eps: float = 1e-5, config: int = -1) -> None:
+    """y = layernorm(x, weight, bias, eps), written into y (x's shape and dtype; y may be x
+    itself, in place). bias: [N] or None. config: as for rmsnorm_out (the same kernel
+    shapes)."""
+    has_bias = bias is not None
+    _native.module().layernorm(x, weight, bias if has_bias else weight, has_bias, y, float(eps), int(config))
 
 
 def softmax_rmsnorm_out(x, weight, y, eps: float = 1e-6, config: int = -1) -> None:

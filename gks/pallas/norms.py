@@ -6,7 +6,9 @@ RMSNorm: one program per block of rows. Rows up to MAX_ONE_PASS elements are loa
 the Triton lowering, so a row whose length is not one is padded with zeros (which leave
 the sum of squares unchanged) and the result sliced back. fused_add_rmsnorm is the same
 kernels with the residual added first (the rounded sum is a second output; the chunked
-kernel adds it again in its second pass, from inputs that JAX never overwrites).
+kernel adds it again in its second pass, from inputs that JAX never overwrites). LayerNorm:
+a row loaded whole takes its variance from the loaded values; a chunked one walks the row
+three times (mean, variance, output), exact as the two-pass formula.
 
 softmax_rmsnorm, softmax(rmsnorm(x) * weight) in one kernel: its public entry is here, and
 it runs softmax's row kernels (gks.pallas.softmax) with the norm folded in.
@@ -18,6 +20,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
@@ -25,7 +28,7 @@ from gks.pallas._common import check_float, default_interpret, next_pow2, takes_
 from gks.pallas.softmax import _check_x, _run
 from gks.runtime.args import float32_scalar
 
-__all__ = ["rmsnorm", "fused_add_rmsnorm", "softmax_rmsnorm"]
+__all__ = ["rmsnorm", "fused_add_rmsnorm", "layernorm", "softmax_rmsnorm"]
 
 MAX_ONE_PASS = 32768
 CHUNK = 4096
@@ -120,6 +123,82 @@ def _rmsnorm_2d(x, w, r=None, *, eps, interpret):
     return outs
 
 
+def _layernorm_one_pass(x_ref, w_ref, b_ref, y_ref, *, n, eps):
+    x = x_ref[...].astype(jnp.float32)
+    # Shifted by each row's first element, the mean kept as shift + m (see the CUDA kernel's
+    # LayerNormRow); padded columns are masked out of both sums.
+    mask = jax.lax.broadcasted_iota(jnp.int32, x.shape, 1) < n
+    d = jnp.where(mask, x - x[:, :1], 0.0)
+    m = jnp.sum(d, axis=-1, keepdims=True) / n
+    centered = jnp.where(mask, d - m, 0.0)
+    rstd = jax.lax.rsqrt(jnp.sum(centered * centered, axis=-1, keepdims=True) / n + eps)
+    y = centered * rstd * w_ref[...].astype(jnp.float32) + b_ref[...].astype(jnp.float32)
+    y_ref[...] = y.astype(y_ref.dtype)
+
+
+def _layernorm_chunked(x_ref, w_ref, b_ref, y_ref, *, n, eps, chunk):
+    steps = x_ref.shape[-1] // chunk
+    zeros = jnp.zeros((x_ref.shape[0], 1), jnp.float32)
+
+    shift = x_ref[:, pl.ds(0, 1)].astype(jnp.float32)
+
+    def chunk_of(i):
+        """The chunk's columns, its in-row mask and x - shift there (0 past the row)."""
+        cols = pl.ds(i * chunk, chunk)
+        mask = i * chunk + jax.lax.broadcasted_iota(jnp.int32, (x_ref.shape[0], chunk), 1) < n
+        return cols, mask, jnp.where(mask, x_ref[:, cols].astype(jnp.float32) - shift, 0.0)
+
+    def add(i, acc):
+        return acc + jnp.sum(chunk_of(i)[2], axis=-1, keepdims=True)
+
+    m = jax.lax.fori_loop(0, steps, add, zeros) / n
+
+    def add_squares(i, acc):
+        _, mask, d = chunk_of(i)
+        centered = jnp.where(mask, d - m, 0.0)
+        return acc + jnp.sum(centered * centered, axis=-1, keepdims=True)
+
+    rstd = jax.lax.rsqrt(jax.lax.fori_loop(0, steps, add_squares, zeros) / n + eps)
+
+    def write(i, carry):
+        cols, _, d = chunk_of(i)
+        y = (d - m) * rstd * w_ref[:, cols].astype(jnp.float32) + b_ref[:, cols].astype(jnp.float32)
+        y_ref[:, cols] = y.astype(y_ref.dtype)
+        return carry
+
+    jax.lax.fori_loop(0, steps, write, 0)
+
+
+@functools.partial(jax.jit, static_argnames=("eps", "interpret"))
+def _layernorm_2d(x, w, b, *, eps, interpret):
+    m, n = x.shape
+    n_pad = next_pow2(n) if n <= MAX_ONE_PASS else -(-n // CHUNK) * CHUNK
+    if n_pad != n:
+        x = jnp.pad(x, ((0, 0), (0, n_pad - n)))
+        w = jnp.pad(w, (0, n_pad - n))
+        b = jnp.pad(b, (0, n_pad - n))
+    rows = 1
+    while rows < 16 and (rows * 2) * n_pad <= 4096 and m % (rows * 2) == 0:
+        rows *= 2
+    if n_pad <= MAX_ONE_PASS:
+        kernel = functools.partial(_layernorm_one_pass, n=n, eps=eps)
+    else:
+        kernel = functools.partial(_layernorm_chunked, n=n, eps=eps, chunk=CHUNK)
+    num_warps = max(1, min(16, rows * min(n_pad, MAX_ONE_PASS) * x.dtype.itemsize // (32 * 64)))
+    row_block = pl.BlockSpec((rows, n_pad), lambda i: (i, 0))
+    vec_block = pl.BlockSpec((1, n_pad), lambda i: (0, 0))
+    y = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((m, n_pad), x.dtype),
+        grid=(m // rows,),
+        in_specs=[row_block, vec_block, vec_block],
+        out_specs=row_block,
+        interpret=interpret,
+        compiler_params=plgpu.CompilerParams(num_warps=num_warps),
+    )(x, w.reshape(1, n_pad), b.reshape(1, n_pad))
+    return y[:, :n] if n_pad != n else y
+
+
 def _check_norm_args(x: jax.Array, weight: jax.Array, eps: float, op: str) -> int:
     """What both norms refuse beyond x itself: the weight's dtype and shape [N] (x's last
     dim, which it returns) and eps < 0 or NaN (`not >=`, as the C++ API checks it)."""
@@ -172,6 +251,32 @@ def fused_add_rmsnorm(x: jax.Array, residual: jax.Array, weight: jax.Array, eps:
     y, residual_out = _rmsnorm_2d(x.reshape(-1, n), weight, residual.reshape(-1, n), eps=float(eps),
                                   interpret=interpret)
     return y.reshape(x.shape), residual_out.reshape(x.shape)
+
+
+@takes_arrays("x", "weight")
+def layernorm(x: jax.Array, weight: jax.Array, bias: jax.Array | None = None, eps: float = 1e-5, *,
+              interpret: bool | None = None):
+    """LayerNorm over the last dim of x [..., N] (JAX arrays): (x - mean) / sqrt(var + eps) *
+    weight (+ bias), fp32 mean and biased variance, output in x's dtype."""
+    op = "gks.pallas.layernorm"
+    check_float(x, op, "x")
+    if x.ndim < 1:
+        raise ValueError(f"{op}: argument 'x' must have at least 1 dim, got a scalar")
+    n = _check_norm_args(x, weight, eps, op)
+    if bias is not None:
+        if not isinstance(bias, (jax.Array, np.ndarray)):
+            raise TypeError(f"{op}: argument 'bias' must be a JAX array or None, got {type(bias).__qualname__}")
+        if bias.dtype != x.dtype:
+            raise TypeError(f"{op}: argument 'bias' must have the dtype of 'x' ({x.dtype}), got {bias.dtype}")
+        if bias.shape != (n,):
+            raise ValueError(f"{op}: argument 'bias' must have shape [{n}] (the last dim of x), got {list(bias.shape)}")
+    if x.size == 0:
+        return jnp.zeros(x.shape, x.dtype)
+    if interpret is None:
+        interpret = default_interpret(x)
+    b = jnp.zeros((n,), x.dtype) if bias is None else bias
+    y = _layernorm_2d(x.reshape(-1, n), weight, b, eps=float(eps), interpret=interpret)
+    return y.reshape(x.shape)
 
 
 @takes_arrays("x", "weight")

@@ -12,6 +12,9 @@ residual_out = x + residual (added in fp32, rounded to x's dtype), y = rmsnorm(r
 weight from that rounded sum, so it equals the two steps run one after the other. Its in-place
 form (FlashInfer's, what a decoder layer calls) writes y over x and the sum over residual.
 
+layernorm: y = (x - mean) / sqrt(var + eps) * weight (+ bias) over the last dim, the mean and
+the biased variance in fp32 (F.layer_norm's meaning); bias optional.
+
 softmax_rmsnorm: softmax(rmsnorm(x) * weight) over the last dim, fused: two reductions in one kernel and
 no round trip of the normalized row through memory (it stays fp32, never rounded).
 """
@@ -30,7 +33,7 @@ if TYPE_CHECKING:  # annotations only: the module loads without torch
 # ---- the reference: the op's meaning in plain PyTorch (gks.reference.<op>). torch is
 # imported where it is used, so the registry loads without it.
 
-__all__ = ["rmsnorm", "fused_add_rmsnorm", "softmax_rmsnorm"]
+__all__ = ["rmsnorm", "fused_add_rmsnorm", "layernorm", "softmax_rmsnorm"]
 
 
 def rmsnorm(
@@ -57,6 +60,23 @@ def fused_add_rmsnorm(
 
     residual_out = (x.to(torch.float32) + residual.to(torch.float32)).to(x.dtype)
     return rmsnorm(residual_out, weight, eps, precise=precise), residual_out
+
+
+def layernorm(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, eps: float = 1e-5, *,
+    precise: bool = False,
+) -> torch.Tensor:
+    """y = (x - mean) / sqrt(var + eps) * weight (+ bias), over the last dim; var is the
+    biased variance (as in F.layer_norm). fp32 math, or float64 when precise."""
+    import torch
+
+    compute = torch.float64 if precise else torch.float32
+    xc = x.to(compute)
+    centered = xc - xc.mean(dim=-1, keepdim=True)
+    y = centered * torch.rsqrt(centered.square().mean(dim=-1, keepdim=True) + eps) * weight.to(compute)
+    if bias is not None:
+        y = y + bias.to(compute)
+    return y if precise else y.to(x.dtype)
 
 
 def softmax_rmsnorm(
@@ -118,20 +138,30 @@ def _liger_rmsnorm():
     return lambda x, weight, eps: LigerRMSNormFunction.apply(x, weight, eps, 0.0, "gemma", False)
 
 
-def _rmsnorm_bad_inputs(op: str, residual: bool = False) -> tuple[BadInput, ...]:
+def _rmsnorm_bad_inputs(op: str, residual: bool = False, bias: bool = False) -> tuple[BadInput, ...]:
     """What the norms refuse alike: the weight's dtype, length, rank, stride and device, a
     strided last dim of x, an integer x, a negative or NaN eps, or one that float32 would
     flush to 0; with `residual`, fused_add_rmsnorm's too: a residual of another dtype or
-    shape, or strided in its last dim."""
+    shape, or strided in its last dim; with `bias`, layernorm's: a bias of another dtype or
+    length."""
 
-    def call(t, d, x=None, weight=None, eps=1e-6, res=None):
+    def call(t, d, x=None, weight=None, eps=1e-6, res=None, b=None):
         x = t.randn(4, 8, device=d) if x is None else x
         args = {"x": x}
         if residual:
             args["residual"] = t.randn(x.shape, device=d).to(x.dtype) if res is None else res
-        return {**args, "weight": t.ones(8, device=d) if weight is None else weight, "eps": eps}
+        args["weight"] = t.ones(x.shape[-1], device=d) if weight is None else weight
+        if bias:
+            args["bias"] = t.zeros(args["weight"].shape, device=d).to(x.dtype) if b is None else b
+        return {**args, "eps": eps}
 
-    own = () if not residual else (
+    own = () if not bias else (
+        BadInput("bias-dtype", lambda t, d: call(t, d, b=t.zeros(8, device=d).half()),
+                 (TypeError, ValueError), "argument 'bias'"),
+        BadInput("bias-length", lambda t, d: call(t, d, b=t.zeros(7, device=d)), ValueError,
+                 "argument 'bias'"),
+    )
+    own += () if not residual else (
         BadInput("residual-dtype", lambda t, d: call(t, d, res=t.randn(4, 8, device=d).half()),
                  (TypeError, ValueError), "argument 'residual'"),
         BadInput("residual-shape", lambda t, d: call(t, d, res=t.randn(4, 7, device=d)), ValueError,
@@ -268,6 +298,56 @@ FUSED_ADD_RMSNORM = register(
         outputs=("y", "residual_out"),
         in_place={"y": "x", "residual_out": "residual"},
         sass_kernels=(r"rows::\w+_kernel<gks::kernels::rows::RmsNormRow<[^<>]*, true>",),
+    )
+)
+
+
+def _layernorm_inputs(shape, dtype, device, seed):
+    """x ~ 3 + N(0, 1) (a mean the variance must not cancel against), weight ~ 1 + 0.1 N(0,
+    1) and bias ~ 0.1 N(0, 1), in `dtype`."""
+    import torch
+
+    m, n = shape
+    gen = torch.Generator(device=device).manual_seed(seed)
+    dt = getattr(torch, dtype)
+    x = (3.0 + torch.randn((m, n), generator=gen, device=device)).to(dt)
+    weight = (1.0 + 0.1 * torch.randn((n,), generator=gen, device=device)).to(dt)
+    bias = (0.1 * torch.randn((n,), generator=gen, device=device)).to(dt)
+    return {"x": x, "weight": weight, "bias": bias, "eps": 1e-5}
+
+
+def _torch_layer_norm():
+    import torch.nn.functional as F
+
+    return lambda x, weight, bias, eps: F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+
+
+LAYERNORM = register(
+    OpSpec(
+        name="layernorm",
+        family="norms",
+        summary="LayerNorm over the last dim (fp32 mean and variance), optional bias",
+        signature="layernorm(x[..., N], weight[N], bias[N] | None = None, eps=1e-5) -> y[..., N] (x's dtype)",
+        shape_names=("M", "N"),
+        dtypes=("float32", "float16", "bfloat16"),
+        make_inputs=_layernorm_inputs,
+        reference=layernorm,
+        # Against the fp64 result: the output is O(1) as rmsnorm's, its bound a few ulps.
+        tolerance={"float32": (2e-5, 2e-5), "float16": (2e-3, 2e-3), "bfloat16": (1.6e-2, 1.6e-2)},
+        # sum, subtract, square and add, scale twice, add the bias: about 7 flops an element.
+        flops=lambda s: 7.0 * s[0] * s[1],
+        # read x and write y once; the weight and bias are N elements each.
+        bytes_moved=lambda s, dt: ELEM_BYTES[dt] * (2.0 * s[0] * s[1] + 2.0 * s[1]),
+        backends=_BACKENDS,
+        test_shapes=RMSNORM.test_shapes,
+        bench_shapes=((32768, 4096), (8192, 32768), (65536, 1024)),
+        peers=(Peer("F.layer_norm", _torch_layer_norm), reference_peer("layernorm", compiled=True)),
+        example_shape=(33, 1000),
+        bad_inputs=_rmsnorm_bad_inputs("layernorm", bias=True),
+        cuda_out=lambda cuda, i, o, **kw: cuda.layernorm_out(i["x"], i["weight"], i["bias"], o[0], i["eps"], **kw),
+        outputs=("y",),
+        in_place={"y": "x"},
+        sass_kernels=(r"rows::\w+_kernel<gks::kernels::rows::LayerNormRow<",),
     )
 )
 

@@ -91,15 +91,15 @@ def check_eps(eps: float, op: str) -> float:
     return narrowed
 
 
-def check_norm_weight(weight: torch.Tensor, cols: int, op: str) -> None:
-    """The weight of rmsnorm and softmax_rmsnorm: [cols] (x's last dim), contiguous."""
+def check_norm_weight(weight: torch.Tensor, cols: int, op: str, name: str = "weight") -> None:
+    """A norm's weight (or bias, as `name` says): [cols] (x's last dim), contiguous."""
     if weight.dim() != 1 or weight.shape[0] != cols:
         raise ValueError(
-            f"{op}: argument 'weight' must have shape [{cols}] (the last dim of x), "
+            f"{op}: argument '{name}' must have shape [{cols}] (the last dim of x), "
             f"got {list(weight.shape)}"
         )
     if weight.numel() > 1 and weight.stride(0) != 1:
-        raise ValueError(f"{op}: argument 'weight' must be contiguous, got stride {weight.stride(0)}")
+        raise ValueError(f"{op}: argument '{name}' must be contiguous, got stride {weight.stride(0)}")
 
 
 def next_pow2(n: int) -> int:

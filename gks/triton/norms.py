@@ -4,7 +4,9 @@
 RMSNorm: one program per row; the row stays in registers when it fits (one read), else two
 passes over it in chunks (the second mostly from L2). fused_add_rmsnorm is the same kernel
 with the residual added first (ADD): the rounded sum is stored, and normalized from
-registers, or in the second pass read back from where it was stored.
+registers, or in the second pass read back from where it was stored. LayerNorm: the same
+programs; a row held whole takes its variance from the held values, a chunked one from sums
+shifted by its first element.
 
 softmax_rmsnorm, softmax(rmsnorm(x) * weight) in one kernel: its public entry is here, and
 it runs softmax's row kernels (gks.triton.softmax) with the norm folded in.
@@ -33,7 +35,7 @@ from gks.triton._common import (
 )
 from gks.triton.softmax import _launch as _softmax_launch
 
-__all__ = ["rmsnorm", "fused_add_rmsnorm", "fused_add_rmsnorm_", "softmax_rmsnorm"]
+__all__ = ["rmsnorm", "fused_add_rmsnorm", "fused_add_rmsnorm_", "layernorm", "softmax_rmsnorm"]
 
 # Rows up to this many elements are held whole in one program (one read of the row).
 MAX_ONE_PASS = 32768
@@ -113,6 +115,53 @@ def _check_norm_args(x: torch.Tensor, weight: torch.Tensor, eps: float, op: str)
     return xr, check_eps(eps, op)
 
 
+@triton.jit
+def _layernorm_kernel(
+    x_ptr, w_ptr, b_ptr, y_ptr, N, eps,
+    x_inner, x_outer_stride, x_inner_stride,
+    y_inner, y_outer_stride, y_inner_stride,
+    BLOCK_N: tl.constexpr, ONE_PASS: tl.constexpr, HAS_BIAS: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    x_row = row_start(x_ptr, row, x_inner, x_outer_stride, x_inner_stride)
+    y_row = row_start(y_ptr, row, y_inner, y_outer_stride, y_inner_stride)
+    cols = tl.arange(0, BLOCK_N)
+    if ONE_PASS:
+        mask = cols < N
+        # Shifted by the row's first element, the mean kept as shift + m (see the CUDA
+        # kernel's LayerNormRow): a mean far from 0 costs neither variance nor output.
+        shift = tl.load(x_row).to(tl.float32)
+        d = tl.where(mask, tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32) - shift, 0.0)
+        m = tl.sum(d, axis=0) / N
+        centered = tl.where(mask, d - m, 0.0)
+        rstd = tl.rsqrt(tl.sum(centered * centered, axis=0) / N + eps)
+        y = centered * rstd * tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        if HAS_BIAS:
+            y += tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        tl.store(y_row + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+    else:
+        shift = tl.load(x_row).to(tl.float32)
+        s1 = tl.zeros([BLOCK_N], dtype=tl.float32)
+        s2 = tl.zeros([BLOCK_N], dtype=tl.float32)
+        num_chunks = tl.cdiv(N, BLOCK_N)
+        for chunk in range(0, num_chunks):
+            start = chunk * BLOCK_N
+            mask = start + cols < N
+            d = tl.where(mask, tl.load(x_row + start + cols, mask=mask, other=0.0).to(tl.float32) - shift, 0.0)
+            s1 += d
+            s2 += d * d
+        m = tl.sum(s1, axis=0) / N
+        rstd = tl.rsqrt(tl.maximum(tl.sum(s2, axis=0) / N - m * m, 0.0) + eps)
+        for chunk in range(0, num_chunks):
+            start = chunk * BLOCK_N
+            mask = start + cols < N
+            x = tl.load(x_row + start + cols, mask=mask, other=0.0).to(tl.float32)
+            y = ((x - shift) - m) * rstd * tl.load(w_ptr + start + cols, mask=mask, other=0.0).to(tl.float32)
+            if HAS_BIAS:
+                y += tl.load(b_ptr + start + cols, mask=mask, other=0.0).to(tl.float32)
+            tl.store(y_row + start + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
 def _launch_rmsnorm(x, xr, weight, y, eps, op, residual=None, rr=None, residual_out=None) -> None:
     """The kernel over x's rows into y (with the residual: its sum stored to residual_out)."""
     if xr.rows == 0 or xr.cols == 0:
@@ -142,6 +191,32 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.T
     xr, eps = _check_norm_args(x, weight, eps, op)
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     _launch_rmsnorm(x, xr, weight, y, eps, op)
+    return y
+
+
+@on_tensor_device
+def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+              eps: float = 1e-5) -> torch.Tensor:
+    """LayerNorm over the last dim of x [..., N]: (x - mean) / sqrt(var + eps) * weight
+    (+ bias), fp32 mean and biased variance, output in x's dtype."""
+    op = "gks.triton.layernorm"
+    xr, eps = _check_norm_args(x, weight, eps, op)
+    if bias is not None:
+        check_same(x, "x", bias, "bias", op)
+        check_norm_weight(bias, xr.cols, op, "bias")
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if xr.rows == 0 or xr.cols == 0:
+        return y
+    yr = row_layout(y, op, "y")
+    one_pass = xr.cols <= MAX_ONE_PASS
+    block_n = next_pow2(xr.cols) if one_pass else CHUNK
+    _layernorm_kernel[(xr.rows,)](
+        x, weight, weight if bias is None else bias, y, xr.cols, eps,
+        xr.inner, xr.outer_stride, xr.inner_stride,
+        yr.inner, yr.outer_stride, yr.inner_stride,
+        BLOCK_N=block_n, ONE_PASS=one_pass, HAS_BIAS=bias is not None,
+        num_warps=row_num_warps(block_n, x.element_size()),
+    )
     return y
 
 

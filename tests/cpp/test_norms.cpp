@@ -346,6 +346,25 @@ TEST(FusedAddRmsNorm, RefusesAResidualUnlikeX) {
                "an index below " + std::to_string(std::size(gks::kRmsNormConfigs)) + " into kRmsNormConfigs");
 }
 
+TEST(LayerNorm, ChecksTheBiasOnlyWhenThereIsOne) {
+  gks::LayerNormArgs a;
+  a.x = gks::TensorRef::make(gks_test::fake_address(1), DType::kFloat16, {0, 8}, kGpu);
+  a.weight = gks::TensorRef::make(gks_test::fake_address(2), DType::kFloat16, {8}, kGpu);
+  a.y = gks::TensorRef::make(gks_test::fake_address(3), DType::kFloat16, {0, 8}, kGpu);
+  a.bias = gks::TensorRef::make(gks_test::fake_address(4), DType::kFloat32, {7}, kGpu);
+  EXPECT_NO_THROW(gks::layernorm(a, nullptr));  // no bias: its tensor is not read
+  a.has_bias = true;
+  expect_error([&] { gks::layernorm(a, nullptr); }, ErrorKind::kUnsupportedDtype,
+               "gks.layernorm: argument 'bias' must have the dtype of 'x' (float16), got float32");
+  a.bias.dtype = DType::kFloat16;
+  expect_error([&] { gks::layernorm(a, nullptr); }, ErrorKind::kInvalidArgument,
+               "argument 'bias' must have shape [8] (the last dim of x), got [7]");
+  a.bias = gks::TensorRef::make(gks_test::fake_address(4), DType::kFloat16, {8}, kGpu);
+  EXPECT_NO_THROW(gks::layernorm(a, nullptr));
+  a.y = a.x;  // in place
+  EXPECT_NO_THROW(gks::layernorm(a, nullptr));
+}
+
 // ---------------------------------------------------------------- plans
 
 TEST(SoftmaxRmsNorm, RejectsUnknownConfig) {

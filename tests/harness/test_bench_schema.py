@@ -313,6 +313,16 @@ FORMULAS = {
     ("rmsnorm", (3, 5), F32): (4 * 15, 4 * (15 + 5 + 15)),
     ("rmsnorm", (3, 5), F16): (4 * 15, 2 * (15 + 5 + 15)),
     ("rmsnorm", (3, 5), BF16): (4 * 15, 2 * (15 + 5 + 15)),
+    # the add, then rmsnorm's 4: 5 per element. Read x, residual [3, 5] and weight; write y
+    # and residual_out.
+    ("fused_add_rmsnorm", (3, 5), F32): (5 * 15, 4 * (15 + 15 + 5 + 15 + 15)),
+    ("fused_add_rmsnorm", (3, 5), F16): (5 * 15, 2 * (15 + 15 + 5 + 15 + 15)),
+    ("fused_add_rmsnorm", (3, 5), BF16): (5 * 15, 2 * (15 + 15 + 5 + 15 + 15)),
+    # sum, subtract, square and add, two scales, the bias: 7 per element. Read x, weight and
+    # bias [5]; write y.
+    ("layernorm", (3, 5), F32): (7 * 15, 4 * (15 + 5 + 5 + 15)),
+    ("layernorm", (3, 5), F16): (7 * 15, 2 * (15 + 5 + 5 + 15)),
+    ("layernorm", (3, 5), BF16): (7 * 15, 2 * (15 + 5 + 5 + 15)),
     # max, subtract, exp, sum, scale: 5 per element. Read x, write y.
     ("softmax", (3, 5), F32): (5 * 15, 4 * (15 + 15)),
     ("softmax", (3, 5), F16): (5 * 15, 2 * (15 + 15)),

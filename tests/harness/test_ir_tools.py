@@ -37,6 +37,12 @@ KERNELS = {
         f"void {R}registers_kernel<{R}RmsNormRow<float, 4, false>, {R}Registers<64, 8, 1, "
          f"1> >({R}RmsNormRow<float, 4, false>::Params)",
     ],
+    "layernorm": [
+        f"void {R}looped_kernel<{R}LayerNormRow<float, 4, true>, "
+         f"{R}Looped<512> >({R}LayerNormRow<float, 4, true>::Params)",
+        f"void {R}registers_kernel<{R}LayerNormRow<__nv_bfloat16, 8, false>, {R}Registers<256, 4, 1, "
+         f"2> >({R}LayerNormRow<__nv_bfloat16, 8, false>::Params)",
+    ],
     "fused_add_rmsnorm": [
         f"void {R}looped_kernel<{R}RmsNormRow<__nv_bfloat16, 8, true>, "
          f"{R}Looped<1024> >({R}RmsNormRow<__nv_bfloat16, 8, true>::Params)",

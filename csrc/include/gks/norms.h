@@ -2,6 +2,7 @@
 // The norms family, over the last dim with fp32 math, outputs in x's dtype:
 //  - rmsnorm: y = x / sqrt(mean(x^2) + eps) * weight;
 //  - fused_add_rmsnorm: the residual added first (r = x + residual, stored), then rmsnorm(r);
+//  - layernorm: y = (x - mean) / sqrt(var + eps) * weight (+ bias);
 //  - softmax_rmsnorm: y = softmax(x / sqrt(mean(x^2) + eps) * weight) in one kernel. The
 //    normalized row stays in fp32 (it is never rounded to x's dtype); only y is rounded.
 //    Non-finite input as for gks::softmax.
@@ -78,6 +79,23 @@ struct FusedAddRmsNormArgs {
 
 // Validates the arguments (throws gks::Error) and launches on `stream`.
 void fused_add_rmsnorm(const FusedAddRmsNormArgs& args, cudaStream_t stream);
+
+// layernorm: y = (x - mean) / sqrt(var + eps) * weight (+ bias), mean and the biased variance
+// over the last dim in fp32 (F.layer_norm's). Its configs are kRmsNormConfigs (the same
+// kernel shapes); rows held in registers take the variance from the held values, looped
+// rows from sums shifted by the row's first element.
+struct LayerNormArgs {
+  TensorRef x;       // [..., N], fp32/fp16/bf16, last dim contiguous, any row strides
+  TensorRef weight;  // [N], x's dtype, contiguous
+  TensorRef bias;    // [N], x's dtype, contiguous; read only with has_bias
+  TensorRef y;       // x's shape and dtype, last dim contiguous, any row strides; may be x (in place)
+  bool has_bias = false;
+  float eps = 1e-5f;
+  int config = -1;  // -1: the heuristic; else an index into kRmsNormConfigs
+};
+
+// Validates the arguments (throws gks::Error) and launches on `stream`.
+void layernorm(const LayerNormArgs& args, cudaStream_t stream);
 
 // The fused op's configs: softmax's, then
 //  cluster  16-byte aligned rows of more than 256 threads' worth of 16 values split over a

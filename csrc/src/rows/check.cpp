@@ -20,15 +20,15 @@ RowViews check_rows(const TensorRef& x, const TensorRef& y, const char* op) {
 }
 
 void check_row_weight(const TensorRef& w, const TensorRef& x, const TensorRef& y, int64_t cols,
-                      const char* op) {
-  check_same_device(x, "x", w, "weight", op);
-  check_same_dtype(x, "x", w, "weight", op);
+                      const char* op, const char* name) {
+  check_same_device(x, "x", w, name, op);
+  check_same_dtype(x, "x", w, name, op);
   GKS_CHECK(w.ndim == 1 && w.shape[0] == cols, kInvalidArgument)
-      << op << ": argument 'weight' must have shape [" << cols << "] (the last dim of x), got "
+      << op << ": argument '" << name << "' must have shape [" << cols << "] (the last dim of x), got "
       << w.shape_string();
   GKS_CHECK(w.strides[0] == 1 || w.shape[0] <= 1, kInvalidArgument)
-      << op << ": argument 'weight' must be contiguous, got stride " << w.strides[0];
-  check_apart({&y, "y"}, {&w, "weight"}, op);  // y itself was checked with x (check_rows)
+      << op << ": argument '" << name << "' must be contiguous, got stride " << w.strides[0];
+  check_apart({&y, "y"}, {&w, name}, op);  // y itself was checked with x (check_rows)
 }
 
 void check_eps(float eps, const char* op) {

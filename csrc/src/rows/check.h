@@ -18,9 +18,10 @@ struct RowViews {
 };
 RowViews check_rows(const TensorRef& x, const TensorRef& y, const char* op);
 
-// weight: [N] (x's last dim), x's dtype and device, contiguous, sharing no memory with y.
+// weight (or the tensor `name` names, e.g. a bias): [N] (x's last dim), x's dtype and device,
+// contiguous, sharing no memory with y.
 void check_row_weight(const TensorRef& weight, const TensorRef& x, const TensorRef& y, int64_t cols,
-                      const char* op);
+                      const char* op, const char* name = "weight");
 
 // eps >= 0.
 void check_eps(float eps, const char* op);

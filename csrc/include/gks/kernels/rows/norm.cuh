@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The norms family on the row skeleton (skeleton.cuh): RMSNorm, and softmax(rmsnorm(x) *
+// The norms family on the row skeleton (skeleton.cuh): RMSNorm (with the residual added
+// first: fused_add_rmsnorm), LayerNorm, and softmax(rmsnorm(x) *
 // weight) in one kernel (the values x * inv_rms * weight computed in fp32 and never
 // stored), whose softmax is softmax.cuh's.
 #pragma once
@@ -50,6 +51,25 @@ struct AddRmsNormParams : RmsNormParams {
 
 // kAddResidual: fused_add_rmsnorm's rows (the residual added first, the sum stored, then
 // normalized); else rmsnorm's.
+// Where a thread's part of its row lies in a Registers shape: the row, its first access (a
+// vector index into the row) and how many of its kVecsPerThread accesses, kThreadsPerRow
+// vectors apart, lie inside the row. The row is a whole number of vectors (the host picks
+// kVec so), so each access is wholly inside the row or wholly past it.
+struct RowPart {
+  int64_t row;
+  int64_t first;
+  int live;
+};
+template <class S, int kVec>
+__device__ __forceinline__ RowPart row_part(int64_t cols) {
+  constexpr int kThreadsPerRow = S::kThreadsPerRow, kVecsPerThread = S::kVecsPerThread;
+  const int64_t first = int64_t(cluster_rank<S>()) * kVecsPerThread * kThreadsPerRow + threadIdx.x;
+  const int64_t row_vecs = cols / kVec;
+  const int live = first >= row_vecs ? 0
+                   : int(min(int64_t(kVecsPerThread), (row_vecs - first + kThreadsPerRow - 1) / kThreadsPerRow));
+  return {row_index<S>(), first, live};
+}
+
 template <typename T, int kVec, bool kAddResidual = false>
 struct RmsNormRow {
   using Params = std::conditional_t<kAddResidual, AddRmsNormParams, RmsNormParams>;
@@ -110,18 +130,10 @@ struct RmsNormRow {
     constexpr int kRowsPerBlock = S::kRowsPerBlock, kCluster = S::kCluster;
     __shared__ float scratch[kThreadsPerRow / 32 > 0 ? kThreadsPerRow / 32 : 1];
     __shared__ float cluster_slot;
-    const int rank = cluster_rank<S>();
-    const int64_t row = row_index<S>();
+    const auto [row, first, live] = row_part<S, kVec>(p.cols);
     // Only warp-per-row blocks (no block barrier, no cluster) can have rows past the end.
     if (kRowsPerBlock > 1 && row >= p.rows) return;
-    // This thread's accesses are i = 0 .. kVecsPerThread-1, kThreadsPerRow vectors apart,
-    // starting at vector `first`; the row is a whole number of vectors (the host picks kVec
-    // so), so each access is wholly inside the row or wholly past it.
     using V = Vec<T, kVec>;
-    const int64_t first = int64_t(rank) * kVecsPerThread * kThreadsPerRow + threadIdx.x;
-    const int64_t row_vecs = p.cols / kVec;
-    const int live = first >= row_vecs ? 0
-                     : int(min(int64_t(kVecsPerThread), (row_vecs - first + kThreadsPerRow - 1) / kThreadsPerRow));
 
     // The row stays as loaded (Raw) and is converted to fp32 where it is used.
     using R = Raw<T, kVec>;
@@ -250,6 +262,149 @@ struct RmsNormRow {
 #pragma unroll 1
     for (int64_t i = whole2 + threadIdx.x; i < row_vecs; i += kThreads)
       y[i] = scale(load_raw_vec<kSecond>(src + i), load_raw_vec<CacheHint::kKeepInL2>(w + i));
+  }
+};
+
+// LayerNorm: y = (x - mean) / sqrt(var + eps) * weight (+ bias), var the biased variance,
+// on rmsnorm's kernel shapes and plans.
+// Both shapes work on x - x0, shifted by the row's first element, and keep the mean as x0 +
+// m (never rounded to one float): a mean far from 0 then costs neither the variance (no
+// cancellation) nor the output (x - mean is (x - x0) - m, both parts small).
+//  - registers: the row held once; m reduced first, then the sum of squared deviations from
+//    the held values (two reductions, exact as the two-pass formula).
+//  - looped: one pass for the sums of (x - x0) and (x - x0)^2; a second pass writes.
+struct LayerNormParams {
+  const void* x;
+  const void* weight;
+  const void* bias;  // null: no bias
+  void* y;
+  RowLayout x_rows;
+  RowLayout y_rows;
+  int64_t rows;
+  int64_t cols;
+  float eps;
+};
+
+template <typename T, int kVec, bool kBias>
+struct LayerNormRow {
+  using Params = LayerNormParams;
+  using Shapes = RmsNormRow<T, kVec>;  // the same kernel shapes, so the same plans
+
+  template <class S>
+  static constexpr bool compiled() {
+    return Shapes::template compiled<S>();
+  }
+  template <class S>
+  static constexpr int min_blocks() {
+    return Shapes::template min_blocks<S>();
+  }
+
+  // The output of one access: ((x - shift) - m) * rstd * w (+ b), the mean being shift + m.
+  static __device__ __forceinline__ Vec<T, kVec> normalized(const Raw<T, kVec>& v, const Raw<T, kVec>& w,
+                                                             const Vec<T, kVec>* b, float shift, float m,
+                                                             float rstd) {
+    Raw<T, kVec> bv{};
+    if constexpr (kBias) bv = load_raw_vec(b);
+    Vec<T, kVec> out;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      float o = ((elem(v, j) - shift) - m) * rstd * elem(w, j);
+      if constexpr (kBias) o += elem(bv, j);
+      out.v[j] = from_float<T>(o);
+    }
+    return out;
+  }
+
+  template <class S>
+  static __device__ __forceinline__ void registers(const Params& p) {
+    constexpr int kThreadsPerRow = S::kThreadsPerRow, kVecsPerThread = S::kVecsPerThread;
+    constexpr int kRowsPerBlock = S::kRowsPerBlock, kCluster = S::kCluster;
+    __shared__ float scratch[kThreadsPerRow / 32 > 0 ? kThreadsPerRow / 32 : 1];
+    __shared__ float cluster_slot;
+    const auto [row, first, live] = row_part<S, kVec>(p.cols);
+    if (kRowsPerBlock > 1 && row >= p.rows) return;  // warp-per-row blocks only
+    using V = Vec<T, kVec>;
+    using R = Raw<T, kVec>;
+    const T* x_row = static_cast<const T*>(p.x) + p.x_rows.row_offset(row);
+    const V* x = reinterpret_cast<const V*>(x_row) + first;
+    R v[kVecsPerThread];
+#pragma unroll
+    for (int i = 0; i < kVecsPerThread; ++i) v[i] = i < live ? load_raw_vec(x + i * kThreadsPerRow) : R{};
+    const float shift = static_cast<float>(x_row[0]);
+    // The row's total over its threads (and its cluster's CTAs: the second use of the slot
+    // waits until every CTA has read the first).
+    const auto total = [&](float part) {
+      part = row_sum<kThreadsPerRow>(part, scratch);
+      if constexpr (kCluster > 1) {
+        part = cluster_sum<kCluster>(part, &cluster_slot);
+        cluster_release_wait();
+      }
+      return part;
+    };
+    // Only the accesses inside the row count (those past it hold zeros, not values).
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < kVecsPerThread; ++i) {
+      if (i >= live) break;
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) sum += elem(v[i], j) - shift;
+    }
+    const float m = total(sum) / float(p.cols);
+    float sq = 0.f;
+#pragma unroll
+    for (int i = 0; i < kVecsPerThread; ++i) {
+      if (i >= live) break;
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        const float d = (elem(v[i], j) - shift) - m;
+        sq += d * d;
+      }
+    }
+    const float rstd = rsqrtf(total(sq) / float(p.cols) + p.eps);
+    const V* w = reinterpret_cast<const V*>(p.weight) + first;
+    const V* b = reinterpret_cast<const V*>(p.bias) + first;
+    V* y = reinterpret_cast<V*>(static_cast<T*>(p.y) + p.y_rows.row_offset(row)) + first;
+#pragma unroll
+    for (int i = 0; i < kVecsPerThread; ++i) {
+      if (i >= live) break;
+      y[i * kThreadsPerRow] =
+          normalized(v[i], load_raw_vec(w + i * kThreadsPerRow), b + i * kThreadsPerRow, shift, m, rstd);
+    }
+  }
+
+  template <class S>
+  static __device__ __forceinline__ void looped(const Params& p) {
+    constexpr int kThreads = S::kThreads;
+    using V = Vec<T, kVec>;
+    __shared__ float scratch[kThreads / 32];
+    const int64_t row = blockIdx.x;
+    const int64_t row_vecs = p.cols / kVec;
+    const T* x_row = static_cast<const T*>(p.x) + p.x_rows.row_offset(row);
+    const V* x = reinterpret_cast<const V*>(x_row);
+    const float shift = static_cast<float>(x_row[0]);
+    float s1 = 0.f, s2 = 0.f;
+#pragma unroll 4
+    for (int64_t i = threadIdx.x; i < row_vecs; i += kThreads) {
+      const Raw<T, kVec> v = load_raw_vec<CacheHint::kKeepInL2>(x + i);
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        const float d = elem(v, j) - shift;
+        s1 += d;
+        s2 += d * d;
+      }
+    }
+    s1 = group_reduce<kThreads>(s1, SumOp{}, scratch);
+    s2 = group_reduce<kThreads>(s2, SumOp{}, scratch);
+    const float n = float(p.cols);
+    const float m = s1 / n;
+    const float rstd = rsqrtf(fmaxf(s2 / n - m * m, 0.f) + p.eps);
+    const V* w = reinterpret_cast<const V*>(p.weight);
+    const V* b = reinterpret_cast<const V*>(p.bias);
+    V* y = reinterpret_cast<V*>(static_cast<T*>(p.y) + p.y_rows.row_offset(row));
+#pragma unroll 2
+    for (int64_t i = threadIdx.x; i < row_vecs; i += kThreads)
+      y[i] = normalized(load_raw_vec<CacheHint::kLastUse>(x + i), load_raw_vec<CacheHint::kKeepInL2>(w + i), b + i,
+                        shift, m, rstd);
   }
 };
 
