@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The norms family's torch ops: gks::rmsnorm, gks::fused_add_rmsnorm (and its in-place form
+"""The norms family's torch ops: gks::rmsnorm (and its in-place form gks::rmsnorm_),
+gks::fused_add_rmsnorm (and its in-place form
 gks::fused_add_rmsnorm_), gks::layernorm and gks::softmax_rmsnorm (softmax's row kernel with the norm folded
 in). See gks._torch_ops for what every custom op guarantees."""
 
@@ -13,7 +14,7 @@ from gks._torch_ops._fake import validate
 from gks.runtime.dims import row_dims
 from gks.runtime.tables import resolve_config
 
-__all__ = ["rmsnorm", "fused_add_rmsnorm", "fused_add_rmsnorm_", "layernorm", "softmax_rmsnorm"]
+__all__ = ["rmsnorm", "rmsnorm_", "fused_add_rmsnorm", "fused_add_rmsnorm_", "layernorm", "softmax_rmsnorm"]
 
 
 def _rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, config: int = -1) -> torch.Tensor:
@@ -39,6 +40,21 @@ def _(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, config: int = -1
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     validate(cuda.rmsnorm_out, x, weight, y, eps, config)
     return y
+
+
+def _rmsnorm_(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, config: int = -1) -> None:
+    """In place: x <- rmsnorm(x, weight, eps). x may be any view with a contiguous last dim,
+    e.g. the q or k heads [..., H, D] of a fused qkv projection normalized per head (weight
+    [D]) without a copy. Otherwise as gks.rmsnorm."""
+    cuda.rmsnorm_out(x, weight, x, eps, resolve_config("rmsnorm", x, row_dims(x), config))
+
+
+rmsnorm_ = gks_op("rmsnorm_", _rmsnorm_, mutates_args=("x",))
+
+
+@rmsnorm_.op.register_fake
+def _(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, config: int = -1) -> None:
+    validate(cuda.rmsnorm_out, x, weight, x, eps, config)
 
 
 def _fused_add_rmsnorm(

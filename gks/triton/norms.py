@@ -35,7 +35,7 @@ from gks.triton._common import (
 )
 from gks.triton.softmax import _launch as _softmax_launch
 
-__all__ = ["rmsnorm", "fused_add_rmsnorm", "fused_add_rmsnorm_", "layernorm", "softmax_rmsnorm"]
+__all__ = ["rmsnorm", "rmsnorm_", "fused_add_rmsnorm", "fused_add_rmsnorm_", "layernorm", "softmax_rmsnorm"]
 
 # Rows up to this many elements are held whole in one program (one read of the row).
 MAX_ONE_PASS = 32768
@@ -192,6 +192,16 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.T
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     _launch_rmsnorm(x, xr, weight, y, eps, op)
     return y
+
+
+@on_tensor_device
+def rmsnorm_(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> None:
+    """In place: x <- rmsnorm(x, weight, eps); x any view with a contiguous last dim (the q
+    or k heads of a fused qkv tensor, normalized per head with weight [D])."""
+    op = "gks.triton.rmsnorm_"
+    xr, eps = _check_norm_args(x, weight, eps, op)
+    check_apart(x, "x", weight, "weight", op)
+    _launch_rmsnorm(x, xr, weight, x, eps, op)
 
 
 @on_tensor_device

@@ -150,3 +150,40 @@ def test_each_config(config, dtype, shape):
     gks.cuda.rmsnorm_out(x, w, y, 1e-6, config)
     torch.cuda.synchronize()
     assert_matches(y, SPEC.reference(x, w, 1e-6, precise=True), str(dtype).split(".")[1], TOL, f"config {config}")
+
+
+def _in_place_backends():
+    import gks.triton
+
+    out = [("triton", gks.triton.rmsnorm_, gks.triton.rmsnorm)]
+    if HAS_GPU:
+        out.insert(0, ("cuda", gks.rmsnorm_, gks.rmsnorm))
+    return out
+
+
+@pytest.mark.parametrize("name,in_place,out_of_place", _in_place_backends(), ids=lambda v: v if isinstance(v, str) else "")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_per_head_norm_of_a_fused_qkv_in_place(name, in_place, out_of_place, dtype):
+    # q and k of a fused qkv projection [B, S, (Hq + 2 Hkv) * D], viewed as [B, S, H, D]
+    # (rows D apart within a token, a token's stride between tokens), normalized per head
+    # with weights [D] in place: no copy, v untouched.
+    b, s, hq, hkv, d = 2, 7, 4, 2, 64
+    qkv = _rand((b, s, (hq + 2 * hkv) * d), dtype, seed_for("qkv", name, str(dtype)))
+    before = qkv.clone()
+    q = qkv[..., : hq * d].view(b, s, hq, d)
+    k = qkv[..., hq * d : (hq + hkv) * d].view(b, s, hkv, d)
+    wq, wk = _rand((d,), dtype, 1), _rand((d,), dtype, 2)
+    expect_q, expect_k = out_of_place(q, wq, 1e-6), out_of_place(k, wk, 1e-6)
+    assert in_place(q, wq, 1e-6) is None and in_place(k, wk, 1e-6) is None
+    assert torch.equal(q, expect_q) and torch.equal(k, expect_k)
+    assert torch.equal(qkv[..., (hq + hkv) * d :], before[..., (hq + hkv) * d :])
+    tag = str(dtype).split(".")[1]
+    assert_matches(q, SPEC.reference(before[..., : hq * d].view(b, s, hq, d), wq, 1e-6, precise=True), tag, TOL,
+                   f"{name}: q heads")
+
+
+@pytest.mark.parametrize("name,in_place,_out", _in_place_backends(), ids=lambda v: v if isinstance(v, str) else "")
+def test_in_place_refuses_a_weight_inside_x(name, in_place, _out):
+    x = _rand((4, 64), torch.float32, 3)
+    with pytest.raises(ValueError, match="must not share memory with argument"):
+        in_place(x, x[0], 1e-6)
