@@ -7,8 +7,8 @@ the Triton lowering, so a row whose length is not one is padded with zeros (whic
 the sum of squares unchanged) and the result sliced back. fused_add_rmsnorm is the same
 kernels with the residual added first (the rounded sum is a second output; the chunked
 kernel adds it again in its second pass, from inputs that JAX never overwrites). LayerNorm:
-a row loaded whole takes its variance from the loaded values; a chunked one walks the row
-three times (mean, variance, output), exact as the two-pass formula.
+the corrected two-pass form (see the CUDA kernel's LayerNormRow); a chunked row is walked
+three times.
 
 softmax_rmsnorm, softmax(rmsnorm(x) * weight) in one kernel: its public entry is here, and
 it runs softmax's row kernels (gks.pallas.softmax) with the norm folded in.
@@ -123,16 +123,22 @@ def _rmsnorm_2d(x, w, r=None, *, eps, interpret):
     return outs
 
 
+def _rstd(s1, s2, n, eps):
+    """rstd from the sums of d = x - m0 (NaN kept)."""
+    c = s1 / n
+    var = s2 / n - c * c
+    return jax.lax.rsqrt(jnp.where(var < 0, 0.0, var) + eps), c
+
+
 def _layernorm_one_pass(x_ref, w_ref, b_ref, y_ref, *, n, eps):
+    # The corrected two-pass form of the CUDA kernel's LayerNormRow; padded columns (zeros)
+    # are masked out of the deviations.
     x = x_ref[...].astype(jnp.float32)
-    # Shifted by each row's first element, the mean kept as shift + m (see the CUDA kernel's
-    # LayerNormRow); padded columns are masked out of both sums.
     mask = jax.lax.broadcasted_iota(jnp.int32, x.shape, 1) < n
-    d = jnp.where(mask, x - x[:, :1], 0.0)
-    m = jnp.sum(d, axis=-1, keepdims=True) / n
-    centered = jnp.where(mask, d - m, 0.0)
-    rstd = jax.lax.rsqrt(jnp.sum(centered * centered, axis=-1, keepdims=True) / n + eps)
-    y = centered * rstd * w_ref[...].astype(jnp.float32) + b_ref[...].astype(jnp.float32)
+    m0 = jnp.sum(x, axis=-1, keepdims=True) / n
+    d = jnp.where(mask, x - m0, 0.0)
+    rstd, c = _rstd(jnp.sum(d, axis=-1, keepdims=True), jnp.sum(d * d, axis=-1, keepdims=True), n, eps)
+    y = (d - c) * rstd * w_ref[...].astype(jnp.float32) + b_ref[...].astype(jnp.float32)
     y_ref[...] = y.astype(y_ref.dtype)
 
 
@@ -140,29 +146,23 @@ def _layernorm_chunked(x_ref, w_ref, b_ref, y_ref, *, n, eps, chunk):
     steps = x_ref.shape[-1] // chunk
     zeros = jnp.zeros((x_ref.shape[0], 1), jnp.float32)
 
-    shift = x_ref[:, pl.ds(0, 1)].astype(jnp.float32)
-
     def chunk_of(i):
-        """The chunk's columns, its in-row mask and x - shift there (0 past the row)."""
         cols = pl.ds(i * chunk, chunk)
         mask = i * chunk + jax.lax.broadcasted_iota(jnp.int32, (x_ref.shape[0], chunk), 1) < n
-        return cols, mask, jnp.where(mask, x_ref[:, cols].astype(jnp.float32) - shift, 0.0)
+        return cols, mask, x_ref[:, cols].astype(jnp.float32)
+
+    m0 = jax.lax.fori_loop(0, steps, lambda i, acc: acc + jnp.sum(chunk_of(i)[2], axis=-1, keepdims=True), zeros) / n
 
     def add(i, acc):
-        return acc + jnp.sum(chunk_of(i)[2], axis=-1, keepdims=True)
+        _, mask, x = chunk_of(i)
+        d = jnp.where(mask, x - m0, 0.0)
+        return acc[0] + jnp.sum(d, axis=-1, keepdims=True), acc[1] + jnp.sum(d * d, axis=-1, keepdims=True)
 
-    m = jax.lax.fori_loop(0, steps, add, zeros) / n
-
-    def add_squares(i, acc):
-        _, mask, d = chunk_of(i)
-        centered = jnp.where(mask, d - m, 0.0)
-        return acc + jnp.sum(centered * centered, axis=-1, keepdims=True)
-
-    rstd = jax.lax.rsqrt(jax.lax.fori_loop(0, steps, add_squares, zeros) / n + eps)
+    rstd, c = _rstd(*jax.lax.fori_loop(0, steps, add, (zeros, zeros)), n, eps)
 
     def write(i, carry):
-        cols, _, d = chunk_of(i)
-        y = (d - m) * rstd * w_ref[:, cols].astype(jnp.float32) + b_ref[:, cols].astype(jnp.float32)
+        cols, _, x = chunk_of(i)
+        y = ((x - m0) - c) * rstd * w_ref[:, cols].astype(jnp.float32) + b_ref[:, cols].astype(jnp.float32)
         y_ref[:, cols] = y.astype(y_ref.dtype)
         return carry
 

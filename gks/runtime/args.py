@@ -19,3 +19,15 @@ def float32_scalar(value: float, arg: str, op: str) -> float:
         raise ValueError(f"{op}: argument '{arg}' must be 0 or of a magnitude float32 holds "
                          f"(1.4e-45 to 3.4e+38), got {value}")
     return narrowed
+
+
+# act_and_mul's activations, as the C++ binding names them (csrc/bindings/activation.cc).
+ACTIVATIONS = ("silu", "gelu", "gelu_tanh")
+
+
+def activation_index(activation, op: str) -> int:
+    """The activation's index in ACTIVATIONS (the kernels' order), or the ValueError every
+    backend gives."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"{op}: argument 'activation' must be 'silu', 'gelu' or 'gelu_tanh', got '{activation}'")
+    return ACTIVATIONS.index(activation)

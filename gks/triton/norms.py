@@ -5,8 +5,8 @@ RMSNorm: one program per row; the row stays in registers when it fits (one read)
 passes over it in chunks (the second mostly from L2). fused_add_rmsnorm is the same kernel
 with the residual added first (ADD): the rounded sum is stored, and normalized from
 registers, or in the second pass read back from where it was stored. LayerNorm: the same
-programs; a row held whole takes its variance from the held values, a chunked one from sums
-shifted by its first element.
+programs, in the corrected two-pass form (a row held whole takes its sums from the held
+values; a chunked one walks the row three times).
 
 softmax_rmsnorm, softmax(rmsnorm(x) * weight) in one kernel: its public entry is here, and
 it runs softmax's row kernels (gks.triton.softmax) with the norm folded in.
@@ -126,37 +126,43 @@ def _layernorm_kernel(
     x_row = row_start(x_ptr, row, x_inner, x_outer_stride, x_inner_stride)
     y_row = row_start(y_ptr, row, y_inner, y_outer_stride, y_inner_stride)
     cols = tl.arange(0, BLOCK_N)
+    # The corrected two-pass form of the CUDA kernel's LayerNormRow: m0 = sum(x) / N, then
+    # the sums s1, s2 of d = x - m0; var = s2/N - (s1/N)^2, the output (d - s1/N) * rstd.
     if ONE_PASS:
         mask = cols < N
-        # Shifted by the row's first element, the mean kept as shift + m (see the CUDA
-        # kernel's LayerNormRow): a mean far from 0 costs neither variance nor output.
-        shift = tl.load(x_row).to(tl.float32)
-        d = tl.where(mask, tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32) - shift, 0.0)
-        m = tl.sum(d, axis=0) / N
-        centered = tl.where(mask, d - m, 0.0)
-        rstd = tl.rsqrt(tl.sum(centered * centered, axis=0) / N + eps)
-        y = centered * rstd * tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
+        m0 = tl.sum(x, axis=0) / N
+        d = tl.where(mask, x - m0, 0.0)
+        c = tl.sum(d, axis=0) / N
+        var = tl.sum(d * d, axis=0) / N - c * c
+        rstd = tl.rsqrt(tl.where(var < 0.0, 0.0, var) + eps)  # NaN stays NaN
+        y = (d - c) * rstd * tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
         if HAS_BIAS:
             y += tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
         tl.store(y_row + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
     else:
-        shift = tl.load(x_row).to(tl.float32)
+        num_chunks = tl.cdiv(N, BLOCK_N)
+        acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+        for chunk in range(0, num_chunks):
+            start = chunk * BLOCK_N
+            acc += tl.load(x_row + start + cols, mask=start + cols < N, other=0.0).to(tl.float32)
+        m0 = tl.sum(acc, axis=0) / N
         s1 = tl.zeros([BLOCK_N], dtype=tl.float32)
         s2 = tl.zeros([BLOCK_N], dtype=tl.float32)
-        num_chunks = tl.cdiv(N, BLOCK_N)
         for chunk in range(0, num_chunks):
             start = chunk * BLOCK_N
             mask = start + cols < N
-            d = tl.where(mask, tl.load(x_row + start + cols, mask=mask, other=0.0).to(tl.float32) - shift, 0.0)
+            d = tl.where(mask, tl.load(x_row + start + cols, mask=mask, other=0.0).to(tl.float32) - m0, 0.0)
             s1 += d
             s2 += d * d
-        m = tl.sum(s1, axis=0) / N
-        rstd = tl.rsqrt(tl.maximum(tl.sum(s2, axis=0) / N - m * m, 0.0) + eps)
+        c = tl.sum(s1, axis=0) / N
+        var = tl.sum(s2, axis=0) / N - c * c
+        rstd = tl.rsqrt(tl.where(var < 0.0, 0.0, var) + eps)
         for chunk in range(0, num_chunks):
             start = chunk * BLOCK_N
             mask = start + cols < N
             x = tl.load(x_row + start + cols, mask=mask, other=0.0).to(tl.float32)
-            y = ((x - shift) - m) * rstd * tl.load(w_ptr + start + cols, mask=mask, other=0.0).to(tl.float32)
+            y = ((x - m0) - c) * rstd * tl.load(w_ptr + start + cols, mask=mask, other=0.0).to(tl.float32)
             if HAS_BIAS:
                 y += tl.load(b_ptr + start + cols, mask=mask, other=0.0).to(tl.float32)
             tl.store(y_row + start + cols, y.to(y_ptr.dtype.element_ty), mask=mask)

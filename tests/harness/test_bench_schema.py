@@ -323,6 +323,10 @@ FORMULAS = {
     ("layernorm", (3, 5), F32): (7 * 15, 4 * (15 + 5 + 5 + 15)),
     ("layernorm", (3, 5), F16): (7 * 15, 2 * (15 + 5 + 5 + 15)),
     ("layernorm", (3, 5), BF16): (7 * 15, 2 * (15 + 5 + 5 + 15)),
+    # act_and_mul on x [3, 4] (d = 2): about 10 per output; read x, write y [3, 2].
+    ("act_and_mul", (3, 4), F32): (10 * 6, 4 * (12 + 6)),
+    ("act_and_mul", (3, 4), F16): (10 * 6, 2 * (12 + 6)),
+    ("act_and_mul", (3, 4), BF16): (10 * 6, 2 * (12 + 6)),
     # max, subtract, exp, sum, scale: 5 per element. Read x, write y.
     ("softmax", (3, 5), F32): (5 * 15, 4 * (15 + 15)),
     ("softmax", (3, 5), F16): (5 * 15, 2 * (15 + 15)),

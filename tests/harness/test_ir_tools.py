@@ -37,6 +37,12 @@ KERNELS = {
         f"void {R}registers_kernel<{R}RmsNormRow<float, 4, false>, {R}Registers<64, 8, 1, "
          f"1> >({R}RmsNormRow<float, 4, false>::Params)",
     ],
+    "act_and_mul": [
+        f"void {R}looped_kernel<{R}ActAndMulRow<__nv_bfloat16, 8, 0>, "
+         f"{R}Looped<1024> >({R}ActAndMulRow<__nv_bfloat16, 8, 0>::Params)",
+        f"void {R}looped_kernel<{R}ActAndMulRow<float, 1, 2>, "
+         f"{R}Looped<128> >({R}ActAndMulRow<float, 1, 2>::Params)",
+    ],
     "layernorm": [
         f"void {R}looped_kernel<{R}LayerNormRow<float, 4, true>, "
          f"{R}Looped<512> >({R}LayerNormRow<float, 4, true>::Params)",

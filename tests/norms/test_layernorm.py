@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """layernorm beyond the generic sweep (tests/contract): without a bias, rows whose mean
-dwarfs their spread (in registers and in the long-row paths), constant rows, strided rows."""
+dwarfs their spread or with one huge element (in registers and in the long-row paths),
+constant rows, rows with an inf, strided rows."""
 
 from __future__ import annotations
 
@@ -44,6 +45,14 @@ def _check(fn, name, x, w, b, what, dtype="float32"):
     assert_matches(y, SPEC.reference(x, w, b, 1e-5, precise=True), dtype, TOL, f"{name}: {what}")
 
 
+def _within_torch_error(fn, name, x, w, b):
+    """fn's largest error against float64 at most 4x F.layer_norm's own fp32 error."""
+    exact = SPEC.reference(x, w, b, 1e-5, precise=True)
+    torch_err = (torch.nn.functional.layer_norm(x, x.shape[-1:], w, b, 1e-5).double() - exact).abs().max().item()
+    err = (fn(x, w, b, 1e-5).double() - exact).abs().max().item()
+    assert err <= 4 * torch_err + 1e-6, f"{name}: error {err:.3g} against F.layer_norm's {torch_err:.3g}"
+
+
 # Rows held whole (1000) and long rows (40000: Triton's chunks, Pallas's three passes).
 @pytest.mark.parametrize("name,fn", _backends(), ids=lambda v: v if isinstance(v, str) else "")
 @pytest.mark.parametrize("n", [1000, 40000])
@@ -61,10 +70,28 @@ def test_a_mean_far_from_zero_leaves_the_variance(name, fn, n):
     # own fp32 error (F.layer_norm), not the O(1)-input tolerance.
     x = _rand((4, n), seed_for("far", name, n), mean=1000.0)
     w, b = _rand((n,), seed_for("w", name, n)), _rand((n,), seed_for("b", name, n))
-    exact = SPEC.reference(x, w, b, 1e-5, precise=True)
-    torch_err = (torch.nn.functional.layer_norm(x, (n,), w, b, 1e-5).double() - exact).abs().max().item()
-    err = (fn(x, w, b, 1e-5).double() - exact).abs().max().item()
-    assert err <= 4 * torch_err + 1e-6, f"{name}: error {err:.3g} against F.layer_norm's {torch_err:.3g}"
+    _within_torch_error(fn, name, x, w, b)
+
+
+@pytest.mark.parametrize("name,fn", _backends(), ids=lambda v: v if isinstance(v, str) else "")
+@pytest.mark.parametrize("n", [1000, 3000, 40000])
+@pytest.mark.parametrize("where", ["first", "middle"])
+def test_one_huge_element_leaves_the_rest(name, fn, n, where):
+    # An outlier channel (1e4 among N(0, 1) values), first in the row or inside it: a shift
+    # by the first element, or sum(x^2)/n - mean^2, would lose the others' spread.
+    x = _rand((3, n), seed_for("outlier", name, n, where))
+    x[:, 0 if where == "first" else n // 3] = 1e4
+    w, b = _rand((n,), seed_for("w", name, n)), _rand((n,), seed_for("b", name, n))
+    _within_torch_error(fn, name, x, w, b)
+
+
+@pytest.mark.parametrize("name,fn", _backends(), ids=lambda v: v if isinstance(v, str) else "")
+@pytest.mark.parametrize("n", [1000, 40000])
+def test_a_row_with_an_inf_comes_out_nan(name, fn, n):
+    x = _rand((2, n), seed_for("inf", name, n))
+    x[1, 7] = float("inf")
+    y = fn(x, torch.ones(n, device=DEVICE), None, 1e-5)
+    assert torch.isnan(y[1]).all() and torch.isfinite(y[0]).all(), name
 
 
 @pytest.mark.parametrize("name,fn", _backends(), ids=lambda v: v if isinstance(v, str) else "")

@@ -2,6 +2,7 @@
 // The gks C++ API: one header per kernel family, all included here.
 #pragma once
 
+#include "gks/activation.h"
 #include "gks/attention.h"
 #include "gks/error.h"
 #include "gks/gemm.h"

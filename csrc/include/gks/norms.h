@@ -81,9 +81,9 @@ struct FusedAddRmsNormArgs {
 void fused_add_rmsnorm(const FusedAddRmsNormArgs& args, cudaStream_t stream);
 
 // layernorm: y = (x - mean) / sqrt(var + eps) * weight (+ bias), mean and the biased variance
-// over the last dim in fp32 (F.layer_norm's). Its configs are kRmsNormConfigs (the same
-// kernel shapes); rows held in registers take the variance from the held values, looped
-// rows from sums shifted by the row's first element.
+// over the last dim in fp32 (F.layer_norm's), in the corrected two-pass form (robust to a
+// mean far from 0 and to outliers; a row holding a NaN or inf comes out NaN). Its configs
+// are kRmsNormConfigs (the same kernel shapes).
 struct LayerNormArgs {
   TensorRef x;       // [..., N], fp32/fp16/bf16, last dim contiguous, any row strides
   TensorRef weight;  // [N], x's dtype, contiguous

@@ -101,15 +101,29 @@ struct RmsNormRow {
       return 0;
   }
 
+  // The row's residual and residual_out, as vectors (unused without the residual).
+  struct ResidualRows {
+    const Vec<T, kVec>* res = nullptr;
+    Vec<T, kVec>* out = nullptr;
+  };
+  static __device__ __forceinline__ ResidualRows residual_rows(const Params& p, int64_t row) {
+    if constexpr (kAddResidual) {
+      return {reinterpret_cast<const Vec<T, kVec>*>(static_cast<const T*>(p.residual) + p.residual_rows.row_offset(row)),
+              reinterpret_cast<Vec<T, kVec>*>(static_cast<T*>(p.residual_out) + p.residual_out_rows.row_offset(row))};
+    } else {
+      return {};
+    }
+  }
+
   // r = x + residual for the accesses of one thread's row part (`live` of them, kStride
-  // vectors apart from `first`), written to residual_out and left in v as rounded.
+  // vectors apart from vector `first` of the row), written to residual_out and left in v as
+  // rounded.
   template <int kN, int kStride>
-  static __device__ __forceinline__ void add_residual(const Params& p, int64_t row, int64_t first, int live,
+  static __device__ __forceinline__ void add_residual(const ResidualRows& rows, int64_t first, int live,
                                                       Raw<T, kVec> (&v)[kN]) {
     if constexpr (kAddResidual) {
-      using V = Vec<T, kVec>;
-      const V* res = reinterpret_cast<const V*>(static_cast<const T*>(p.residual) + p.residual_rows.row_offset(row)) + first;
-      V* out = reinterpret_cast<V*>(static_cast<T*>(p.residual_out) + p.residual_out_rows.row_offset(row)) + first;
+      const Vec<T, kVec>* res = rows.res + first;
+      Vec<T, kVec>* out = rows.out + first;
       Raw<T, kVec> rv[kN];
 #pragma unroll
       for (int i = 0; i < kN; ++i) rv[i] = i < live ? load_raw_vec(res + i * kStride) : Raw<T, kVec>{};
@@ -141,7 +155,7 @@ struct RmsNormRow {
     R v[kVecsPerThread];
 #pragma unroll
     for (int i = 0; i < kVecsPerThread; ++i) v[i] = i < live ? load_raw_vec(x + i * kThreadsPerRow) : R{};
-    add_residual<kVecsPerThread, kThreadsPerRow>(p, row, first, live, v);
+    add_residual<kVecsPerThread, kThreadsPerRow>(residual_rows(p, row), first, live, v);
     // Long fp32 rows (8 accesses a thread, one 1024-thread CTA an SM) load the weight with x
     // and hold x * w (as many registers as x), so the weight's loads overlap x's instead of
     // trailing the reduction. 16-bit rows would need twice the registers for the products,
@@ -207,6 +221,9 @@ struct RmsNormRow {
     const int64_t whole1 = row_vecs / (kThreads * kUnroll1) * (kThreads * kUnroll1);
     const int64_t whole2 = row_vecs / (kThreads * kUnroll2) * (kThreads * kUnroll2);
     const V* x = reinterpret_cast<const V*>(static_cast<const T*>(p.x) + p.x_rows.row_offset(row));
+    const ResidualRows res_rows = residual_rows(p, row);
+    // With the residual x is read once (the second pass reads the stored sum instead).
+    constexpr CacheHint kFirst = kAddResidual ? CacheHint::kLastUse : CacheHint::kKeepInL2;
 
     float sumsq = 0.f;
     const auto add_squares = [&](const R& v) {
@@ -217,27 +234,25 @@ struct RmsNormRow {
     for (int64_t base = threadIdx.x; base < whole1; base += kThreads * kUnroll1) {
       R v[kUnroll1];
 #pragma unroll
-      for (int u = 0; u < kUnroll1; ++u) v[u] = load_raw_vec<CacheHint::kKeepInL2>(x + base + u * kThreads);
-      add_residual<kUnroll1, kThreads>(p, row, base, kUnroll1, v);
+      for (int u = 0; u < kUnroll1; ++u) v[u] = load_raw_vec<kFirst>(x + base + u * kThreads);
+      add_residual<kUnroll1, kThreads>(res_rows, base, kUnroll1, v);
 #pragma unroll
       for (int u = 0; u < kUnroll1; ++u) add_squares(v[u]);
     }
 #pragma unroll 1
     for (int64_t i = whole1 + threadIdx.x; i < row_vecs; i += kThreads) {
-      R v[1] = {load_raw_vec<CacheHint::kKeepInL2>(x + i)};
-      add_residual<1, kThreads>(p, row, i, 1, v);
+      R v[1] = {load_raw_vec<kFirst>(x + i)};
+      add_residual<1, kThreads>(res_rows, i, 1, v);
       add_squares(v[0]);
     }
-    // The block's barrier (in the reduction) also makes its residual_out stores visible to
-    // the second pass, which reads the sum back from there.
     sumsq = group_reduce<kThreads>(sumsq, SumOp{}, scratch);
     const float inv_rms = rsqrtf(sumsq / float(p.cols) + p.eps);
-    // With the residual the second pass reads the stored sum (plain loads: a hinted load is
-    // not ordered after this block's stores), and it may be all that is left of the inputs
-    // (residual_out may be residual).
+    // With the residual the second pass reads the stored sum back (it may be all that is
+    // left of the inputs: residual_out may be residual). Each thread reads the vectors it
+    // stored itself (both passes give vector i to thread i % kThreads), with plain loads,
+    // which the compiler keeps after those stores (a hinted load's asm could be hoisted).
     const V* src = x;
-    if constexpr (kAddResidual)
-      src = reinterpret_cast<const V*>(static_cast<const T*>(p.residual_out) + p.residual_out_rows.row_offset(row));
+    if constexpr (kAddResidual) src = res_rows.out;
     constexpr CacheHint kSecond = kAddResidual ? CacheHint::kDefault : CacheHint::kLastUse;
 
     const V* w = reinterpret_cast<const V*>(p.weight);
@@ -266,13 +281,14 @@ struct RmsNormRow {
 };
 
 // LayerNorm: y = (x - mean) / sqrt(var + eps) * weight (+ bias), var the biased variance,
-// on rmsnorm's kernel shapes and plans.
-// Both shapes work on x - x0, shifted by the row's first element, and keep the mean as x0 +
-// m (never rounded to one float): a mean far from 0 then costs neither the variance (no
-// cancellation) nor the output (x - mean is (x - x0) - m, both parts small).
-//  - registers: the row held once; m reduced first, then the sum of squared deviations from
-//    the held values (two reductions, exact as the two-pass formula).
-//  - looped: one pass for the sums of (x - x0) and (x - x0)^2; a second pass writes.
+// on rmsnorm's kernel shapes and plans. Both shapes take the corrected two-pass form: a
+// first mean m0 = sum(x) / n, then d = x - m0 and its sums s1, s2, so that mean = m0 + s1/n
+// and var = s2/n - (s1/n)^2, the output ((x - m0) - s1/n) * rstd. The correction s1/n
+// takes up m0's rounding; no large value is ever subtracted from another, whatever the
+// row's mean or an outlier in it (a shift by one element would not be so robust).
+//  - registers: the row held once, the three sums reduced from the held values.
+//  - looped: three walks of the row (m0; s1 and s2; the output), the last two mostly from L2.
+// A NaN or inf anywhere in a row makes its variance NaN, so the row comes out NaN.
 struct LayerNormParams {
   const void* x;
   const void* weight;
@@ -294,25 +310,40 @@ struct LayerNormRow {
   static constexpr bool compiled() {
     return Shapes::template compiled<S>();
   }
+  // Held rows and the sums' state take more registers than rmsnorm's: 2048 threads an SM
+  // (32 registers) for up to 2 accesses a thread, else 1024.
   template <class S>
   static constexpr int min_blocks() {
-    return Shapes::template min_blocks<S>();
+    if constexpr (kIsRegisters<S>)
+      return (S::kVecsPerThread <= 2 ? 2048 : 1024) / S::kThreads;
+    else
+      return 0;
   }
 
-  // The output of one access: ((x - shift) - m) * rstd * w (+ b), the mean being shift + m.
+  // rstd from the sums of d = x - m0: var = s2/n - (s1/n)^2, NaN kept (a clamp to 0 that
+  // swallowed it would turn an inf in the row into finite outputs).
+  static __device__ __forceinline__ float rstd_of(float s1, float s2, float n, float eps) {
+    const float c = s1 / n;
+    float var = s2 / n - c * c;
+    var = var < 0.f ? 0.f : var;
+    return rsqrtf(var + eps);
+  }
+
+  // The output of one access: ((x - m0) - c) * rstd * w (+ b).
   static __device__ __forceinline__ Vec<T, kVec> normalized(const Raw<T, kVec>& v, const Raw<T, kVec>& w,
-                                                             const Vec<T, kVec>* b, float shift, float m,
-                                                             float rstd) {
-    Raw<T, kVec> bv{};
-    if constexpr (kBias) bv = load_raw_vec(b);
+                                                             const Raw<T, kVec>& b, float m0, float c, float rstd) {
     Vec<T, kVec> out;
 #pragma unroll
     for (int j = 0; j < kVec; ++j) {
-      float o = ((elem(v, j) - shift) - m) * rstd * elem(w, j);
-      if constexpr (kBias) o += elem(bv, j);
+      float o = ((elem(v, j) - m0) - c) * rstd * elem(w, j);
+      if constexpr (kBias) o += elem(b, j);
       out.v[j] = from_float<T>(o);
     }
     return out;
+  }
+  static __device__ __forceinline__ Raw<T, kVec> bias_at(const Params& p, int64_t i) {
+    if constexpr (kBias) return load_raw_vec(reinterpret_cast<const Vec<T, kVec>*>(p.bias) + i);
+    return Raw<T, kVec>{};
   }
 
   template <class S>
@@ -325,14 +356,12 @@ struct LayerNormRow {
     if (kRowsPerBlock > 1 && row >= p.rows) return;  // warp-per-row blocks only
     using V = Vec<T, kVec>;
     using R = Raw<T, kVec>;
-    const T* x_row = static_cast<const T*>(p.x) + p.x_rows.row_offset(row);
-    const V* x = reinterpret_cast<const V*>(x_row) + first;
+    const V* x = reinterpret_cast<const V*>(static_cast<const T*>(p.x) + p.x_rows.row_offset(row)) + first;
     R v[kVecsPerThread];
 #pragma unroll
     for (int i = 0; i < kVecsPerThread; ++i) v[i] = i < live ? load_raw_vec(x + i * kThreadsPerRow) : R{};
-    const float shift = static_cast<float>(x_row[0]);
-    // The row's total over its threads (and its cluster's CTAs: the second use of the slot
-    // waits until every CTA has read the first).
+    // The row's total over its threads (and its cluster's CTAs: each use of the slot waits
+    // until every CTA has read the last).
     const auto total = [&](float part) {
       part = row_sum<kThreadsPerRow>(part, scratch);
       if constexpr (kCluster > 1) {
@@ -341,34 +370,33 @@ struct LayerNormRow {
       }
       return part;
     };
-    // Only the accesses inside the row count (those past it hold zeros, not values).
-    float sum = 0.f;
+    const float n = float(p.cols);
+    float sum = 0.f;  // the accesses past the row hold zeros: they add nothing here
+#pragma unroll
+    for (int i = 0; i < kVecsPerThread; ++i)
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) sum += elem(v[i], j);
+    const float m0 = total(sum) / n;
+    float s1 = 0.f, s2 = 0.f;
 #pragma unroll
     for (int i = 0; i < kVecsPerThread; ++i) {
-      if (i >= live) break;
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) sum += elem(v[i], j) - shift;
-    }
-    const float m = total(sum) / float(p.cols);
-    float sq = 0.f;
-#pragma unroll
-    for (int i = 0; i < kVecsPerThread; ++i) {
-      if (i >= live) break;
+      if (i >= live) break;  // but they would here (0 - m0)
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
-        const float d = (elem(v[i], j) - shift) - m;
-        sq += d * d;
+        const float d = elem(v[i], j) - m0;
+        s1 += d;
+        s2 += d * d;
       }
     }
-    const float rstd = rsqrtf(total(sq) / float(p.cols) + p.eps);
+    s1 = total(s1);
+    const float rstd = rstd_of(s1, total(s2), n, p.eps);
     const V* w = reinterpret_cast<const V*>(p.weight) + first;
-    const V* b = reinterpret_cast<const V*>(p.bias) + first;
     V* y = reinterpret_cast<V*>(static_cast<T*>(p.y) + p.y_rows.row_offset(row)) + first;
 #pragma unroll
     for (int i = 0; i < kVecsPerThread; ++i) {
       if (i >= live) break;
-      y[i * kThreadsPerRow] =
-          normalized(v[i], load_raw_vec(w + i * kThreadsPerRow), b + i * kThreadsPerRow, shift, m, rstd);
+      y[i * kThreadsPerRow] = normalized(v[i], load_raw_vec(w + i * kThreadsPerRow),
+                                         bias_at(p, first + i * kThreadsPerRow), m0, s1 / n, rstd);
     }
   }
 
@@ -379,32 +407,35 @@ struct LayerNormRow {
     __shared__ float scratch[kThreads / 32];
     const int64_t row = blockIdx.x;
     const int64_t row_vecs = p.cols / kVec;
-    const T* x_row = static_cast<const T*>(p.x) + p.x_rows.row_offset(row);
-    const V* x = reinterpret_cast<const V*>(x_row);
-    const float shift = static_cast<float>(x_row[0]);
+    const V* x = reinterpret_cast<const V*>(static_cast<const T*>(p.x) + p.x_rows.row_offset(row));
+    const float n = float(p.cols);
+    float sum = 0.f;
+#pragma unroll 4
+    for (int64_t i = threadIdx.x; i < row_vecs; i += kThreads) {
+      const Raw<T, kVec> v = load_raw_vec<CacheHint::kKeepInL2>(x + i);
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) sum += elem(v, j);
+    }
+    const float m0 = group_reduce<kThreads>(sum, SumOp{}, scratch) / n;
     float s1 = 0.f, s2 = 0.f;
 #pragma unroll 4
     for (int64_t i = threadIdx.x; i < row_vecs; i += kThreads) {
       const Raw<T, kVec> v = load_raw_vec<CacheHint::kKeepInL2>(x + i);
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
-        const float d = elem(v, j) - shift;
+        const float d = elem(v, j) - m0;
         s1 += d;
         s2 += d * d;
       }
     }
     s1 = group_reduce<kThreads>(s1, SumOp{}, scratch);
-    s2 = group_reduce<kThreads>(s2, SumOp{}, scratch);
-    const float n = float(p.cols);
-    const float m = s1 / n;
-    const float rstd = rsqrtf(fmaxf(s2 / n - m * m, 0.f) + p.eps);
+    const float rstd = rstd_of(s1, group_reduce<kThreads>(s2, SumOp{}, scratch), n, p.eps);
     const V* w = reinterpret_cast<const V*>(p.weight);
-    const V* b = reinterpret_cast<const V*>(p.bias);
     V* y = reinterpret_cast<V*>(static_cast<T*>(p.y) + p.y_rows.row_offset(row));
 #pragma unroll 2
     for (int64_t i = threadIdx.x; i < row_vecs; i += kThreads)
-      y[i] = normalized(load_raw_vec<CacheHint::kLastUse>(x + i), load_raw_vec<CacheHint::kKeepInL2>(w + i), b + i,
-                        shift, m, rstd);
+      y[i] = normalized(load_raw_vec<CacheHint::kLastUse>(x + i), load_raw_vec<CacheHint::kKeepInL2>(w + i),
+                        bias_at(p, i), m0, s1 / n, rstd);
   }
 };
 

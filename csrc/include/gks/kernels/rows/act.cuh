@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: Apache-2.0
+// The activation family on the row skeleton (skeleton.cuh): act_and_mul, y = act(gate) * up
+// with gate and up the two halves of each row of x. Elementwise, so one pass: a block walks
+// its row's d outputs, each thread a vector of gate and the matching vector of up at a time.
+#pragma once
+
+#include <cstdint>
+
+#include "gks/kernels/rows/common.cuh"
+#include "gks/kernels/vec.cuh"
+#include "gks/tensor.h"
+
+namespace gks::kernels::rows {
+
+// The activations, by gks::Activation's order (kSilu, kGelu, kGeluTanh).
+template <int kAct>
+__device__ __forceinline__ float activation(float g) {
+  if constexpr (kAct == 0) {
+    return g / (1.f + __expf(-g));
+  } else if constexpr (kAct == 1) {
+    return 0.5f * g * (1.f + erff(g * 0.70710678118654752f));
+  } else {
+    const float inner = 0.79788456080286536f * (g + 0.044715f * g * g * g);  // sqrt(2 / pi)
+    return 0.5f * g * (1.f + tanhf(inner));
+  }
+}
+
+struct ActAndMulParams {
+  const void* x;
+  void* y;
+  RowLayout x_rows;
+  RowLayout y_rows;
+  int64_t rows;
+  int64_t d;  // outputs a row; x's rows hold 2d
+};
+
+template <typename T, int kVec, int kAct>
+struct ActAndMulRow {
+  using Params = ActAndMulParams;
+
+  template <class S>
+  static constexpr bool compiled() {
+    return kIsLooped<S> && S::kThreads >= 128;
+  }
+  template <class S>
+  static constexpr int min_blocks() {
+    return 0;
+  }
+
+  // d is a whole number of vectors (the host picks kVec so), so up's half starts on one.
+  template <class S>
+  static __device__ __forceinline__ void looped(const Params& p) {
+    using V = Vec<T, kVec>;
+    const int64_t row = blockIdx.x;
+    const int64_t vecs = p.d / kVec;
+    const V* gate = reinterpret_cast<const V*>(static_cast<const T*>(p.x) + p.x_rows.row_offset(row));
+    const V* up = gate + vecs;
+    V* y = reinterpret_cast<V*>(static_cast<T*>(p.y) + p.y_rows.row_offset(row));
+#pragma unroll 2
+    for (int64_t i = threadIdx.x; i < vecs; i += S::kThreads) {
+      const Raw<T, kVec> g = load_raw_vec(gate + i), u = load_raw_vec(up + i);
+      V out;
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) out.v[j] = from_float<T>(activation<kAct>(elem(g, j)) * elem(u, j));
+      y[i] = out;
+    }
+  }
+};
+
+}  // namespace gks::kernels::rows
