@@ -9,7 +9,8 @@
 # Environment: GKS_CUDA_ARCHS (default 90a here, for build time; CI builds 80;90a),
 # GKS_CHECK_STEPS (default "build ctest example pytest sanitize bench"; also available:
 # sanitize-suite (the pytest suite under memcheck and racecheck, GKS_SANITIZE_PYTEST_ARGS,
-# GKS_SANITIZE_SUITE_TOOLS), pyexample
+# GKS_SANITIZE_SUITE_TOOLS), serve-suite (gks serve and the pre-commit sweep through
+# gks bench-suite, GKS_SUITE_ARGS), pyexample
 # (examples/python/transformer_block.py), ceilings (gks roofline --measure), autotune (every
 # tunable kernel, see GKS_AUTOTUNE below), profile (gks profile under ncu, GKS_PROFILE_ARGS)),
 # GKS_FAMILIES (build only these kernel families, e.g. "norms;softmax"), GKS_PYTEST_ARGS
@@ -129,6 +130,36 @@ sanitize_suite() {
 }
 export -f sanitize_suite
 run_step sanitize-suite bash -c sanitize_suite
+# The benchmark server on this host and the pre-commit sweep through its client (issue 35's
+# check): gks serve on a free token and port (its SQLite file OUTDIR/serve.db, its log
+# OUTDIR/serve.log), gks bench-suite --server with GKS_SUITE_ARGS (e.g. "--kernel softmax
+# --reps 10"), the jobs' results in OUTDIR/suite.json; the server is stopped either way.
+serve_suite() {
+  export GKS_SERVE_TOKEN
+  GKS_SERVE_TOKEN=$($PY -c 'import secrets; print(secrets.token_hex(16))')
+  local port=${GKS_SERVE_PORT:-8470} rc
+  $PY -m gks serve --db "$OUT/serve.db" --port "$port" > "$OUT/serve.log" 2>&1 &
+  local server=$!
+  # Stopped by the step's time limit: the server and a job it runs (in a session of its own)
+  # go too.
+  trap 'kill $server; pkill -f "gks bench --kernel"; exit 124' TERM
+  $PY -c "
+import sys, time, urllib.request
+for _ in range(240):
+    try:
+        print('server up:', urllib.request.urlopen('http://127.0.0.1:$port/health', timeout=2).read().decode()); sys.exit(0)
+    except OSError:
+        time.sleep(0.5)
+sys.exit('gks serve did not come up; see serve.log')" || { kill $server; return 1; }
+  # shellcheck disable=SC2086  # the suite's arguments are a word list
+  $PY -m gks bench-suite --server "http://127.0.0.1:$port" ${GKS_SUITE_ARGS:-} --json "$OUT/suite.json"
+  rc=$?
+  kill $server; wait $server 2> /dev/null
+  pkill -f "gks bench --kernel" 2> /dev/null  # a job cut off by the step's time limit
+  return $rc
+}
+export -f serve_suite
+run_step serve-suite bash -c serve_suite
 run_step pyexample $PY examples/python/transformer_block.py
 run_step ceilings $PY -m gks roofline --measure
 # GKS_AUTOTUNE: backend:op pairs to tune (default: every tunable kernel of every backend).
