@@ -90,15 +90,20 @@ struct RmsNormRow {
     }
   }
 
-  // Up to 4 accesses a thread fit in 32 registers, which lets an SM hold 2048 threads
-  // (with the residual's accesses beside x's, up to 2).
+  // Up to 4 accesses a thread fit in 32 registers, which lets an SM hold 2048 threads. With
+  // the residual's accesses beside x's: up to 2 in 32, 4 in 64 and 8 in 128 (ptxas -v: fewer
+  // registers spill), as far as the block's size allows.
   template <class S>
   static constexpr int min_blocks() {
-    constexpr int kFew = kAddResidual ? 2 : 4;
-    if constexpr (kIsRegisters<S>)
-      return (S::kVecsPerThread <= kFew ? 2048 : 1024) / S::kThreads;
-    else
+    if constexpr (!kIsRegisters<S>) {
       return 0;
+    } else if constexpr (kAddResidual) {
+      constexpr int v = S::kVecsPerThread;
+      constexpr int blocks = (v <= 2 ? 2048 : v <= 4 ? 1024 : 512) / S::kThreads;
+      return blocks > 0 ? blocks : 1;  // 1024-thread blocks: 64 registers whatever is asked
+    } else {
+      return (S::kVecsPerThread <= 4 ? 2048 : 1024) / S::kThreads;
+    }
   }
 
   // The row's residual and residual_out, as vectors (unused without the residual).
@@ -310,12 +315,12 @@ struct LayerNormRow {
   static constexpr bool compiled() {
     return Shapes::template compiled<S>();
   }
-  // Held rows and the sums' state take more registers than rmsnorm's: 2048 threads an SM
-  // (32 registers) for up to 2 accesses a thread, else 1024.
+  // Held rows and the three sums take more registers than rmsnorm's: 32 a thread (2048 threads
+  // an SM) spill even at 2 accesses a thread (ptxas -v), so 64 (1024 threads).
   template <class S>
   static constexpr int min_blocks() {
     if constexpr (kIsRegisters<S>)
-      return (S::kVecsPerThread <= 2 ? 2048 : 1024) / S::kThreads;
+      return 1024 / S::kThreads;
     else
       return 0;
   }
