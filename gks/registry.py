@@ -89,6 +89,10 @@ def reference_peer(op: str, *, compiled: bool) -> Peer:
             return fn
         import torch
 
+        # Dynamo keeps one cache per function, and past its recompile limit (8 shape x dtype
+        # workloads) it silently runs the function eagerly; a fresh cache each workload keeps
+        # every row compiled.
+        torch.compiler.reset()
         return torch.compile(fn, dynamic=False)
 
     return Peer("torch.compile" if compiled else "torch eager", make)

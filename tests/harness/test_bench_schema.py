@@ -459,3 +459,21 @@ def test_bench_table_shows_config_variants_whole(capsys):
     bench.print_table(doc["rows"], 1000.0)
     out = capsys.readouterr().out
     assert "gks.cuda[looped]" in out and "gks.cuda[mma.sync]" in out
+
+
+def test_torch_compile_peer_starts_each_workload_on_a_fresh_cache(monkeypatch):
+    """Dynamo keeps one cache per function; past its recompile limit (8 shape x dtype
+    workloads) it runs the function eagerly and the peer's row would time that. Each make()
+    (one per workload) must clear the cache before it compiles."""
+    import torch
+
+    calls = []
+    monkeypatch.setattr(torch.compiler, "reset", lambda: calls.append("reset"))
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: calls.append("compile") or fn)
+    peer = registry.reference_peer("rmsnorm", compiled=True)
+    for _ in range(3):
+        peer.make()
+    assert calls == ["reset", "compile"] * 3
+    calls.clear()
+    registry.reference_peer("rmsnorm", compiled=False).make()
+    assert calls == []
