@@ -28,6 +28,7 @@ inline gks::DType to_gks_dtype(DLDataType t) {
   if (t.code == kDLBfloat && t.bits == 16) return gks::DType::kBFloat16;
   if (t.code == kDLInt && t.bits == 8) return gks::DType::kInt8;
   if (t.code == kDLInt && t.bits == 32) return gks::DType::kInt32;
+  if (t.code == kDLInt && t.bits == 64) return gks::DType::kInt64;
   return gks::DType::kUnsupported;
 }
 

@@ -248,14 +248,46 @@ def _byte_extent(t: torch.Tensor) -> tuple[int, int]:
     return t.data_ptr(), t.data_ptr() + span * t.element_size()
 
 
-def check_apart(a: torch.Tensor, a_name: str, b: torch.Tensor, b_name: str, op: str) -> None:
+def _one_token_stride(t: torch.Tensor, inner: int) -> int | None:
+    """The stride of t's leading dims (all but the last `inner`) when they merge into one
+    level, else None."""
+    level = None
+    for size, stride in zip(t.shape[:-inner], t.stride()[:-inner]):
+        if size == 1:
+            continue
+        if level is not None and level[1] != stride * size:
+            return None
+        level = (size, stride) if level is None else (level[0] * size, stride)
+    return level[1] if level else 0
+
+
+def _interleaved_apart(a: torch.Tensor, b: torch.Tensor, inner: int) -> bool:
+    """True when a and b are side by side in the same rows: one merged leading stride S
+    shared by both, each row's span (the last `inner` dims) shorter than S, and b's row
+    start, modulo S, past a's row span and ending within S (e.g. the q, k and v column
+    blocks of a fused qkv tensor)."""
+    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr() or a.element_size() != b.element_size():
+        return False
+    sa, sb = _one_token_stride(a, inner), _one_token_stride(b, inner)
+    if sa is None or sa != sb or sa <= 0:
+        return False
+    span = [sum((n - 1) * abs(st) for n, st in zip(t.shape[-inner:], t.stride()[-inner:])) + 1 for t in (a, b)]
+    lead = [sum((n - 1) * st for n, st in zip(t.shape[:-inner], t.stride()[:-inner])) for t in (a, b)]
+    if max(span) > sa or min(lead) < 0:
+        return False
+    d = (b.storage_offset() - a.storage_offset()) % sa
+    return d >= span[0] and d + span[1] <= sa
+
+
+def check_apart(a: torch.Tensor, a_name: str, b: torch.Tensor, b_name: str, op: str, *, inner: int = 1) -> None:
     """Refuses a and b (an output written in place and another argument) when their byte
-    extents meet: a coarser test than the C++ API's exact one (two interleaved views are
-    refused too), enough for the in-place forms, whose arguments are separate tensors."""
+    extents meet, unless they sit side by side in the same rows (their last `inner` dims a
+    row: _interleaved_apart). Coarser than the C++ API's exact test, which also tells other
+    interleaved views apart; enough for the in-place forms."""
     if a.numel() == 0 or b.numel() == 0:
         return
     (a_lo, a_hi), (b_lo, b_hi) = _byte_extent(a), _byte_extent(b)
-    if a_lo < b_hi and b_lo < a_hi:
+    if a_lo < b_hi and b_lo < a_hi and not _interleaved_apart(a, b, inner):
         raise ValueError(f"{op}: argument '{a_name}' must not share memory with argument '{b_name}'")
 
 

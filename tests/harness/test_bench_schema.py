@@ -162,7 +162,7 @@ def _run_bench(tmp_path, kernels: list[str], shapes: str) -> dict:
 
 
 KERNELS = [s.name for s in registry.ops()]
-SHAPES = "24x40,16x32x64,1x4x2x16x24x8x1,2x2x2x16x16x32x0"
+SHAPES = "24x40,16x32x64,8x4x2x16x8,1x4x2x16x24x8x1,2x2x2x16x16x32x0"
 
 
 @pytest.mark.parametrize("with_ceilings", [True, False], ids=["ceilings", "no-ceilings"])
@@ -327,6 +327,11 @@ FORMULAS = {
     ("act_and_mul", (3, 4), F32): (10 * 6, 4 * (12 + 6)),
     ("act_and_mul", (3, 4), F16): (10 * 6, 2 * (12 + 6)),
     ("act_and_mul", (3, 4), BF16): (10 * 6, 2 * (12 + 6)),
+    # apply_rope on T 3, Hq 2, Hk 1, D 8, R 4: 6 flops a pair, 2 pairs a head, 9 heads; read
+    # and write q [3, 2, 8] and k [3, 1, 8], the fp32 cache rows [3, 4] and int64 positions [3].
+    ("apply_rope", (3, 2, 1, 8, 4), F32): (6 * 2 * 9, 4 * 2 * 72 + 4 * 12 + 8 * 3),
+    ("apply_rope", (3, 2, 1, 8, 4), F16): (6 * 2 * 9, 2 * 2 * 72 + 4 * 12 + 8 * 3),
+    ("apply_rope", (3, 2, 1, 8, 4), BF16): (6 * 2 * 9, 2 * 2 * 72 + 4 * 12 + 8 * 3),
     # max, subtract, exp, sum, scale: 5 per element. Read x, write y.
     ("softmax", (3, 5), F32): (5 * 15, 4 * (15 + 15)),
     ("softmax", (3, 5), F16): (5 * 15, 2 * (15 + 15)),

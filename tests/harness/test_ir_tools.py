@@ -43,6 +43,12 @@ KERNELS = {
         f"void {R}looped_kernel<{R}ActAndMulRow<float, 1, 2>, "
          f"{R}Looped<128> >({R}ActAndMulRow<float, 1, 2>::Params)",
     ],
+    "apply_rope": [
+        f"void {R}looped_kernel<{R}RopeRow<__half, 8, true>, "
+         f"{R}Looped<256> >({R}RopeRow<__half, 8, true>::Params)",
+        f"void {R}looped_kernel<{R}RopeRow<float, 1, false>, "
+         f"{R}Looped<128> >({R}RopeRow<float, 1, false>::Params)",
+    ],
     "layernorm": [
         f"void {R}looped_kernel<{R}LayerNormRow<float, 4, true>, "
          f"{R}Looped<512> >({R}LayerNormRow<float, 4, true>::Params)",

@@ -8,6 +8,7 @@
 #include "gks/gemm.h"
 #include "gks/norms.h"
 #include "gks/quantize.h"
+#include "gks/rope.h"
 #include "gks/softmax.h"
 #include "gks/tensor.h"
 #include "gks/version.h"

@@ -21,7 +21,7 @@ namespace gks {
 
 constexpr int kMaxDims = 8;
 
-enum class DType : uint8_t { kFloat32, kFloat16, kBFloat16, kInt8, kInt32, kUnsupported };
+enum class DType : uint8_t { kFloat32, kFloat16, kBFloat16, kInt8, kInt32, kInt64, kUnsupported };
 enum class DeviceType : uint8_t { kCPU, kCUDA, kOther };
 
 struct Device {

@@ -1,0 +1,137 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The rope family in Triton: apply_rope, rotary embeddings on q and k heads. One program a
+head of a token (q and k in two launches), the rotation pairs a block, the angles
+read from the cos/sin cache at the token's position."""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from gks.triton._common import check_apart, check_device, check_float, next_pow2, on_tensor_device, row_layout, row_start
+
+__all__ = ["apply_rope", "apply_rope_"]
+
+
+@triton.jit
+def _rope_kernel(
+    x_ptr, y_ptr, cs_ptr, pos_ptr, heads, max_pos, half, rotary_dim, head_dim,
+    x_inner, x_outer_stride, x_inner_stride, x_head_stride,
+    y_inner, y_outer_stride, y_inner_stride, y_head_stride,
+    BLOCK: tl.constexpr, NEOX: tl.constexpr, COPY_REST: tl.constexpr, REST_BLOCK: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    token = row // heads
+    head = row % heads
+    pos = tl.load(pos_ptr + token).to(tl.int64)
+    valid = (pos >= 0) & (pos < max_pos)  # else NaN angles: the token comes out NaN
+    angles = cs_ptr + tl.where(valid, pos, 0) * rotary_dim
+    x_row = row_start(x_ptr, token, x_inner, x_outer_stride, x_inner_stride) + head * x_head_stride
+    y_row = row_start(y_ptr, token, y_inner, y_outer_stride, y_inner_stride) + head * y_head_stride
+    i = tl.arange(0, BLOCK)
+    m = i < half
+    c = tl.where(valid, tl.load(angles + i, mask=m, other=0.0), float("nan"))
+    s = tl.where(valid, tl.load(angles + half + i, mask=m, other=0.0), 0.0)
+    if NEOX:
+        ia = i
+        ib = i + half
+    else:
+        ia = 2 * i
+        ib = 2 * i + 1
+    a = tl.load(x_row + ia, mask=m, other=0.0).to(tl.float32)
+    b = tl.load(x_row + ib, mask=m, other=0.0).to(tl.float32)
+    out_ty = y_ptr.dtype.element_ty
+    tl.store(y_row + ia, (a * c - b * s).to(out_ty), mask=m)
+    tl.store(y_row + ib, (b * c + a * s).to(out_ty), mask=m)
+    if COPY_REST:
+        j = rotary_dim + tl.arange(0, REST_BLOCK)
+        mj = j < head_dim
+        tl.store(y_row + j, tl.load(x_row + j, mask=mj), mask=mj)
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _check(q, k, cos_sin_cache, positions, op):
+    """The C++ API's checks, with its messages; returns rotary_dim."""
+    for t, name in ((q, "q"), (k, "k")):
+        check_device(t, op, name)
+        check_float(t, op, name)
+    if q.dim() < 3:
+        raise ValueError(f"{op}: argument 'q' must be [..., heads, head_dim] with at least one token dim, "
+                         f"got {list(q.shape)}")
+    if k.dtype != q.dtype:
+        raise TypeError(f"{op}: argument 'k' must have the dtype of 'q' ({_name(q.dtype)}), got {_name(k.dtype)}")
+    if k.dim() != q.dim() or k.shape[:-2] != q.shape[:-2] or k.shape[-1] != q.shape[-1]:
+        raise ValueError(f"{op}: argument 'k' must have q's token dims and head_dim (any number of heads), "
+                         f"got {list(k.shape)} for q {list(q.shape)}")
+    if cos_sin_cache.dtype != torch.float32:
+        raise TypeError(f"{op}: argument 'cos_sin_cache' must be float32, got {_name(cos_sin_cache.dtype)}")
+    if cos_sin_cache.dim() != 2:
+        raise ValueError(f"{op}: argument 'cos_sin_cache' must be [max_pos, rotary_dim], "
+                         f"got {list(cos_sin_cache.shape)}")
+    rotary_dim, head_dim = cos_sin_cache.shape[1], q.shape[-1]
+    if rotary_dim % 2 or not 2 <= rotary_dim <= head_dim:
+        raise ValueError(f"{op}: argument 'cos_sin_cache' must have an even rotary_dim (its last dim) from 2 "
+                         f"to head_dim ({head_dim}), got {rotary_dim}")
+    if not cos_sin_cache.is_contiguous():
+        raise ValueError(f"{op}: argument 'cos_sin_cache' must be contiguous")
+    if positions.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"{op}: argument 'positions' must be int32 or int64, got {_name(positions.dtype)}")
+    if positions.shape != q.shape[:-2]:
+        raise ValueError(f"{op}: argument 'positions' must have q's token dims (q's shape but its last two), "
+                         f"got {list(positions.shape)} for q {list(q.shape)}")
+    if not positions.is_contiguous():
+        raise ValueError(f"{op}: argument 'positions' must be contiguous")
+    for t, name in ((cos_sin_cache, "cos_sin_cache"), (positions, "positions"), (k, "k")):
+        if t.device != q.device:
+            raise ValueError(f"{op}: argument '{name}' must be on the device of 'q' ({q.device}), got {t.device}")
+    return rotary_dim
+
+
+def _launch(x, y, cos_sin_cache, positions, is_neox, op, names):
+    # Rows of heads: a token's place from its dims' layout (at most two strided levels), a
+    # head's from the head stride.
+    if x.numel() == 0:
+        return
+    xr, yr = row_layout(x.select(-2, 0), op, names[0]), row_layout(y.select(-2, 0), op, names[1])
+    rotary_dim, head_dim = cos_sin_cache.shape[1], x.shape[-1]
+    half = rotary_dim // 2
+    rest = head_dim - rotary_dim
+    _rope_kernel[(xr.rows * x.shape[-2],)](
+        x, y, cos_sin_cache, positions, x.shape[-2], cos_sin_cache.shape[0], half, rotary_dim, head_dim,
+        xr.inner, xr.outer_stride, xr.inner_stride, x.stride(-2),
+        yr.inner, yr.outer_stride, yr.inner_stride, y.stride(-2),
+        BLOCK=next_pow2(half), NEOX=bool(is_neox), COPY_REST=rest > 0 and y.data_ptr() != x.data_ptr(),
+        REST_BLOCK=next_pow2(max(rest, 1)), num_warps=1 if half <= 64 else 2,
+    )
+
+
+@on_tensor_device
+def apply_rope(q: torch.Tensor, k: torch.Tensor, cos_sin_cache: torch.Tensor, positions: torch.Tensor,
+               is_neox: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q_out, k_out): q [..., Hq, D] and k [..., Hk, D] rotated by the angles of each token's
+    position (positions: q's token dims, int32/int64) from cos_sin_cache [max_pos,
+    rotary_dim] fp32 (cos, then sin, a row); NeoX (half-split) or GPT-J (interleaved) pairs."""
+    op = "gks.triton.apply_rope"
+    _check(q, k, cos_sin_cache, positions, op)
+    q_out, k_out = torch.empty_like(q), torch.empty_like(k)
+    _launch(q, q_out, cos_sin_cache, positions, is_neox, op, ("q", "q_out"))
+    _launch(k, k_out, cos_sin_cache, positions, is_neox, op, ("k", "k_out"))
+    return q_out, k_out
+
+
+@on_tensor_device
+def apply_rope_(q: torch.Tensor, k: torch.Tensor, cos_sin_cache: torch.Tensor, positions: torch.Tensor,
+                is_neox: bool = True) -> None:
+    """apply_rope in place: q and k (e.g. views of a fused qkv tensor) overwritten."""
+    op = "gks.triton.apply_rope_"
+    _check(q, k, cos_sin_cache, positions, op)
+    for t, name in ((q, "q"), (k, "k")):
+        check_apart(t, name, cos_sin_cache, "cos_sin_cache", op)
+        check_apart(t, name, positions, "positions", op)
+    check_apart(q, "q", k, "k", op, inner=2)  # q and k of a fused qkv: side by side a token
+    _launch(q, q, cos_sin_cache, positions, is_neox, op, ("q", "q"))
+    _launch(k, k, cos_sin_cache, positions, is_neox, op, ("k", "k"))
