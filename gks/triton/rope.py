@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """The rope family in Triton: apply_rope, rotary embeddings on q and k heads. One program a
-head of a token (q and k in two launches), the rotation pairs a block, the angles
-read from the cos/sin cache at the token's position."""
+token (q and k in two launches), its heads x rotation pairs one 2-D block (a block of heads
+when there are more than 4096 pairs), the angles read once from the cos/sin cache at the
+token's position."""
 
 from __future__ import annotations
 
@@ -19,35 +20,36 @@ def _rope_kernel(
     x_ptr, y_ptr, cs_ptr, pos_ptr, heads, max_pos, half, rotary_dim, head_dim,
     x_inner, x_outer_stride, x_inner_stride, x_head_stride,
     y_inner, y_outer_stride, y_inner_stride, y_head_stride,
-    BLOCK: tl.constexpr, NEOX: tl.constexpr, COPY_REST: tl.constexpr, REST_BLOCK: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK: tl.constexpr, NEOX: tl.constexpr, COPY_REST: tl.constexpr,
+    REST_BLOCK: tl.constexpr,
 ):
-    row = tl.program_id(0).to(tl.int64)
-    token = row // heads
-    head = row % heads
+    token = tl.program_id(0).to(tl.int64)
     pos = tl.load(pos_ptr + token).to(tl.int64)
     valid = (pos >= 0) & (pos < max_pos)  # else NaN angles: the token comes out NaN
     angles = cs_ptr + tl.where(valid, pos, 0) * rotary_dim
-    x_row = row_start(x_ptr, token, x_inner, x_outer_stride, x_inner_stride) + head * x_head_stride
-    y_row = row_start(y_ptr, token, y_inner, y_outer_stride, y_inner_stride) + head * y_head_stride
-    i = tl.arange(0, BLOCK)
-    m = i < half
-    c = tl.where(valid, tl.load(angles + i, mask=m, other=0.0), float("nan"))
-    s = tl.where(valid, tl.load(angles + half + i, mask=m, other=0.0), 0.0)
+    h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)[:, None]
+    i = tl.arange(0, BLOCK)[None, :]
+    x_head = row_start(x_ptr, token, x_inner, x_outer_stride, x_inner_stride) + h.to(tl.int64) * x_head_stride
+    y_head = row_start(y_ptr, token, y_inner, y_outer_stride, y_inner_stride) + h.to(tl.int64) * y_head_stride
+    mi = i < half
+    m = (h < heads) & mi
+    c = tl.where(valid, tl.load(angles + i, mask=mi, other=0.0), float("nan"))
+    s = tl.where(valid, tl.load(angles + half + i, mask=mi, other=0.0), 0.0)
     if NEOX:
         ia = i
         ib = i + half
     else:
         ia = 2 * i
         ib = 2 * i + 1
-    a = tl.load(x_row + ia, mask=m, other=0.0).to(tl.float32)
-    b = tl.load(x_row + ib, mask=m, other=0.0).to(tl.float32)
+    a = tl.load(x_head + ia, mask=m, other=0.0).to(tl.float32)
+    b = tl.load(x_head + ib, mask=m, other=0.0).to(tl.float32)
     out_ty = y_ptr.dtype.element_ty
-    tl.store(y_row + ia, (a * c - b * s).to(out_ty), mask=m)
-    tl.store(y_row + ib, (b * c + a * s).to(out_ty), mask=m)
+    tl.store(y_head + ia, (a * c - b * s).to(out_ty), mask=m)
+    tl.store(y_head + ib, (b * c + a * s).to(out_ty), mask=m)
     if COPY_REST:
-        j = rotary_dim + tl.arange(0, REST_BLOCK)
-        mj = j < head_dim
-        tl.store(y_row + j, tl.load(x_row + j, mask=mj), mask=mj)
+        j = rotary_dim + tl.arange(0, REST_BLOCK)[None, :]
+        mj = (h < heads) & (j < head_dim)
+        tl.store(y_head + j, tl.load(x_head + j, mask=mj), mask=mj)
 
 
 def _name(dtype: torch.dtype) -> str:
@@ -100,12 +102,15 @@ def _launch(x, y, cos_sin_cache, positions, is_neox, op, names):
     rotary_dim, head_dim = cos_sin_cache.shape[1], x.shape[-1]
     half = rotary_dim // 2
     rest = head_dim - rotary_dim
-    _rope_kernel[(xr.rows * x.shape[-2],)](
-        x, y, cos_sin_cache, positions, x.shape[-2], cos_sin_cache.shape[0], half, rotary_dim, head_dim,
+    heads = x.shape[-2]
+    block = next_pow2(half)
+    block_h = min(next_pow2(heads), max(1, 4096 // block))  # at most 4096 pairs a program
+    _rope_kernel[(xr.rows, triton.cdiv(heads, block_h))](
+        x, y, cos_sin_cache, positions, heads, cos_sin_cache.shape[0], half, rotary_dim, head_dim,
         xr.inner, xr.outer_stride, xr.inner_stride, x.stride(-2),
         yr.inner, yr.outer_stride, yr.inner_stride, y.stride(-2),
-        BLOCK=next_pow2(half), NEOX=bool(is_neox), COPY_REST=rest > 0 and y.data_ptr() != x.data_ptr(),
-        REST_BLOCK=next_pow2(max(rest, 1)), num_warps=1 if half <= 64 else 2,
+        BLOCK_H=block_h, BLOCK=block, NEOX=bool(is_neox), COPY_REST=rest > 0 and y.data_ptr() != x.data_ptr(),
+        REST_BLOCK=next_pow2(max(rest, 1)), num_warps=max(1, min(8, block_h * block // 256)),
     )
 
 

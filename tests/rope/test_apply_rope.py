@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """apply_rope beyond the generic sweep (tests/contract): both pair styles on every backend
-against float64, the in-place form on the q and k views of a fused qkv tensor, [B, S, H, D]
+against float64 (70 heads: Triton's blocks of heads), the in-place form on the q and k views of a fused qkv tensor, [B, S, H, D]
 tensors with [B, S] positions, partial rotary dims passing the rest through bit for bit,
 int32 positions, and positions outside the cache giving NaN for their token alone."""
 
@@ -50,7 +50,8 @@ def _check(out, inputs, dtype, what):
 @pytest.mark.parametrize("is_neox", [True, False], ids=["neox", "gptj"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(3, 2, 1, 8, 8), (7, 3, 1, 128, 64), (5, 4, 2, 64, 64), (2, 2, 2, 130, 130),
-                                   (9, 5, 3, 96, 32), (4, 2, 2, 12, 6)], ids=lambda s: "x".join(map(str, s)))
+                                   (9, 5, 3, 96, 32), (4, 2, 2, 12, 6), (3, 70, 3, 256, 200)],
+                         ids=lambda s: "x".join(map(str, s)))
 def test_both_styles_match_float64(backend, is_neox, dtype, shape):
     name, fn, _ = backend
     inputs = SPEC.make_inputs(shape, dtype, DEVICE, seed_for("rope", name, dtype, shape))
