@@ -56,6 +56,17 @@ def _torch_act_and_mul():
     return run
 
 
+def _liger_act_and_mul():
+    from liger_kernel.ops.swiglu import LigerFusedGateUpSiLUMulFunction
+
+    def run(x, activation="silu"):
+        if activation != "silu":
+            raise ValueError(f"Liger's fused gate/up kernel is SwiGLU (silu) only, not {activation!r}")
+        return LigerFusedGateUpSiLUMulFunction.apply(x)
+
+    return run
+
+
 def _bad_inputs() -> tuple[BadInput, ...]:
     def call(t, d, x=None, activation="silu"):
         return {"x": t.randn(4, 8, device=d) if x is None else x, "activation": activation}
@@ -96,7 +107,8 @@ ACT_AND_MUL = register(
         ),
         test_shapes=((1, 2), (3, 14), (5, 258), (2, 8194), (7, 2), (33, 2000), (4, 16384), (0, 64), (3, 0)),
         bench_shapes=((16384, 2 * 14336), (4096, 2 * 11008), (65536, 2 * 1024)),
-        peers=(Peer("F.silu*up", _torch_act_and_mul), reference_peer("act_and_mul", compiled=True)),
+        peers=(Peer("F.silu*up", _torch_act_and_mul), reference_peer("act_and_mul", compiled=True),
+               Peer("Liger", _liger_act_and_mul, package="liger-kernel")),
         example_shape=(33, 2000),
         bad_inputs=_bad_inputs(),
         cuda_out=lambda cuda, i, o: cuda.act_and_mul_out(i["x"], o[0], i["activation"]),

@@ -259,6 +259,14 @@ def _fused_add_rmsnorm_check(out, ref, dtype, inputs) -> None:
                              f"{i}: {got[i].item()!r} != {want[i].item()!r}")
 
 
+def _liger_fused_add_rmsnorm():
+    from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
+
+    # "gemma" casting (fp32 throughout, each output rounded once), as for rmsnorm's Liger peer.
+    return lambda x, residual, weight, eps: LigerFusedAddRMSNormFunction.apply(
+        x, residual, weight, eps, 0.0, "gemma", False)
+
+
 def _torch_add_rms_norm():
     # Eager PyTorch as a user would write it: the add, then F.rms_norm of the sum.
     import torch.nn.functional as F
@@ -290,7 +298,8 @@ FUSED_ADD_RMSNORM = register(
         backends=_BACKENDS,
         test_shapes=RMSNORM.test_shapes,
         bench_shapes=((32768, 4096), (8192, 32768), (65536, 1024)),
-        peers=(Peer("add+F.rms_norm", _torch_add_rms_norm), reference_peer("fused_add_rmsnorm", compiled=True)),
+        peers=(Peer("add+F.rms_norm", _torch_add_rms_norm), reference_peer("fused_add_rmsnorm", compiled=True),
+               Peer("Liger", _liger_fused_add_rmsnorm, package="liger-kernel")),
         example_shape=(33, 1000),
         bad_inputs=_rmsnorm_bad_inputs("fused_add_rmsnorm", residual=True),
         cuda_out=lambda cuda, i, o, **kw: cuda.fused_add_rmsnorm_out(
@@ -314,6 +323,12 @@ def _layernorm_inputs(shape, dtype, device, seed):
     weight = (1.0 + 0.1 * torch.randn((n,), generator=gen, device=device)).to(dt)
     bias = (0.1 * torch.randn((n,), generator=gen, device=device)).to(dt)
     return {"x": x, "weight": weight, "bias": bias, "eps": 1e-5}
+
+
+def _liger_layernorm():
+    from liger_kernel.ops.layer_norm import LigerLayerNormFunction
+
+    return lambda x, weight, bias, eps: LigerLayerNormFunction.apply(x, weight, bias, eps)
 
 
 def _torch_layer_norm():
@@ -341,7 +356,8 @@ LAYERNORM = register(
         backends=_BACKENDS,
         test_shapes=RMSNORM.test_shapes,
         bench_shapes=((32768, 4096), (8192, 32768), (65536, 1024)),
-        peers=(Peer("F.layer_norm", _torch_layer_norm), reference_peer("layernorm", compiled=True)),
+        peers=(Peer("F.layer_norm", _torch_layer_norm), reference_peer("layernorm", compiled=True),
+               Peer("Liger", _liger_layernorm, package="liger-kernel")),
         example_shape=(33, 1000),
         bad_inputs=_rmsnorm_bad_inputs("layernorm", bias=True),
         cuda_out=lambda cuda, i, o, **kw: cuda.layernorm_out(i["x"], i["weight"], i["bias"], o[0], i["eps"], **kw),

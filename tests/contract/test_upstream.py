@@ -29,6 +29,9 @@ UPSTREAM = [(spec, peer) for spec in registry.ops() for peer in spec.peers if pe
 SHAPES = {
     "rmsnorm": [(33, 1000), (256, 4096), (7, 8192)],
     "softmax": [(33, 1000), (256, 4096), (4, 32768)],
+    "fused_add_rmsnorm": [(33, 1000), (256, 4096)],
+    "layernorm": [(33, 1000), (256, 4096)],
+    "act_and_mul": [(33, 2000), (64, 2 * 11008)],
     "flash_attention_fwd": [(1, 4, 4, 256, 256, 64, 0), (2, 8, 2, 200, 333, 128, 1), (1, 2, 2, 1, 512, 128, 0)],
 }
 EXACT = re.compile(r"^[A-Za-z0-9._-]+==[A-Za-z0-9._+-]+$")
