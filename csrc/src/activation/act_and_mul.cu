@@ -39,13 +39,9 @@ void act_and_mul(const ActAndMulArgs& args, cudaStream_t stream) {
   const kernels::rows::ActAndMulParams params{x.data, y.data, x_rows, y_rows, x_rows.rows, d};
   const detail::DeviceGuard guard(x.device.index);
   const auto launch = [&](auto act) {
-    constexpr int kAct = decltype(act)::value;
-    GKS_DISPATCH_FLOAT(x.dtype, {
-      using kernels::rows::ActAndMulRow;
-      if (plan.vec == 1)
-        detail::launch_rows<ActAndMulRow<scalar_t, 1, kAct>>(plan, params, stream, kOp);
-      else
-        detail::launch_rows<ActAndMulRow<scalar_t, kernels::kVec16<scalar_t>, kAct>>(plan, params, stream, kOp);
+    detail::with_row_elements(x.dtype, plan, [&](auto t, auto vec) {
+      using Row = kernels::rows::ActAndMulRow<typename decltype(t)::type, decltype(vec)::value, decltype(act)::value>;
+      detail::launch_rows<Row>(plan, params, stream, kOp);
     });
   };
   switch (args.activation) {

@@ -49,12 +49,9 @@ void fused_add_rmsnorm(const FusedAddRmsNormArgs& args, cudaStream_t stream) {
   params.residual_rows = res_rows;
   params.residual_out_rows = res_out_rows;
   const detail::DeviceGuard guard(x.device.index);
-  GKS_DISPATCH_FLOAT(x.dtype, {
-    using kernels::rows::RmsNormRow;
-    if (plan.vec == 1)
-      detail::launch_rows<RmsNormRow<scalar_t, 1, true>>(plan, params, stream, kOp);
-    else
-      detail::launch_rows<RmsNormRow<scalar_t, kernels::kVec16<scalar_t>, true>>(plan, params, stream, kOp);
+  detail::with_row_elements(x.dtype, plan, [&](auto t, auto vec) {
+    using Row = kernels::rows::RmsNormRow<typename decltype(t)::type, decltype(vec)::value, true>;
+    detail::launch_rows<Row>(plan, params, stream, kOp);
   });
   detail::check_launch(kOp);
 }

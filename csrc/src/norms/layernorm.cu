@@ -32,13 +32,9 @@ void layernorm(const LayerNormArgs& args, cudaStream_t stream) {
                                               args.eps};
   const detail::DeviceGuard guard(x.device.index);
   const auto launch = [&](auto bias) {
-    constexpr bool kBias = decltype(bias)::value;
-    GKS_DISPATCH_FLOAT(x.dtype, {
-      using kernels::rows::LayerNormRow;
-      if (plan.vec == 1)
-        detail::launch_rows<LayerNormRow<scalar_t, 1, kBias>>(plan, params, stream, kOp);
-      else
-        detail::launch_rows<LayerNormRow<scalar_t, kernels::kVec16<scalar_t>, kBias>>(plan, params, stream, kOp);
+    detail::with_row_elements(x.dtype, plan, [&](auto t, auto vec) {
+      using Row = kernels::rows::LayerNormRow<typename decltype(t)::type, decltype(vec)::value, decltype(bias)::value>;
+      detail::launch_rows<Row>(plan, params, stream, kOp);
     });
   };
   if (args.has_bias)

@@ -12,11 +12,9 @@ namespace gks {
 
 namespace detail {
 bool rmsnorm_plan_has_kernel(const RowPlan& plan, DType dtype) {
-  using kernels::rows::RmsNormRow;
   bool found = false;
-  GKS_DISPATCH_FLOAT(dtype, {
-    found = plan.vec == 1 ? row_kernel_exists<RmsNormRow<scalar_t, 1>>(plan)
-                          : row_kernel_exists<RmsNormRow<scalar_t, kernels::kVec16<scalar_t>>>(plan);
+  with_row_elements(dtype, plan, [&](auto t, auto vec) {
+    found = row_kernel_exists<kernels::rows::RmsNormRow<typename decltype(t)::type, decltype(vec)::value>>(plan);
   });
   return found;
 }
@@ -40,12 +38,9 @@ void rmsnorm(const RmsNormArgs& args, cudaStream_t stream) {
   const kernels::rows::RmsNormParams params{x.data, w.data,      y.data,      rows.x,
                                             rows.y, rows.x.rows, rows.x.cols, args.eps};
   const detail::DeviceGuard guard(x.device.index);
-  GKS_DISPATCH_FLOAT(x.dtype, {
-    using kernels::rows::RmsNormRow;
-    if (plan.vec == 1)
-      detail::launch_rows<RmsNormRow<scalar_t, 1>>(plan, params, stream, kOp);
-    else
-      detail::launch_rows<RmsNormRow<scalar_t, kernels::kVec16<scalar_t>>>(plan, params, stream, kOp);
+  detail::with_row_elements(x.dtype, plan, [&](auto t, auto vec) {
+    using Row = kernels::rows::RmsNormRow<typename decltype(t)::type, decltype(vec)::value>;
+    detail::launch_rows<Row>(plan, params, stream, kOp);
   });
   detail::check_launch(kOp);
 }

@@ -100,13 +100,9 @@ void apply_rope(const ApplyRopeArgs& args, cudaStream_t stream) {
   params.head_dim = int(head_dim), params.rotary_dim = int(rotary_dim);
   const detail::DeviceGuard guard(q.device.index);
   const auto launch = [&](auto neox) {
-    constexpr bool kNeox = decltype(neox)::value;
-    GKS_DISPATCH_FLOAT(q.dtype, {
-      using kernels::rows::RopeRow;
-      if (plan.vec == 1)
-        detail::launch_rows<RopeRow<scalar_t, 1, kNeox>>(plan, params, stream, kOp);
-      else
-        detail::launch_rows<RopeRow<scalar_t, kernels::kVec16<scalar_t>, kNeox>>(plan, params, stream, kOp);
+    detail::with_row_elements(q.dtype, plan, [&](auto t, auto vec) {
+      using Row = kernels::rows::RopeRow<typename decltype(t)::type, decltype(vec)::value, decltype(neox)::value>;
+      detail::launch_rows<Row>(plan, params, stream, kOp);
     });
   };
   if (args.is_neox)

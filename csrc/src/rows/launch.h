@@ -15,6 +15,7 @@
 #include "core/launch.h"
 #include "gks/error.h"
 #include "gks/kernels/rows/skeleton.cuh"
+#include "gks/kernels/vec.cuh"
 #include "rows/plan.h"
 
 namespace gks::detail {
@@ -24,6 +25,22 @@ template <typename T>
 struct Type {
   using type = T;
 };
+
+// Calls f(Type<T>{}, std::integral_constant<int, kVec>{}) with dtype's float type T and the
+// plan's access width kVec (one element, or 16 bytes' worth): what a row functor is
+// instantiated on. The caller names its functor, e.g.
+//   with_row_elements(dtype, plan, [&](auto t, auto vec) {
+//     launch_rows<RmsNormRow<typename decltype(t)::type, decltype(vec)::value>>(plan, p, stream, op);
+//   });
+template <class F>
+void with_row_elements(DType dtype, const RowPlan& plan, F&& f) {
+  GKS_DISPATCH_FLOAT(dtype, {
+    if (plan.vec == 1)
+      f(Type<scalar_t>{}, std::integral_constant<int, 1>{});
+    else
+      f(Type<scalar_t>{}, std::integral_constant<int, kernels::kVec16<scalar_t>>{});
+  });
+}
 
 namespace rows_launch {
 
