@@ -97,6 +97,8 @@ def _torch_apply_rope():
     import torch
 
     def run(q, k, cos_sin_cache, positions, is_neox=True):
+        if not is_neox:
+            raise ValueError("the rotate_half peer pairs NeoX style only")
         half = cos_sin_cache.shape[1] // 2
         rows = cos_sin_cache[positions]
         c = torch.cat([rows[..., :half]] * 2, dim=-1)[..., None, :]

@@ -33,8 +33,9 @@ def _rope_kernel(
     y_head = row_start(y_ptr, token, y_inner, y_outer_stride, y_inner_stride) + h.to(tl.int64) * y_head_stride
     mi = i < half
     m = (h < heads) & mi
-    c = tl.where(valid, tl.load(angles + i, mask=mi, other=0.0), float("nan"))
-    s = tl.where(valid, tl.load(angles + half + i, mask=mi, other=0.0), 0.0)
+    # No read of the cache for a token without angles (an empty cache has no memory).
+    c = tl.where(valid, tl.load(angles + i, mask=mi & valid, other=0.0), float("nan"))
+    s = tl.where(valid, tl.load(angles + half + i, mask=mi & valid, other=0.0), 0.0)
     if NEOX:
         ia = i
         ib = i + half

@@ -119,3 +119,12 @@ def test_position_zero_is_the_identity():
     cache = rope_cos_sin_cache(4, 8, device=DEVICE)
     out = SPEC.reference(q, k, cache, torch.zeros(3, dtype=torch.int64, device=DEVICE))
     assert torch.equal(out[0], q) and torch.equal(out[1], k)
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=IDS)
+def test_an_empty_cache_gives_nan_and_reads_nothing(backend):
+    name, fn, _ = backend
+    q, k = _qk((2, 2, 8), 1, "float32", seed_for("empty-cache", name))
+    cache = torch.empty((0, 8), dtype=torch.float32, device=DEVICE)
+    q_out, k_out = fn(q, k, cache, torch.tensor([0, 1], device=DEVICE))
+    assert q_out.isnan().all() and k_out.isnan().all(), f"{name}: rotated values not NaN"
