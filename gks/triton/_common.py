@@ -123,6 +123,20 @@ class Rows(NamedTuple):
     inner_stride: int
 
 
+def _merged_levels(shape, strides) -> list[list[int]]:
+    """The dims as [size, stride] levels, outermost first: dims of size 1 dropped, a dim
+    merged into the one outside it where the two are contiguous with each other."""
+    levels: list[list[int]] = []
+    for size, stride in zip(shape, strides):
+        if size == 1:
+            continue
+        if levels and levels[-1][1] == stride * size:
+            levels[-1] = [levels[-1][0] * size, stride]
+        else:
+            levels.append([size, stride])
+    return levels
+
+
 def row_layout(x, op: str, arg: str) -> Rows:
     if x.dim() < 1:
         raise ValueError(f"{op}: argument '{arg}' must have at least 1 dim, got a scalar")
@@ -132,14 +146,7 @@ def row_layout(x, op: str, arg: str) -> Rows:
             f"{op}: argument '{arg}' must be contiguous in its last dim (stride 1), "
             f"got stride {x.stride(-1)}"
         )
-    levels: list[list[int]] = []  # [size, stride], outermost first
-    for size, stride in zip(x.shape[:-1], x.stride()[:-1]):
-        if size == 1:
-            continue
-        if levels and levels[-1][1] == stride * size:
-            levels[-1] = [levels[-1][0] * size, stride]
-        else:
-            levels.append([size, stride])
+    levels = _merged_levels(x.shape[:-1], x.stride()[:-1])
     rows = 1
     for size in x.shape[:-1]:
         rows *= size
@@ -251,14 +258,10 @@ def _byte_extent(t: torch.Tensor) -> tuple[int, int]:
 def _one_token_stride(t: torch.Tensor, inner: int) -> int | None:
     """The stride of t's leading dims (all but the last `inner`) when they merge into one
     level, else None."""
-    level = None
-    for size, stride in zip(t.shape[:-inner], t.stride()[:-inner]):
-        if size == 1:
-            continue
-        if level is not None and level[1] != stride * size:
-            return None
-        level = (size, stride) if level is None else (level[0] * size, stride)
-    return level[1] if level else 0
+    levels = _merged_levels(t.shape[:-inner], t.stride()[:-inner])
+    if len(levels) > 1:
+        return None
+    return levels[0][1] if levels else 0
 
 
 def _interleaved_apart(a: torch.Tensor, b: torch.Tensor, inner: int) -> bool:

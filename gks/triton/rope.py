@@ -10,7 +10,17 @@ import torch
 import triton
 import triton.language as tl
 
-from gks.triton._common import check_apart, check_device, check_float, next_pow2, on_tensor_device, row_layout, row_start
+from gks.triton._common import (
+    check_apart,
+    check_device,
+    check_float,
+    check_same,
+    check_same_device,
+    next_pow2,
+    on_tensor_device,
+    row_layout,
+    row_start,
+)
 
 __all__ = ["apply_rope", "apply_rope_"]
 
@@ -65,8 +75,7 @@ def _check(q, k, cos_sin_cache, positions, op):
     if q.dim() < 3:
         raise ValueError(f"{op}: argument 'q' must be [..., heads, head_dim] with at least one token dim, "
                          f"got {list(q.shape)}")
-    if k.dtype != q.dtype:
-        raise TypeError(f"{op}: argument 'k' must have the dtype of 'q' ({_name(q.dtype)}), got {_name(k.dtype)}")
+    check_same(q, "q", k, "k", op)
     if k.dim() != q.dim() or k.shape[:-2] != q.shape[:-2] or k.shape[-1] != q.shape[-1]:
         raise ValueError(f"{op}: argument 'k' must have q's token dims and head_dim (any number of heads), "
                          f"got {list(k.shape)} for q {list(q.shape)}")
@@ -88,9 +97,8 @@ def _check(q, k, cos_sin_cache, positions, op):
                          f"got {list(positions.shape)} for q {list(q.shape)}")
     if not positions.is_contiguous():
         raise ValueError(f"{op}: argument 'positions' must be contiguous")
-    for t, name in ((cos_sin_cache, "cos_sin_cache"), (positions, "positions"), (k, "k")):
-        if t.device != q.device:
-            raise ValueError(f"{op}: argument '{name}' must be on the device of 'q' ({q.device}), got {t.device}")
+    for t, name in ((cos_sin_cache, "cos_sin_cache"), (positions, "positions")):
+        check_same_device(q, "q", t, name, op)
     return rotary_dim
 
 

@@ -9,6 +9,20 @@
 #include "rows/launch.h"
 
 namespace gks {
+namespace {
+
+// Row-major strides over every dim of size > 1 (the cache and the positions are read by
+// index, not through a row layout).
+void check_contiguous(const TensorRef& t, const char* arg) {
+  int64_t expect = 1;
+  for (int d = t.ndim - 1; d >= 0; --d) {
+    GKS_CHECK(t.shape[d] <= 1 || t.strides[d] == expect, kInvalidArgument)
+        << "gks.apply_rope: argument '" << arg << "' must be contiguous";
+    expect *= t.shape[d];
+  }
+}
+
+}  // namespace
 
 void apply_rope(const ApplyRopeArgs& args, cudaStream_t stream) {
   constexpr const char* kOp = "gks.apply_rope";
@@ -39,9 +53,7 @@ void apply_rope(const ApplyRopeArgs& args, cudaStream_t stream) {
   GKS_CHECK(rotary_dim % 2 == 0 && rotary_dim >= 2 && rotary_dim <= head_dim, kInvalidArgument)
       << kOp << ": argument 'cos_sin_cache' must have an even rotary_dim (its last dim) from 2 to "
       << "head_dim (" << head_dim << "), got " << rotary_dim;
-  GKS_CHECK((cs.strides[1] == 1 || rotary_dim <= 1) && (cs.strides[0] == rotary_dim || max_pos <= 1),
-            kInvalidArgument)
-      << kOp << ": argument 'cos_sin_cache' must be contiguous";
+  check_contiguous(cs, "cos_sin_cache");
 
   check_same_device(q, "q", pos, "positions", kOp);
   GKS_CHECK(pos.dtype == DType::kInt32 || pos.dtype == DType::kInt64, kUnsupportedDtype)
@@ -51,12 +63,7 @@ void apply_rope(const ApplyRopeArgs& args, cudaStream_t stream) {
   GKS_CHECK(pos_ok, kInvalidArgument) << kOp << ": argument 'positions' must have q's token dims "
                                       << "(q's shape but its last two), got " << pos.shape_string()
                                       << " for q " << q.shape_string();
-  int64_t expect = 1;
-  for (int d = pos.ndim - 1; d >= 0; --d) {
-    GKS_CHECK(pos.shape[d] <= 1 || pos.strides[d] == expect, kInvalidArgument)
-        << kOp << ": argument 'positions' must be contiguous";
-    expect *= pos.shape[d];
-  }
+  check_contiguous(pos, "positions");
 
   const auto like = [&](const TensorRef& out, const TensorRef& in, const char* name, const char* in_name) {
     check_same_device(in, in_name, out, name, kOp);
