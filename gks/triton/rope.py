@@ -69,9 +69,12 @@ def _name(dtype: torch.dtype) -> str:
 
 def _check(q, k, cos_sin_cache, positions, op):
     """The C++ API's checks, with its messages; returns rotary_dim."""
-    for t, name in ((q, "q"), (k, "k")):
-        check_device(t, op, name)
-        check_float(t, op, name)
+    check_device(q, op, "q")
+    check_float(q, op, "q")
+    # k's device is checked against q's first, so a k elsewhere is named as on another device,
+    # as in every backend, not as a CPU tensor.
+    check_same_device(q, "q", k, "k", op)
+    check_float(k, op, "k")
     if q.dim() < 3:
         raise ValueError(f"{op}: argument 'q' must be [..., heads, head_dim] with at least one token dim, "
                          f"got {list(q.shape)}")
