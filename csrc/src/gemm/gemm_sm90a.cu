@@ -5,7 +5,6 @@
 // GKS_CUDA_ARCHS; gks::gemm (gemm.cu) and gks::int8_gemm (int8_gemm.cu) validate
 // everything before calling in here.
 #include <cuda.h>
-#include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -20,6 +19,7 @@
 #include "gks/gemm.h"
 #include "gks/kernels/gemm/sm90/kernel.cuh"
 #include "core/launch.h"
+#include "core/tensor_map.h"
 #include "core/workspace.h"
 
 namespace gks::detail {
@@ -28,23 +28,6 @@ namespace {
 constexpr const char* kOp = "gks.gemm";
 namespace hk = kernels::gemm::sm90;
 
-// cuTensorMapEncodeTiled through the runtime's driver entry point, so the library does not
-// link libcuda itself.
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
-    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
-                                                             cudaEnableDefault, &status);
-    GKS_CHECK(err == cudaSuccess && status == cudaDriverEntryPointSuccess && fn != nullptr,
-              kCudaError)
-        << "gks: the CUDA driver does not provide cuTensorMapEncodeTiled ("
-        << cudaGetErrorString(err) << ")";
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }();
-  return encode;
-}
-
 // A 2-D tensor map over a row-major [rows, cols] matrix of 16-bit or 8-bit elements, read
 // (or, for c, written) in boxes of [box_rows, 128 bytes] with the 128-byte swizzle the wgmma
 // descriptors and the epilogue's stmatrix use. Elements outside the matrix read as zero and
@@ -52,22 +35,13 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 CUtensorMap make_tensor_map(const void* data, DType dtype, int64_t rows, int64_t cols, int64_t ld,
                             int box_rows, const char* op, const char* arg) {
   CUtensorMap map;
-  std::memset(&map, 0, sizeof(map));
   const int64_t elem = dtype == DType::kInt8 ? 1 : 2;
   // A single row never steps to a next row; pad its stride to what TMA accepts.
   const int64_t stride_bytes = rows <= 1 ? (cols * elem + 15) / 16 * 16 : ld * elem;
-  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(stride_bytes)};
-  const cuuint32_t box[2] = {cuuint32_t(hk::kRowBytes / elem), cuuint32_t(box_rows)};
-  const cuuint32_t element_strides[2] = {1, 1};
-  // int8 travels as bytes (TMA's zero fill is the same 0 either way).
-  const CUtensorMapDataType type = dtype == DType::kInt8       ? CU_TENSOR_MAP_DATA_TYPE_UINT8
-                                   : dtype == DType::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                                               : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  const CUresult result = tensor_map_encoder()(
-      &map, type, 2, const_cast<void*>(data), dims, strides, box, element_strides,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const uint64_t dims[2] = {uint64_t(cols), uint64_t(rows)};
+  const uint64_t strides[1] = {uint64_t(stride_bytes)};
+  const uint32_t box[2] = {uint32_t(hk::kRowBytes / elem), uint32_t(box_rows)};
+  const CUresult result = encode_tensor_map(&map, dtype, 2, data, dims, strides, box);
   GKS_CHECK(result == CUDA_SUCCESS, kCudaError)
       << op << ": cuTensorMapEncodeTiled failed (error " << int(result) << ") for argument '"
       << arg << "' (shape [" << rows << ", " << cols << "], leading dimension " << ld << ")";
