@@ -9,34 +9,43 @@ namespace {
 gks::FlashAttentionFwdArgs attention_args(tvm::ffi::TensorView q, tvm::ffi::TensorView k,
                                           tvm::ffi::TensorView v, tvm::ffi::TensorView o,
                                           tvm::ffi::TensorView lse, bool causal,
-                                          tvm::ffi::Optional<double> softmax_scale, int64_t config) {
+                                          tvm::ffi::Optional<double> softmax_scale,
+                                          int64_t window_left, int64_t window_right,
+                                          double softcap, int64_t config) {
   using namespace gks::ffi;
   gks::FlashAttentionFwdArgs args{to_ref(q), to_ref(k), to_ref(v), to_ref(o), to_ref(lse),
                                   causal, std::nullopt};
   if (softmax_scale.has_value())
     args.softmax_scale = float32_arg(softmax_scale.value(), "softmax_scale", "gks.flash_attention_fwd");
+  args.window_left = window_left;
+  args.window_right = window_right;
+  args.softcap = softcap;  // checked in gks::flash_attention_fwd, as a double
   args.config = config_arg(config, "gks.flash_attention_fwd");
   return args;
 }
 
 void flash_attention_fwd(tvm::ffi::TensorView q, tvm::ffi::TensorView k, tvm::ffi::TensorView v,
                          tvm::ffi::TensorView o, tvm::ffi::TensorView lse, bool causal,
-                         tvm::ffi::Optional<double> softmax_scale, int64_t config) {
+                         tvm::ffi::Optional<double> softmax_scale, int64_t window_left,
+                         int64_t window_right, double softcap, int64_t config) {
   gks::ffi::translate_errors([&] {
-    const auto args = attention_args(q, k, v, o, lse, causal, softmax_scale, config);
+    const auto args = attention_args(q, k, v, o, lse, causal, softmax_scale, window_left,
+                                     window_right, softcap, config);
     gks::flash_attention_fwd(args, gks::ffi::stream_for(args.q));
   });
 }
 
-// "wgmma" or "mma.sync": the kernel flash_attention_fwd(...) would run.
+// "wgmma.ws", "wgmma" or "mma.sync": the kernel flash_attention_fwd(...) would run.
 tvm::ffi::String flash_attention_fwd_path(tvm::ffi::TensorView q, tvm::ffi::TensorView k,
                                           tvm::ffi::TensorView v, tvm::ffi::TensorView o,
                                           tvm::ffi::TensorView lse, bool causal,
                                           tvm::ffi::Optional<double> softmax_scale,
-                                          int64_t config) {
+                                          int64_t window_left, int64_t window_right,
+                                          double softcap, int64_t config) {
   const char* name = "";
   gks::ffi::translate_errors([&] {
-    name = gks::flash_attention_fwd_path(attention_args(q, k, v, o, lse, causal, softmax_scale, config));
+    name = gks::flash_attention_fwd_path(attention_args(q, k, v, o, lse, causal, softmax_scale,
+                                                        window_left, window_right, softcap, config));
   });
   return tvm::ffi::String(name);
 }
@@ -45,8 +54,7 @@ tvm::ffi::String flash_attention_fwd_path(tvm::ffi::TensorView q, tvm::ffi::Tens
 tvm::ffi::String flash_attention_fwd_configs() {
   gks::ffi::ConfigTable table;
   for (const auto& c : gks::kFlashAttentionFwdConfigs) {
-    const bool wgmma = c.kernel == gks::FlashAttentionFwdConfig::Kernel::kWgmma;
-    table.row().str("name", c.name).str("kernel", wgmma ? "wgmma" : "mma.sync");
+    table.row().str("name", c.name).str("kernel", c.name);
   }
   return table.json();
 }

@@ -36,11 +36,14 @@ def _plain_eager(args: tuple, kwargs: dict) -> bool:
     return True
 
 
-def gks_op(name: str, body: Callable, mutates_args: tuple[str, ...] = ()) -> Callable:
+def gks_op(name: str, body: Callable, mutates_args: tuple[str, ...] = (),
+           schema: str | None = None) -> Callable:
     """gks.<name>: the custom op ``gks::<name>`` made from `body` (reachable as the result's
     ``.op``, where its fake kernel is registered), called through `body` itself in plain
-    eager use. mutates_args: the arguments an in-place op writes."""
-    op = torch.library.custom_op(f"gks::{name}", body, mutates_args=mutates_args)
+    eager use. mutates_args: the arguments an in-place op writes. schema: the op's schema,
+    where torch cannot infer it from `body`'s annotations (a tuple default such as
+    ``window_size=(-1, -1)``)."""
+    op = torch.library.custom_op(f"gks::{name}", body, mutates_args=mutates_args, schema=schema)
 
     @functools.wraps(body)
     def call(*args, **kwargs):

@@ -40,19 +40,23 @@ def _flash_attention_fwd(
     v: torch.Tensor,
     causal: bool = False,
     softmax_scale: float | None = None,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
     config: int = -1,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Attention forward: (o, lse) = softmax(scale * q k^T) v and its log-sum-exp.
+    """Attention forward: (o, lse) = softmax(scores) v and its log-sum-exp, with scores
+    softmax_scale * q k^T, capped to softcap * tanh(scores / softcap) when softcap > 0.
 
     q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D]: fp16 or bf16 CUDA tensors, Hq % Hkv == 0,
     D in {32, 64, 96, 128, 256}; the last dim contiguous, other strides free (a [B, S, H, D]
     tensor passed as .transpose(1, 2) is read in place). softmax_scale defaults to
-    1 / sqrt(D). causal masks key j for query i when j > i + (Sk - Sq). Returns o
-    [B, Hq, Sq, D] (contiguous, q's dtype) and lse [B, Hq, Sq] (float32, natural log;
-    -inf for a row that sees no key, whose o is 0). Runs on the current CUDA stream.
-    On an sm_90 GPU (library built for sm_90a) head dims 64 and 128 run the wgmma kernel,
-    everything else the mma.sync kernel, unless the tuned table picks the other for this
-    shape; config 0 or 1 forces one (see gks.cuda.flash_attention_fwd_out).
+    1 / sqrt(D). Query i sees key j when i + (Sk - Sq) - left <= j <= i + (Sk - Sq) + right
+    for window_size = (left, right), -1 unbounded (FlashAttention's sliding window, aligned
+    bottom-right); causal is right = 0 (window_size's right must then be -1 or 0). softcap:
+    0 (none) or a finite number > 0. Returns o [B, Hq, Sq, D] (contiguous, q's dtype) and
+    lse [B, Hq, Sq] (float32, natural log; -inf for a row that sees no key, whose o is 0).
+    Runs on the current CUDA stream. config: -1 the tuned table's kernel for this shape, else
+    the best kernel here; an index forces one (see gks.cuda.flash_attention_fwd_out).
     """
     dims = attention_dims(q, k, causal)
     if dims is not None:
@@ -60,19 +64,27 @@ def _flash_attention_fwd(
     o = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = q.new_empty(q.shape[:-1], dtype=torch.float32)
     cuda.flash_attention_fwd_out(
-        _kernel_input(q), _kernel_input(k), _kernel_input(v), o, lse, causal, softmax_scale, config
+        _kernel_input(q), _kernel_input(k), _kernel_input(v), o, lse, causal, softmax_scale,
+        window_size, softcap, config,
     )
     return o, lse
 
 
-flash_attention_fwd = gks_op("flash_attention_fwd", _flash_attention_fwd)
+# torch infers no schema with a tuple default (window_size): it is given here, in the body's order.
+_SCHEMA = (
+    "(Tensor q, Tensor k, Tensor v, bool causal=False, float? softmax_scale=None, "
+    "int[] window_size=[-1, -1], float softcap=0., int config=-1) -> (Tensor, Tensor)"
+)
+
+flash_attention_fwd = gks_op("flash_attention_fwd", _flash_attention_fwd, schema=_SCHEMA)
 
 
 @flash_attention_fwd.op.register_fake
-def _(q, k, v, causal=False, softmax_scale=None, config=-1):
+def _(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0, config=-1):
     o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
     # What the op copies (a view whose rows are not 16-byte aligned) arrives aligned.
     q, k, v = (_kernel_input(t, fake=True) for t in (q, k, v))
-    validate(cuda.flash_attention_fwd_out, q, k, v, o, lse, causal, softmax_scale, config)
+    validate(cuda.flash_attention_fwd_out, q, k, v, o, lse, causal, softmax_scale, window_size,
+             softcap, config)
     return o, lse

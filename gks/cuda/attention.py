@@ -4,28 +4,45 @@
 from __future__ import annotations
 
 from gks import _native
+from gks.specs.attention import SOFTCAP_ERROR, window_pair
 
 __all__ = ["flash_attention_fwd_out", "flash_attention_fwd_path"]
 
+_OP = "gks.flash_attention_fwd"
+
+
+def _args(causal, softmax_scale, window_size, softcap, config) -> tuple:
+    """The binding's scalar arguments. Only what the binding's types cannot take is refused
+    here (window_size not a pair of ints, a softcap that is no number), in the C++ API's
+    words; the C++ API checks the values."""
+    left, right = window_pair(_OP, window_size)
+    try:
+        cap = float(softcap)
+    except (TypeError, ValueError):
+        raise ValueError(f"{_OP}: {SOFTCAP_ERROR}{softcap!r}") from None
+    scale = None if softmax_scale is None else float(softmax_scale)
+    return bool(causal), scale, left, right, cap, int(config)
+
 
 def flash_attention_fwd_out(q, k, v, o, lse, causal: bool = False, softmax_scale=None,
+                            window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0,
                             config: int = -1) -> None:
-    """(o, lse) = flash_attention_fwd(q, k, v, causal, softmax_scale), written into o
-    ([B, Hq, Sq, D], q's dtype, last dim contiguous) and lse ([B, Hq, Sq], float32).
-    q, k, v and o must be 16-byte aligned (base and batch/head/sequence strides); see
-    gks.flash_attention_fwd for the meaning. config: -1 runs the best kernel here, else an
-    index into the library's table (gks.registry.get("flash_attention_fwd").configs):
-    "mma.sync", or "wgmma" (head dims 64 and 128 on an sm_90 GPU with the library built for
-    sm_90a; elsewhere it gives way to mma.sync). flash_attention_fwd_path
-    tells which runs."""
-    scale = None if softmax_scale is None else float(softmax_scale)
-    _native.module().flash_attention_fwd(q, k, v, o, lse, bool(causal), scale, int(config))
+    """(o, lse) = flash_attention_fwd(q, k, v, causal, softmax_scale, window_size, softcap),
+    written into o ([B, Hq, Sq, D], q's dtype, last dim contiguous) and lse ([B, Hq, Sq],
+    float32). q, k, v and o must be 16-byte aligned (base and batch/head/sequence strides);
+    see gks.flash_attention_fwd for the meaning. config: -1 runs the best kernel here, else
+    an index into the library's table (gks.registry.get("flash_attention_fwd").configs,
+    e.g. "mma.sync", "wgmma"); a Hopper kernel forced where it cannot run gives way.
+    flash_attention_fwd_path tells which runs."""
+    _native.module().flash_attention_fwd(q, k, v, o, lse, *_args(causal, softmax_scale, window_size,
+                                                                 softcap, config))
 
 
 def flash_attention_fwd_path(q, k, v, o, lse, causal: bool = False, softmax_scale=None,
+                             window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0,
                              config: int = -1) -> str:
-    """'wgmma' or 'mma.sync': the kernel flash_attention_fwd_out(...) with these arguments
-    runs on this GPU (after the same argument checks)."""
-    scale = None if softmax_scale is None else float(softmax_scale)
-    return str(_native.module().flash_attention_fwd_path(q, k, v, o, lse, bool(causal), scale,
-                                                          int(config)))
+    """The name of the kernel (a name in the config table, e.g. 'wgmma' or 'mma.sync')
+    flash_attention_fwd_out(...) with these arguments runs on this GPU (after the same
+    argument checks)."""
+    return str(_native.module().flash_attention_fwd_path(
+        q, k, v, o, lse, *_args(causal, softmax_scale, window_size, softcap, config)))

@@ -17,7 +17,13 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from gks.pallas._common import default_interpret, next_pow2, takes_arrays, tuned_config
-from gks.specs.attention import check_attention_shapes, checked_softmax_scale
+from gks.specs.attention import (
+    check_attention_shapes,
+    checked_softcap,
+    checked_softmax_scale,
+    checked_window,
+    kernel_window,
+)
 
 __all__ = ["flash_attention_fwd", "flash_attention_fwd_config_names"]
 
@@ -25,22 +31,32 @@ LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 
 
-def _fwd_kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, *, scale_log2, causal, block_q, block_k,
-                seqlen_q, seqlen_k):
+def _fwd_kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, *, scale_log2, softcap, cap_in, window,
+                block_q, block_k, seqlen_q, seqlen_k):
     start_q = pl.program_id(0)
     q = q_ref[...]  # [block_q, D]
     rows = start_q * block_q + jax.lax.broadcasted_iota(jnp.int32, (block_q, block_k), 0)
     diag_offset = seqlen_k - seqlen_q
+    # Row i sees key j when i + diag_offset - left <= j <= i + diag_offset + right; a bound of
+    # -1 is none (static: kernel_window has dropped the bounds no row reaches).
+    left, right = window
 
     def body(kb, carry):
         acc, m_prev, l_prev = carry
         k = k_ref[pl.ds(kb * block_k, block_k), :]
         v = v_ref[pl.ds(kb * block_k, block_k), :]
-        s = plgpu.dot(q, k, trans_b=True) * scale_log2  # fp32, log2 units
+        s = plgpu.dot(q, k, trans_b=True)  # fp32
+        if softcap:
+            # The cap of the scaled score, in log2 units (scale_log2 is log2(e) * softcap).
+            s = jnp.tanh(s * cap_in) * scale_log2
+        else:
+            s = s * scale_log2  # log2 units
         cols = kb * block_k + jax.lax.broadcasted_iota(jnp.int32, (block_q, block_k), 1)
         visible = cols < seqlen_k
-        if causal:
-            visible = visible & (cols <= rows + diag_offset)
+        if right >= 0:
+            visible = visible & (cols <= rows + (diag_offset + right))
+        if left >= 0:
+            visible = visible & (cols >= rows + (diag_offset - left))
         s = jnp.where(visible, s, -jnp.inf)
         m_new = jnp.maximum(m_prev, jnp.max(s, axis=1))
         # A row that has seen only masked keys keeps max -inf: shift it by 0, so that
@@ -53,19 +69,25 @@ def _fwd_kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, *, scale_log2, causal, bloc
         return acc, m_new, l_new
 
     num_kb = pl.cdiv(seqlen_k, block_k)
-    if causal:
-        # Tiles wholly above the diagonal of this block's last row are skipped.
-        last_visible = (start_q + 1) * block_q + diag_offset  # keys < this may be seen
-        upper = jnp.clip(jax.lax.div(last_visible + block_k - 1, block_k), 0, num_kb)
+    # Tiles wholly right of the block's last row's right bound, or left of its first row's
+    # left bound, are skipped.
+    if right >= 0:
+        last_visible = (start_q + 1) * block_q + diag_offset + right  # keys < this may be seen
+        upper = jnp.clip(jax.lax.div(jnp.maximum(last_visible + block_k - 1, 0), block_k), 0, num_kb)
     else:
         upper = num_kb
+    if left >= 0:
+        first_visible = start_q * block_q + diag_offset - left  # keys < this are not seen
+        lower = jnp.clip(jax.lax.div(jnp.maximum(first_visible, 0), block_k), 0, num_kb)
+    else:
+        lower = 0
     head_dim = q_ref.shape[-1]
     init = (
         jnp.zeros((block_q, head_dim), jnp.float32),
         jnp.full((block_q,), -jnp.inf, jnp.float32),
         jnp.zeros((block_q,), jnp.float32),
     )
-    acc, m_i, l_i = jax.lax.fori_loop(0, upper, body, init)
+    acc, m_i, l_i = jax.lax.fori_loop(lower, upper, body, init)
     # A row that saw no key has sum 0; a NaN score makes it NaN, which must stay NaN.
     seen = l_i != 0.0
     safe_l = jnp.where(seen, l_i, 1.0)
@@ -102,8 +124,8 @@ def _block_sizes(config: int, seqlen_q: int, seqlen_k: int) -> tuple[int, int]:
     return min(block_q, max(16, next_pow2(seqlen_q))), min(block_k, max(16, next_pow2(seqlen_k)))
 
 
-@functools.partial(jax.jit, static_argnames=("causal", "scale", "interpret", "config"))
-def _flash_attention_fwd(q, k, v, *, causal, scale, interpret, config):
+@functools.partial(jax.jit, static_argnames=("window", "scale", "softcap", "interpret", "config"))
+def _flash_attention_fwd(q, k, v, *, window, scale, softcap, interpret, config):
     batch, heads_q, seqlen_q, head_dim = q.shape
     heads_kv, seqlen_k = k.shape[1], k.shape[2]
     group = heads_q // heads_kv
@@ -119,7 +141,8 @@ def _flash_attention_fwd(q, k, v, *, causal, scale, interpret, config):
         pad = ((0, 0), (0, 0), (0, sk_p - seqlen_k), (0, dim_p - head_dim))
         k, v = jnp.pad(k, pad), jnp.pad(v, pad)
     kernel = functools.partial(
-        _fwd_kernel, scale_log2=scale * LOG2E, causal=causal, block_q=block_q,
+        _fwd_kernel, scale_log2=softcap * LOG2E if softcap else scale * LOG2E, softcap=softcap,
+        cap_in=scale / softcap if softcap else 1.0, window=window, block_q=block_q,
         block_k=block_k, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
     )
     grid = (sq_p // block_q, batch, heads_q)
@@ -149,13 +172,15 @@ def _flash_attention_fwd(q, k, v, *, causal, scale, interpret, config):
 
 @takes_arrays("q", "k", "v")
 def flash_attention_fwd(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool = False,
-                        softmax_scale: float | None = None, *, interpret: bool | None = None,
-                        config: int = -1):
+                        softmax_scale: float | None = None, window_size: tuple[int, int] = (-1, -1),
+                        softcap: float = 0.0, *, interpret: bool | None = None, config: int = -1):
     """Attention forward with lse on JAX arrays; the meaning of gks.flash_attention_fwd.
 
     q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D] (fp16/bf16, Hq % Hkv == 0, D in
-    {32, 64, 96, 128, 256}). Returns o [B, Hq, Sq, D] (q's dtype) and lse [B, Hq, Sq]
-    (float32, natural log; -inf for a row that sees no key, whose o is 0). config: an index
+    {32, 64, 96, 128, 256}). window_size (left, right), -1 unbounded: query i sees keys
+    i + Sk - Sq - left to i + Sk - Sq + right (causal: right 0). softcap > 0 caps the scaled
+    scores to softcap * tanh(s / softcap). Returns o [B, Hq, Sq, D] (q's dtype) and lse
+    [B, Hq, Sq] (float32, natural log; -inf for a row that sees no key, whose o is 0). config: an index
     into gks.pallas.flash_attention_fwd_config_names() (block shapes and launch), or -1: the
     tuned entry for this GPU and shape if `gks autotune --backend pallas` made one, else a
     shape per head dim.
@@ -179,6 +204,8 @@ def flash_attention_fwd(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool =
     batch, heads_q, seqlen_q, head_dim = q.shape
     heads_kv, seqlen_k = k.shape[1], k.shape[2]
     scale = checked_softmax_scale(op, softmax_scale, head_dim)
+    left, right = checked_window(op, window_size, causal)
+    cap = checked_softcap(op, softcap, scale)
     if q.size == 0:
         return jnp.zeros(q.shape, q.dtype), jnp.zeros(q.shape[:3], jnp.float32)
     if seqlen_k == 0:  # no keys at all: every row sees none
@@ -190,5 +217,5 @@ def flash_attention_fwd(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool =
         tuned = None if interpret else tuned_config(q, "pallas.flash_attention_fwd", str(q.dtype),
                                                     dims)
         config = _default_config(head_dim) if tuned is None else tuned
-    return _flash_attention_fwd(q, k, v, causal=bool(causal), scale=scale, interpret=interpret,
-                                config=config)
+    return _flash_attention_fwd(q, k, v, window=kernel_window(left, right, seqlen_q, seqlen_k),
+                                scale=scale, softcap=cap, interpret=interpret, config=config)

@@ -1,9 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """The attention family: FlashAttention forward with lse, (o, lse) = attention(q, k, v,
-causal, softmax_scale).
+causal, softmax_scale, window_size, softcap).
 
 A shape is (B, Hq, Hkv, Sq, Sk, D, causal): q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D],
-causal 0 or 1.
+causal 0 or 1. The sliding window and the softcap are options of a call, not dims of a
+shape: the inputs a shape makes use neither (no window, no cap), and the tuned tables key on
+the shape alone.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import math
+import operator
 
 from gks.registry import Backend, BadInput, ELEM_BYTES, OpSpec, Peer, register
 from gks.runtime.args import float32_scalar
@@ -64,12 +67,84 @@ def checked_softmax_scale(op: str, softmax_scale: float | None, head_dim: int) -
     return float(softmax_scale)
 
 
+WINDOW_ERROR = "argument 'window_size' must be (left, right) with each -1 (unbounded) or >= 0, got "
+CAUSAL_WINDOW_ERROR = ("argument 'window_size' must have right -1 or 0 with causal=True (causal is "
+                       "right = 0), got ")
+SOFTCAP_ERROR = "argument 'softcap' must be 0 (none) or a finite number > 0, got "
+SOFTCAP_RANGE_ERROR = ("argument 'softcap' must be 0 or between 1e-30 and 1e30 (the kernels take "
+                       "float32 factors of it), got ")
+SOFTCAP_RATIO_ERROR = ("argument 'softcap' must leave softmax_scale / softcap a float32 normal "
+                       "number (1.2e-38 to 3.4e+38), got ")
+# The caps the kernels take: the C++ API narrows softcap and softmax_scale / softcap to float32.
+SOFTCAP_MIN, SOFTCAP_MAX = 1e-30, 1e30
+FLOAT32_NORMAL_MIN, FLOAT32_MAX = 1.1754943508222875e-38, 3.4028234663852886e38
+
+
+def window_pair(op: str, window_size) -> tuple[int, int]:
+    """(left, right) of window_size, a tuple or list of two ints (anything with __index__:
+    floats are refused); the values are not checked (checked_window does that, or the C++
+    API). ValueError naming the argument otherwise, as the C++ API words it."""
+    pair = None
+    if isinstance(window_size, (tuple, list)) and len(window_size) == 2:
+        try:
+            pair = (operator.index(window_size[0]), operator.index(window_size[1]))
+        except TypeError:
+            pass
+    if pair is None:
+        # A sequence shows as a tuple, as the C++ API shows a pair: the torch op's schema hands
+        # the body a list for any sequence given.
+        shown = (f"({', '.join(map(repr, window_size))})" if isinstance(window_size, (tuple, list))
+                 else repr(window_size))
+        raise ValueError(f"{op}: {WINDOW_ERROR}{shown}")
+    return pair
+
+
+def checked_window(op: str, window_size, causal: bool) -> tuple[int, int]:
+    """(left, right) as the Triton and Pallas backends take it: each -1 (unbounded) or >= 0,
+    and right -1 or 0 with causal (which is right = 0; the result has right 0 then).
+    ValueError naming the argument otherwise, with the C++ API's words."""
+    left, right = window_pair(op, window_size)
+    if left < -1 or right < -1:
+        raise ValueError(f"{op}: {WINDOW_ERROR}({left}, {right})")
+    if causal and right > 0:
+        raise ValueError(f"{op}: {CAUSAL_WINDOW_ERROR}({left}, {right})")
+    return left, 0 if causal else right
+
+
+def checked_softcap(op: str, softcap, scale: float) -> float:
+    """softcap as the Triton and Pallas backends take it: 0 (none) or a finite number in
+    [1e-30, 1e30] that leaves scale / softcap (the factor the kernels multiply the raw
+    scores by) a float32 normal number. ValueError naming the argument otherwise, with the
+    C++ API's words (its numbers printed as C++ streams them, %g)."""
+    try:
+        cap = float(softcap)
+    except (TypeError, ValueError):
+        raise ValueError(f"{op}: {SOFTCAP_ERROR}{softcap!r}") from None
+    if not (math.isfinite(cap) and cap >= 0.0):
+        raise ValueError(f"{op}: {SOFTCAP_ERROR}{cap:g}")
+    if cap != 0.0 and not SOFTCAP_MIN <= cap <= SOFTCAP_MAX:
+        raise ValueError(f"{op}: {SOFTCAP_RANGE_ERROR}{cap:g}")
+    if cap != 0.0 and not FLOAT32_NORMAL_MIN <= scale / cap <= FLOAT32_MAX:
+        raise ValueError(f"{op}: {SOFTCAP_RATIO_ERROR}{scale / cap:g}")
+    return cap
+
+
+def kernel_window(left: int, right: int, seqlen_q: int, seqlen_k: int) -> tuple[int, int]:
+    """The bounds a kernel needs to apply, from checked ones: a bound that leaves every row
+    all of its keys on that side becomes -1 (row i sees keys up to i + Sk - Sq + right, all
+    of them once right >= Sq - 1; from i + Sk - Sq - left, all once left >= Sk - 1), so the
+    kernels' 32-bit arithmetic never sees a larger one. The C++ API drops the same bounds."""
+    return (left if 0 <= left < seqlen_k - 1 else -1, right if 0 <= right < seqlen_q - 1 else -1)
+
+
 def flash_attention_fwd(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
     causal: bool = False,
     softmax_scale: float | None = None,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
     *,
     precise: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -77,22 +152,27 @@ def flash_attention_fwd(
 
     q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D], Hq % Hkv == 0. Returns o [B, Hq, Sq, D] (q's
     dtype; float64 when precise) and lse [B, Hq, Sq] (float32; float64 when precise), the
-    natural log of the sum of exp(scaled scores). Causal masks key j for query i when
-    j > i + (Sk - Sq); a row that sees no key gets o = 0 and lse = -inf.
+    natural log of the sum of exp(scores). Query i sees key j when
+    j >= i + (Sk - Sq) - left (left = -1: unbounded) and j <= i + (Sk - Sq) + right, for
+    window_size = (left, right) (FlashAttention's sliding window, aligned bottom-right);
+    causal is right = 0. The scores are softmax_scale * q . k, capped to
+    softcap * tanh(s / softcap) when softcap > 0. A row that sees no key gets o = 0 and
+    lse = -inf.
     """
     import torch
 
     compute = torch.float64 if precise else torch.float32
-    o, lse = attention_in(q, k, v, causal, softmax_scale, compute)
+    o, lse = attention_in(q, k, v, causal, softmax_scale, compute, window_size, softcap)
     if precise:
         return o, lse
     return o.to(q.dtype), lse.to(torch.float32)
 
 
-def attention_in(q, k, v, causal, softmax_scale, dtype: torch.dtype):
-    """The same math done entirely in `dtype` (scores, softmax and P V). With the inputs'
-    own dtype this is "PyTorch in the input dtype", the yardstick the tests hold every
-    backend's error to."""
+def attention_in(q, k, v, causal, softmax_scale, dtype: torch.dtype, window_size=(-1, -1),
+                 softcap: float = 0.0):
+    """The same math done entirely in `dtype` (scores, their cap, softmax and P V). With the
+    inputs' own dtype this is "PyTorch in the input dtype", the yardstick the tests hold
+    every backend's error to."""
     import torch
 
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
@@ -105,6 +185,9 @@ def attention_in(q, k, v, causal, softmax_scale, dtype: torch.dtype):
             f"key/value heads ({heads_kv})"
         )
     scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
+    left, right = window_pair("flash_attention_fwd", window_size)
+    right = 0 if causal else right
+    softcap = float(softcap)
     group = heads_q // heads_kv
     qc, kc, vc = q.to(dtype), k.to(dtype), v.to(dtype)
     if group > 1:
@@ -118,10 +201,18 @@ def attention_in(q, k, v, causal, softmax_scale, dtype: torch.dtype):
     for start in range(0, seqlen_q, block) if seqlen_q else [0]:
         stop = min(seqlen_q, start + block)
         scores = torch.matmul(qc[:, :, start:stop], kc.transpose(-1, -2)) * scale
-        if causal:
+        if softcap > 0:  # before the mask: a masked score stays -inf
+            scores = torch.tanh(scores.div_(softcap)).mul_(softcap)
+        if left >= 0 or right >= 0:
             rows = torch.arange(start, stop, device=q.device)[:, None]
             cols = torch.arange(seqlen_k, device=q.device)[None, :]
-            scores = scores.masked_fill(cols > rows + (seqlen_k - seqlen_q), float("-inf"))
+            diag = cols - rows - (seqlen_k - seqlen_q)  # key j's place right of row i's diagonal
+            hidden = torch.zeros_like(diag, dtype=torch.bool)
+            if right >= 0:
+                hidden |= diag > right
+            if left >= 0:
+                hidden |= diag < -left
+            scores = scores.masked_fill(hidden, float("-inf"))
         lse = torch.logsumexp(scores, dim=-1)  # -inf for a row that sees no key (or Sk = 0)
         # Shift by 0 where lse is -inf: every score there is -inf, so p = 0 and o = 0, not NaN.
         shift = torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
@@ -154,16 +245,27 @@ def make_inputs(shape, dtype, device, seed):
     }
 
 
-def visible_pairs(seqlen_q: int, seqlen_k: int, causal: bool) -> int:
-    """(query, key) pairs the mask leaves: row i sees min(Sk, max(0, i + 1 + Sk - Sq)) keys
-    when causal (aligned bottom-right), all Sk otherwise."""
-    if not causal:
-        return seqlen_q * seqlen_k
-    offset = seqlen_k - seqlen_q
-    # Rows with i + 1 + offset in [1, Sk) see a partial prefix; later rows see all Sk keys.
-    first = max(0, -offset)  # first row that sees a key
-    full_from = max(first, min(seqlen_q, seqlen_k - offset - 1))  # first row seeing all Sk
-    partial = sum_range(first + 1 + offset, full_from + offset)  # sum of i + 1 + offset
+def visible_pairs(seqlen_q: int, seqlen_k: int, causal: bool, window_size=(-1, -1)) -> int:
+    """(query, key) pairs the mask leaves: row i sees the keys j with
+    i + offset - left <= j <= i + offset + right (offset = Sk - Sq, aligned bottom-right;
+    right = 0 when causal; -1 unbounded), i.e. the pairs with j - i in
+    [offset - left, offset + right]."""
+    left, right = window_size
+    right = 0 if causal else right
+    upper = _pairs_up_to(seqlen_q, seqlen_k, seqlen_k - seqlen_q + right) if right >= 0 else seqlen_q * seqlen_k
+    below = _pairs_up_to(seqlen_q, seqlen_k, seqlen_k - seqlen_q - left - 1) if left >= 0 else 0
+    return upper - below
+
+
+def _pairs_up_to(seqlen_q: int, seqlen_k: int, diag: int) -> int:
+    """Pairs (i, j) of the Sq x Sk grid with j - i <= diag: row i has min(Sk, max(0,
+    i + 1 + diag)) of them."""
+    if seqlen_k == 0:
+        return 0
+    # Rows with i + 1 + diag in [1, Sk) have a partial prefix; later rows all Sk keys.
+    first = min(seqlen_q, max(0, -diag))  # first row with a key
+    full_from = min(seqlen_q, max(first, seqlen_k - diag - 1))  # first row with all Sk
+    partial = sum_range(first + 1 + diag, full_from + diag)  # sum of i + 1 + diag
     return partial + (seqlen_q - full_from) * seqlen_k
 
 
@@ -189,7 +291,9 @@ def bytes_moved(shape, dtype) -> float:
 def _attention_bad_inputs() -> tuple[BadInput, ...]:
     """What every backend refuses, with the same message: head dims it does not compile,
     heads that do not group, mixed dtypes, float32, a strided last dim, 3-D tensors, k of
-    another head dim, a softmax_scale that is not a finite number > 0."""
+    another head dim, a softmax_scale that is not a finite number > 0, a window bound below
+    -1 or a right bound with causal, a softcap that is NaN, negative or past what float32
+    factors of it hold."""
 
     def call(t, d, q=(1, 4, 16, 64), kv=(1, 2, 16, 64), dtype="float16", k_dtype=None, strided=False, **extra):
         dt = getattr(t, dtype)
@@ -220,6 +324,17 @@ def _attention_bad_inputs() -> tuple[BadInput, ...]:
                  "argument 'softmax_scale' must be a finite number > 0"),
         BadInput("softmax_scale-underflows-float32", lambda t, d: call(t, d, softmax_scale=1e-50), ValueError,
                  "argument 'softmax_scale' must be 0 or of a magnitude float32 holds"),
+        BadInput("window_element_below_-1", lambda t, d: call(t, d, window_size=(-2, 0)), ValueError,
+                 WINDOW_ERROR + "(-2, 0)"),
+        BadInput("window_right_with_causal", lambda t, d: call(t, d, causal=True, window_size=(4, 1)), ValueError,
+                 CAUSAL_WINDOW_ERROR + "(4, 1)"),
+        BadInput("softcap_nan", lambda t, d: call(t, d, softcap=float("nan")), ValueError, SOFTCAP_ERROR + "nan"),
+        BadInput("softcap_negative", lambda t, d: call(t, d, softcap=-1.0), ValueError, SOFTCAP_ERROR + "-1"),
+        BadInput("softcap_below_1e-30", lambda t, d: call(t, d, softcap=1e-40), ValueError,
+                 SOFTCAP_RANGE_ERROR + "1e-40"),
+        BadInput("softmax_scale_over_softcap_overflows_float32",
+                 lambda t, d: call(t, d, softmax_scale=1e10, softcap=1e-29), ValueError,
+                 SOFTCAP_RATIO_ERROR + "1e+39"),
     )
 
 
@@ -274,7 +389,8 @@ def check(out, ref, dtype, inputs, what: str = "flash_attention_fwd") -> None:
 
     # PyTorch doing the same math in the input dtype sets the scale of acceptable error.
     q, k, v = inputs["q"], inputs["k"], inputs["v"]
-    o_same_dtype, _ = attention_in(q, k, v, inputs["causal"], inputs["softmax_scale"], dt)
+    o_same_dtype, _ = attention_in(q, k, v, inputs["causal"], inputs["softmax_scale"], dt,
+                                   inputs.get("window_size", (-1, -1)), inputs.get("softcap", 0.0))
     if not finite.any():
         return
     base_err = (o_same_dtype.double().cpu() - o_ref)[finite].abs().nan_to_num(0.0).max().item()
@@ -374,10 +490,11 @@ FLASH_ATTENTION_FWD = register(
     OpSpec(
         name="flash_attention_fwd",
         family="attention",
-        summary="FlashAttention forward with log-sum-exp: causal, GQA/MQA, any Sq/Sk",
+        summary="FlashAttention forward with log-sum-exp: causal, sliding window, softcap, GQA/MQA, any Sq/Sk",
         signature=(
             "flash_attention_fwd(q[B, Hq, Sq, D], k[B, Hkv, Sk, D], v[B, Hkv, Sk, D], "
-            "causal=False, softmax_scale=None) -> (o[B, Hq, Sq, D] (q's dtype), lse[B, Hq, Sq] (fp32))"
+            "causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0) "
+            "-> (o[B, Hq, Sq, D] (q's dtype), lse[B, Hq, Sq] (fp32))"
         ),
         shape_names=("B", "Hq", "Hkv", "Sq", "Sk", "D", "causal"),
         # The head dim picks the kernel's tiles; causal is a flag, not a size.
@@ -390,8 +507,9 @@ FLASH_ATTENTION_FWD = register(
         flops=flops,
         bytes_moved=bytes_moved,
         backends=(
-            # Its configs: mma.sync for every GPU and head dim; wgmma for D = 64 and 128 on
-            # sm_90 (elsewhere it gives way).
+            # Its configs: mma.sync for every GPU and head dim; on sm_90, wgmma for D = 64
+            # and 128 and the warp-specialized wgmma.ws for D = 64, 96, 128 and 256 (the
+            # default; elsewhere they give way).
             Backend("cuda", archs=("sm_80", "sm_90a"), tunable=True),
             Backend("triton", archs=("sm_80", "sm_90"), interpreted=True, tunable=True),
             Backend("pallas", archs=("sm_80", "sm_90"), interpreted=True, tunable=True),
@@ -431,8 +549,9 @@ FLASH_ATTENTION_FWD = register(
         example_shape=(1, 2, 1, 37, 53, 32, 1),
         bad_inputs=_attention_bad_inputs(),
         cuda_out=lambda cuda, i, o, **kw: cuda.flash_attention_fwd_out(
-            i["q"], i["k"], i["v"], o[0], o[1], i["causal"], i["softmax_scale"], **kw),
+            i["q"], i["k"], i["v"], o[0], o[1], i["causal"], i["softmax_scale"],
+            i.get("window_size", (-1, -1)), i.get("softcap", 0.0), **kw),
         outputs=("o", "lse"),
-        sass_kernels=(r"attention::flash_attention_fwd(_wgmma)?_kernel<",),
+        sass_kernels=(r"attention::(ws::)?flash_attention_fwd(_wgmma|_ws)?_kernel<",),
     )
 )

@@ -8,7 +8,8 @@ multiple of BLOCK_N, and the causal mask is applied only to the tiles that cross
 block's diagonal (a scalar branch around the select). Splitting the walk into an unmasked
 loop and a masked one, as the CUDA kernel does, makes Triton 3.6 spill registers at the
 tiles that run fastest (docs/perf/attention.md). Causal programs skip the tiles above the
-diagonal.
+diagonal; with a sliding window a program walks only the tiles between its first row's left
+bound and its last row's right bound, and masks the tiles that cross either bound.
 """
 
 from __future__ import annotations
@@ -17,7 +18,13 @@ import torch
 import triton
 import triton.language as tl
 
-from gks.specs.attention import check_attention_shapes, checked_softmax_scale
+from gks.specs.attention import (
+    check_attention_shapes,
+    checked_softcap,
+    checked_softmax_scale,
+    checked_window,
+    kernel_window,
+)
 from gks.triton._common import (
     check_device,
     check_same,
@@ -48,9 +55,23 @@ def _dot_acc(a, b, acc, UPCAST: tl.constexpr):
 
 
 @triton.jit
+def _tanh(x):
+    # tanh(x) = 1 - 2 / (e^(2x) + 1), whose overflow gives the limits +-1 and which keeps NaN,
+    # loses x's digits where tanh(x) is near 0 (an absolute error of ~1e-7, which a cap of
+    # 1e4 would scale to 1e-3): there the odd series to x^9 (error < 1e-8 relative below 1/4).
+    # No libdevice call: the interpreter has none.
+    x2 = x * x
+    series = x + x * x2 * (-0.3333333333333333 + x2 * (0.13333333333333333 + x2 * (
+        -0.05396825396825397 + x2 * 0.021869488536155203)))
+    return tl.where(x2 < 0.0625, series, 1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0))
+
+
+@triton.jit
 def _online_softmax_step(acc, m_i, l_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, d_mask,
-                         seqlen_k, diag_offset, scale_log2, m0,
-                         BLOCK_N: tl.constexpr, BOUNDS: tl.constexpr, CAUSAL: tl.constexpr,
+                         seqlen_k, diag_offset, win_left, win_right, scale_log2, cap_in, cap_out,
+                         m0,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BOUNDS: tl.constexpr,
+                         LEFT: tl.constexpr, RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
                          EVEN_D: tl.constexpr, UPCAST: tl.constexpr):
     cols = start_n + offs_n
     kv_mask = cols[:, None] < seqlen_k
@@ -63,14 +84,22 @@ def _online_softmax_step(acc, m_i, l_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs
     else:
         k = tl.load(k_ptrs, mask=d_mask[None, :], other=0.0)
     s = _dot(q, tl.trans(k), UPCAST)  # raw scores, fp32
+    if SOFTCAP:
+        # cap_in = scale / softcap, cap_out = softcap: the capped scaled score (scale_log2 is
+        # then log2(e) alone).
+        s = cap_out * _tanh(s * cap_in)
     if BOUNDS:
         s = tl.where(cols[None, :] < seqlen_k, s, float("-inf"))
-    if CAUSAL:
-        # Only the tiles that cross the block's diagonal pay for the mask (a scalar branch;
-        # the loads stay outside it, so the loop is still pipelined).
-        if start_n + BLOCK_N > m0 + diag_offset + 1:
-            s = tl.where(cols[None, :] <= offs_m[:, None] + diag_offset, s, float("-inf"))
-    if BOUNDS or CAUSAL:
+    # Only the tiles that cross a bound of the block's rows pay for its mask (a scalar
+    # branch; the loads stay outside it, so the loop is still pipelined). Row i sees keys
+    # i + diag_offset - win_left ... i + diag_offset + win_right.
+    if RIGHT:
+        if start_n + BLOCK_N > m0 + diag_offset + win_right + 1:
+            s = tl.where(cols[None, :] <= offs_m[:, None] + diag_offset + win_right, s, float("-inf"))
+    if LEFT:
+        if start_n < m0 + BLOCK_M - 1 + diag_offset - win_left:
+            s = tl.where(cols[None, :] >= offs_m[:, None] + diag_offset - win_left, s, float("-inf"))
+    if BOUNDS or RIGHT or LEFT:
         m_new = tl.maximum(m_i, tl.max(s, 1) * scale_log2)
         # A row that has seen only masked keys keeps max -inf: shift it by 0 instead, so
         # exp2(-inf - shift) is 0, not NaN.
@@ -93,7 +122,9 @@ def _online_softmax_step(acc, m_i, l_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs
     return acc, m_new, l_i
 
 
-@triton.jit
+# The window's bounds are plain arguments: a bound of 1 or a multiple of 16 would otherwise
+# compile a variant of its own.
+@triton.jit(do_not_specialize=["win_left", "win_right"])
 def _flash_attention_fwd_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
     q_sb, q_sh, q_sm,
@@ -101,12 +132,12 @@ def _flash_attention_fwd_kernel(
     v_sb, v_sh, v_sn,
     o_sb, o_sh, o_sm,
     lse_sb, lse_sh,
-    heads_q, group, seqlen_q, seqlen_k, scale_log2,
+    heads_q, group, seqlen_q, seqlen_k, win_left, win_right, scale_log2, cap_in, cap_out,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, BOUNDS: tl.constexpr,
-    UPCAST: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LEFT: tl.constexpr, RIGHT: tl.constexpr,
+    SOFTCAP: tl.constexpr, BOUNDS: tl.constexpr, UPCAST: tl.constexpr,
 ):
-    if CAUSAL:  # longest rows first: the last query blocks see the most keys
+    if RIGHT and not LEFT:  # causal-like: longest rows first, the last query blocks see the most keys
         start_m = tl.num_programs(0) - 1 - tl.program_id(0)
     else:
         start_m = tl.program_id(0)
@@ -119,7 +150,8 @@ def _flash_attention_fwd_kernel(
     v_base = v_ptr + batch * v_sb + kv_head * v_sh
 
     EVEN_D: tl.constexpr = HEAD_DIM == BLOCK_D
-    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    m0 = start_m * BLOCK_M
+    offs_m = m0 + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     d_mask = offs_d < HEAD_DIM
@@ -128,30 +160,37 @@ def _flash_attention_fwd_kernel(
     if not EVEN_D:
         q_mask = q_mask & d_mask[None, :]
     q = tl.load(q_base + offs_m[:, None].to(tl.int64) * q_sm + offs_d[None, :], mask=q_mask, other=0.0)
-    k_ptrs = k_base + offs_n[:, None].to(tl.int64) * k_sn + offs_d[None, :]
-    v_ptrs = v_base + offs_n[:, None].to(tl.int64) * v_sn + offs_d[None, :]
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
 
-    # Row i sees key j when j < seqlen_k and (causal) j <= i + diag_offset; causal blocks
-    # stop at the last key their last row sees.
+    # Row i sees key j when j < seqlen_k and i + diag_offset - win_left <= j <= i +
+    # diag_offset + win_right (each bound only where LEFT / RIGHT); the walk starts at the
+    # tile of the first key the block's first row sees and stops after the last key its
+    # last row sees.
     diag_offset = seqlen_k - seqlen_q
-    if CAUSAL:
-        hi = tl.minimum(tl.maximum(start_m * BLOCK_M + BLOCK_M + diag_offset, 0), seqlen_k)
+    if RIGHT:
+        hi = tl.minimum(tl.maximum(m0 + BLOCK_M + diag_offset + win_right, 0), seqlen_k)
     else:
         hi = seqlen_k
-    # The pointers advance one tile per pass (64-bit pointer arithmetic, no start * stride
-    # products); the step itself is 64-bit, as BLOCK_N times a sequence stride of a KV-cache
-    # view passes 2^31 elements.
+    if LEFT:
+        lo = tl.minimum(tl.maximum(m0 + diag_offset - win_left, 0), seqlen_k) // BLOCK_N * BLOCK_N
+    else:
+        lo = 0
+    # The pointers start at the walk's first tile and advance one tile per pass (64-bit
+    # pointer arithmetic, no start * stride products in the loop); the step itself is 64-bit,
+    # as BLOCK_N times a sequence stride of a KV-cache view passes 2^31 elements.
+    k_ptrs = k_base + (lo + offs_n)[:, None].to(tl.int64) * k_sn + offs_d[None, :]
+    v_ptrs = v_base + (lo + offs_n)[:, None].to(tl.int64) * v_sn + offs_d[None, :]
     k_step = BLOCK_N * tl.cast(k_sn, tl.int64)  # a stride of 1 arrives as a plain int
     v_step = BLOCK_N * tl.cast(v_sn, tl.int64)
-    for start_n in tl.range(0, hi, BLOCK_N):
+    for start_n in tl.range(lo, hi, BLOCK_N):
         acc, m_i, l_i = _online_softmax_step(
             acc, m_i, l_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, d_mask,
-            seqlen_k, diag_offset, scale_log2, start_m * BLOCK_M, BLOCK_N=BLOCK_N, BOUNDS=BOUNDS,
-            CAUSAL=CAUSAL, EVEN_D=EVEN_D, UPCAST=UPCAST,
+            seqlen_k, diag_offset, win_left, win_right, scale_log2, cap_in, cap_out, m0,
+            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BOUNDS=BOUNDS, LEFT=LEFT, RIGHT=RIGHT,
+            SOFTCAP=SOFTCAP, EVEN_D=EVEN_D, UPCAST=UPCAST,
         )
         k_ptrs += k_step
         v_ptrs += v_step
@@ -232,15 +271,19 @@ def flash_attention_fwd(
     v: torch.Tensor,
     causal: bool = False,
     softmax_scale: float | None = None,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
     config: int = -1,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention forward with lse; the meaning of gks.flash_attention_fwd.
 
     q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D] (fp16/bf16, last dim contiguous, other strides
-    free). Returns o [B, Hq, Sq, D] (q's dtype) and lse [B, Hq, Sq] (float32). config: an
-    index into flash_attention_fwd_config_names() (the tile and launch shape), or -1: the
-    tuned entry for this GPU and shape if `gks autotune --backend triton` made one, else a
-    shape per head dim.
+    free). window_size (left, right), -1 unbounded: query i sees keys i + Sk - Sq - left to
+    i + Sk - Sq + right (causal: right 0). softcap > 0 caps the scaled scores to
+    softcap * tanh(s / softcap). Returns o [B, Hq, Sq, D] (q's dtype) and lse [B, Hq, Sq]
+    (float32). config: an index into flash_attention_fwd_config_names() (the tile and
+    launch shape), or -1: the tuned entry for this GPU and shape if `gks autotune --backend
+    triton` made one, else a shape per head dim.
     """
     op = "gks.triton.flash_attention_fwd"
     if not isinstance(config, int) or not -1 <= config < len(CONFIGS):
@@ -250,6 +293,8 @@ def flash_attention_fwd(
     batch, heads_q, seqlen_q, head_dim = q.shape
     heads_kv, seqlen_k = k.shape[1], k.shape[2]
     scale = checked_softmax_scale(op, softmax_scale, head_dim)
+    left, right = checked_window(op, window_size, causal)
+    cap = checked_softcap(op, softcap, scale)
     o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device)
     if o.numel() == 0:
@@ -265,6 +310,7 @@ def flash_attention_fwd(
     cfg = CONFIGS[config] if config >= 0 else _config(head_dim)
     if batch * heads_q > 65535:
         raise ValueError(f"{op}: at most 65535 (batch x query heads) are supported, got {batch * heads_q}")
+    left, right = kernel_window(left, right, seqlen_q, seqlen_k)
     grid = (triton.cdiv(seqlen_q, cfg["BLOCK_M"]), batch * heads_q)
     _flash_attention_fwd_kernel[grid](
         q, k, v, o, lse,
@@ -273,9 +319,11 @@ def flash_attention_fwd(
         v.stride(0), v.stride(1), v.stride(2),
         o.stride(0), o.stride(1), o.stride(2),
         lse.stride(0), lse.stride(1),
-        heads_q, heads_q // heads_kv, seqlen_q, seqlen_k, scale * LOG2E,
-        HEAD_DIM=head_dim, BLOCK_D=next_pow2(head_dim), CAUSAL=bool(causal),
-        BOUNDS=seqlen_k % cfg["BLOCK_N"] != 0,
+        heads_q, heads_q // heads_kv, seqlen_q, seqlen_k, max(left, 0), max(right, 0),
+        # With a cap the scale goes into the tanh's argument.
+        LOG2E if cap else scale * LOG2E, scale / cap if cap else 1.0, cap,
+        HEAD_DIM=head_dim, BLOCK_D=next_pow2(head_dim), LEFT=left >= 0, RIGHT=right >= 0,
+        SOFTCAP=cap > 0, BOUNDS=seqlen_k % cfg["BLOCK_N"] != 0,
         UPCAST=q.dtype == torch.bfloat16 and interpreter_variant(), **cfg,
     )
     return o, lse

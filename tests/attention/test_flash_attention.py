@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """flash_attention_fwd on every backend: numerics against the float64 reference (error
 within 2x PyTorch's own error in the input dtype, see gks/specs/attention.py),
-edge shapes, strided views, fully masked rows, large scores; GPU-only: poisoned outputs, 64-bit
-offsets, CUDA graphs (what every op guarantees is in tests/contract).
+edge shapes, strided views, fully masked rows, large scores, sliding windows and the softcap;
+GPU-only: poisoned outputs, 64-bit offsets, CUDA graphs (what every op guarantees is in
+tests/contract).
 
 Without a GPU the Triton and Pallas kernels run in their interpreters and the CUDA
 backend's cases skip (its host-side validation is covered by tests/cpp/test_attention.cpp).
@@ -16,6 +17,7 @@ import pytest
 import torch
 
 from conftest import DEVICE, HAS_GPU, HAS_NATIVE, requires_gpu, requires_native, seed_for
+from gks import registry
 from gks.reference import flash_attention_fwd as reference
 from gks.specs.attention import check, flops, visible_pairs
 
@@ -45,9 +47,10 @@ def _randn(gen, shape, dtype, scale=1.0):
     return (torch.randn(shape, generator=gen, device=DEVICE, dtype=torch.float32) * scale).to(dtype)
 
 
-def _inputs(shape, dtype, seed, *, bshd=False, k_scale=1.0, softmax_scale=None):
-    """q, k, v for (B, Hq, Hkv, Sq, Sk, D, causal). bshd: [B, S, H, D] buffers passed as
-    .transpose(1, 2) views (the layout most models hold)."""
+def _inputs(shape, dtype, seed, *, bshd=False, k_scale=1.0, softmax_scale=None, window_size=(-1, -1),
+            softcap=0.0):
+    """q, k, v for (B, Hq, Hkv, Sq, Sk, D, causal), with the call's other arguments. bshd:
+    [B, S, H, D] buffers passed as .transpose(1, 2) views (the layout most models hold)."""
     batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, causal = shape
     dt = getattr(torch, dtype)
     gen = torch.Generator(device=DEVICE).manual_seed(seed)
@@ -59,7 +62,8 @@ def _inputs(shape, dtype, seed, *, bshd=False, k_scale=1.0, softmax_scale=None):
         q = _randn(gen, (batch, heads_q, seqlen_q, head_dim), dt)
         k = _randn(gen, (batch, heads_kv, seqlen_k, head_dim), dt, k_scale)
         v = _randn(gen, (batch, heads_kv, seqlen_k, head_dim), dt)
-    return {"q": q, "k": k, "v": v, "causal": bool(causal), "softmax_scale": softmax_scale}
+    return {"q": q, "k": k, "v": v, "causal": bool(causal), "softmax_scale": softmax_scale,
+            "window_size": window_size, "softcap": softcap}
 
 
 def _run_and_check(backend, dtype, inputs, what):
@@ -294,18 +298,19 @@ def test_cuda_unaligned_views_are_copied(dtype):
     check(out, reference(**inputs, precise=True), dtype, inputs)
 
 
-KERNELS = (0, 1)  # gks.cuda.flash_attention_fwd_out's configs: mma.sync, wgmma
-KERNEL_IDS = ("mma.sync", "wgmma")
+KERNELS = (0, 1, 2)  # gks.cuda.flash_attention_fwd_out's configs: mma.sync, wgmma, wgmma.ws
+KERNEL_IDS = ("mma.sync", "wgmma", "wgmma.ws")
 
 
 @requires_gpu
 @requires_native
 @pytest.mark.parametrize("config", KERNELS, ids=KERNEL_IDS)
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", [s for s in SHAPES if s[5] in (64, 128)], ids=_id)
+@pytest.mark.parametrize("shape", [s for s in SHAPES if s[5] in (64, 96, 128, 256)], ids=_id)
 def test_cuda_each_kernel(config, dtype, shape):
-    """Both CUDA kernels, forced, on every edge shape of the head dims wgmma serves (on an
-    sm_90 GPU config 1 is the wgmma kernel, elsewhere it gives way to mma.sync)."""
+    """Every CUDA kernel, forced, on every edge shape of the head dims the Hopper kernels
+    serve (on an sm_90 GPU config 1 is the wgmma kernel for D = 64 and 128, config 2 the
+    warp-specialized one for D = 64, 96, 128 and 256; elsewhere they give way)."""
     import gks
 
     inputs = _inputs(shape, dtype, seed_for("fa-kernel", config, dtype, shape))
@@ -316,22 +321,27 @@ def test_cuda_each_kernel(config, dtype, shape):
 @requires_gpu
 @requires_native
 def test_cuda_kernel_choice():
-    """wgmma runs head dims 64 and 128 on an sm_90 GPU in an sm_90a build (the default
-    and config 1); mma.sync everything else, and anything with config 0. (gks builds for
-    sm_90a by default, as test_gemm_hopper assumes too.)"""
+    """On an sm_90 GPU in an sm_90a build (gks builds for sm_90a by default, as
+    test_gemm_hopper assumes too): the warp-specialized kernel runs head dims 64, 96, 128 and
+    256 (the default and config 2), wgmma 64 and 128 (config 1, and where config 2 gives way
+    at Sk = 0); mma.sync everything else, and anything with config 0."""
     from gks import cuda
 
     sm90 = torch.cuda.get_device_capability() == (9, 0)
     for head_dim in (32, 64, 96, 128, 256):
-        inputs = _inputs((1, 2, 2, 8, 8, head_dim, 0), "float16", 0)
-        q = inputs["q"]
-        o, lse = torch.empty_like(q), q.new_empty(q.shape[:-1], dtype=torch.float32)
-        wgmma = "wgmma" if sm90 and head_dim in (64, 128) else "mma.sync"
-        for config, expect in ((-1, wgmma), (0, "mma.sync"), (1, wgmma)):
-            path = cuda.flash_attention_fwd_path(q, inputs["k"], inputs["v"], o, lse, False, None, config)
-            assert path == expect, (head_dim, config, path)
+        for seqlen_k in (8, 0):
+            inputs = _inputs((1, 2, 2, 8, seqlen_k, head_dim, 0), "float16", 0)
+            q = inputs["q"]
+            o, lse = torch.empty_like(q), q.new_empty(q.shape[:-1], dtype=torch.float32)
+            wgmma = "wgmma" if sm90 and head_dim in (64, 128) else "mma.sync"
+            ws = "wgmma.ws" if sm90 and head_dim != 32 and seqlen_k > 0 else wgmma
+            for config, expect in ((-1, ws), (0, "mma.sync"), (1, wgmma), (2, ws)):
+                path = cuda.flash_attention_fwd_path(q, inputs["k"], inputs["v"], o, lse, False,
+                                                     None, config=config)
+                assert path == expect, (head_dim, seqlen_k, config, path)
         with pytest.raises(ValueError, match="argument 'config' must be -1"):
-            cuda.flash_attention_fwd_out(q, inputs["k"], inputs["v"], o, lse, False, None, 2)
+            cuda.flash_attention_fwd_out(q, inputs["k"], inputs["v"], o, lse, False, None,
+                                         config=len(registry.get("flash_attention_fwd").configs))
 
 
 @requires_gpu
@@ -351,7 +361,7 @@ def test_cuda_poisoned_outputs_every_head_dim(config, dtype, causal, head_dim):
     o_buf = torch.full((2, 300, 6, head_dim), float("nan"), device="cuda", dtype=q.dtype)
     o = o_buf.transpose(1, 2)  # [B, S, H, D] storage
     lse = torch.full((2, 6, 300), float("nan"), device="cuda")
-    cuda.flash_attention_fwd_out(q, inputs["k"], inputs["v"], o, lse, causal, None, config)
+    cuda.flash_attention_fwd_out(q, inputs["k"], inputs["v"], o, lse, causal, None, config=config)
     check((o, lse), reference(**inputs, precise=True), dtype, inputs,
           f"poison/config {config}/{dtype}/{head_dim}")
 
@@ -494,3 +504,364 @@ def test_pallas_default_configs_per_head_dim():
     # 128-row query blocks up to D = 128 (4 warps to D = 64, 8 beyond), 64 x 32 blocks above.
     assert [CONFIGS[_default_config(d)] for d in (32, 64, 96, 128, 256)] == [
         (128, 64, 4, 2), (128, 64, 4, 2), (128, 64, 8, 2), (128, 64, 8, 2), (64, 32, 8, 2)]
+
+
+# ---- the sliding window (window_size) and the softcap ----
+
+ATTENTION = registry.get("flash_attention_fwd")
+
+# (shape, window_size, dtype): windows of 0, 1, a few, past Sk, left only, right only and
+# both, with and without causal; Hq / Hkv of 1, 2, 4 and 8; Sq = Sk, Sq < Sk, Sq > Sk and
+# Sq = 1; lengths off every tile size, and Sk a multiple of every key tile (no bounds masks:
+# the window's masks alone decide).
+WINDOW_CASES = [
+    ((1, 2, 2, 70, 70, 32, 0), (0, 0), "float16"),       # Sq = Sk: each row its diagonal key
+    ((1, 4, 1, 70, 70, 64, 1), (1, -1), "bfloat16"),     # causal, left 1: two keys a row
+    ((1, 4, 2, 37, 150, 32, 0), (16, 5), "float16"),     # Sq < Sk, both bounds
+    ((1, 4, 2, 37, 150, 32, 1), (20, 0), "bfloat16"),    # causal sliding window, Sq < Sk
+    ((1, 2, 1, 113, 40, 64, 0), (3, 2), "float16"),      # Sq > Sk: rows 0..70 see no key
+    ((1, 2, 1, 113, 40, 64, 1), (5, -1), "bfloat16"),    # causal, Sq > Sk
+    ((1, 8, 1, 1, 300, 64, 0), (50, -1), "float16"),     # one query, left only: keys 249..299
+    ((1, 8, 1, 1, 300, 64, 1), (0, 0), "bfloat16"),      # one query, window 0: the last key
+    ((1, 2, 2, 1, 1, 32, 0), (0, 0), "float16"),
+    ((1, 2, 2, 100, 100, 96, 0), (-1, 7), "bfloat16"),   # right only
+    ((1, 2, 2, 100, 100, 128, 0), (7, -1), "float16"),   # left only
+    ((1, 2, 2, 65, 90, 32, 0), (200, 300), "bfloat16"),  # both past Sk: no window
+    ((1, 2, 1, 65, 90, 32, 1), (1000, 0), "float16"),    # causal, left past Sk: causal alone
+    ((1, 4, 4, 129, 257, 64, 0), (64, 64), "bfloat16"),
+    ((1, 2, 2, 128, 256, 32, 0), (40, 8), "float16"),    # Sk a multiple of every key tile
+    ((1, 2, 1, 256, 256, 32, 1), (64, 0), "bfloat16"),   # Mistral's causal sliding window
+    ((1, 2, 2, 50, 20, 256, 0), (0, 1), "float16"),      # D = 256, Sq > Sk
+]
+
+
+def _window_id(case):
+    shape, window, dtype = case[:3]
+    return f"{_id(shape)}-w{window[0]}_{window[1]}-{dtype}"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", WINDOW_CASES, ids=_window_id)
+def test_window_matches_reference(backend, case):
+    shape, window, dtype = case
+    inputs = _inputs(shape, dtype, seed_for("fa-window", backend, case), window_size=window)
+    _run_and_check(backend, dtype, inputs, f"{backend}/{_window_id(case)}")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_window_strided_bshd_views(backend):
+    shape = (1, 4, 2, 75, 75, 64, 1)
+    inputs = _inputs(shape, "bfloat16", seed_for("fa-window-bshd", backend), bshd=True,
+                     window_size=(9, 0))
+    o, _ = _run_and_check(backend, "bfloat16", inputs, f"{backend}/bshd/window")
+    assert o.is_contiguous()
+
+
+def _large_k_scale(head_dim):
+    # With softmax_scale 1, scores of std 50/3 (up to about +-60): a cap of 30 bites.
+    return 50.0 / (3.0 * math.sqrt(head_dim))
+
+
+# (shape, window_size, softcap, large scores, dtype)
+SOFTCAP_CASES = [
+    ((1, 4, 2, 77, 130, 64, 0), (-1, -1), 30.0, True, "float16"),
+    ((1, 4, 2, 77, 130, 64, 1), (-1, -1), 30.0, True, "bfloat16"),
+    ((1, 2, 1, 90, 45, 32, 1), (10, 0), 30.0, True, "float16"),      # Sq > Sk: rows see no key
+    ((1, 2, 2, 60, 100, 128, 0), (-1, -1), 0.5, False, "bfloat16"),  # a tiny cap: near uniform
+    ((1, 2, 2, 60, 100, 32, 0), (20, 3), 1e4, False, "float16"),     # far above the scores
+]
+
+
+def _softcap_inputs(backend, case):
+    shape, window, cap, large, dtype = case
+    return _inputs(shape, dtype, seed_for("fa-softcap", backend, case),
+                   k_scale=_large_k_scale(shape[5]) if large else 1.0,
+                   softmax_scale=1.0 if large else None, window_size=window, softcap=cap)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", SOFTCAP_CASES, ids=lambda c: f"{_window_id(c)}-cap{c[2]:g}")
+def test_softcap_matches_reference(backend, case):
+    inputs = _softcap_inputs(backend, case)
+    _run_and_check(backend, case[4], inputs, f"{backend}/{_window_id(case)}/softcap {case[2]:g}")
+
+
+def test_reference_softcap_bites_in_the_softcap_cases():
+    """The caps of 30 and 0.5 change the result well past the tolerance (a cap that did
+    nothing would let a kernel that ignored it pass); a cap of 1e4 changes next to nothing."""
+    for case in SOFTCAP_CASES:
+        inputs = _softcap_inputs("reference", case)
+        capped = reference(**inputs, precise=True)[1]
+        plain = reference(**{**inputs, "softcap": 0.0}, precise=True)[1]
+        seen = torch.isfinite(plain)
+        change = (capped - plain)[seen].abs().max().item()
+        if case[2] <= 30:
+            assert change > 0.1, (case, change)  # lse is held to ~2e-3
+        else:
+            assert change < 1e-3, (case, change)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_window_rows_that_see_no_key(backend):
+    """Sq > Sk with a right bound: row i sees keys i - 76 .. i - 71 (window (3, 2), Sk - Sq
+    = -73), so rows 0..70 see none: o = 0 and lse = -inf there, whatever the cap."""
+    shape = (1, 2, 1, 113, 40, 32, 0)
+    inputs = _inputs(shape, "float16", seed_for("fa-window-unseen", backend), window_size=(3, 2),
+                     softcap=5.0)
+    o, lse = _op(backend)(**inputs)
+    assert torch.isneginf(lse[:, :, :71]).all() and (o[:, :, :71] == 0).all()
+    assert torch.isfinite(lse[:, :, 71:]).all()
+    check((o, lse), reference(**inputs, precise=True), "float16", inputs)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_softcap_keeps_nan_rows(backend):
+    """A NaN in q makes its row's capped scores NaN (tanh keeps NaN): that row is NaN, the
+    others are not."""
+    inputs = _inputs((1, 2, 1, 40, 70, 64, 1), "float16", seed_for("fa-softcap-nan", backend),
+                     window_size=(16, 0), softcap=20.0)
+    inputs["q"][0, 1, 17, 5] = float("nan")
+    o, lse = _op(backend)(**inputs)
+    assert torch.isnan(lse[0, 1, 17]) and torch.isnan(o[0, 1, 17]).all()
+    check((o, lse), reference(**inputs, precise=True), "float16", inputs)
+
+
+def test_reference_window_and_softcap_definition():
+    """The reference against the definition, row by row: row i sees keys j with
+    i + Sk - Sq - left <= j <= i + Sk - Sq + right, scores capped before the softmax."""
+    sq, sk, d, cap = 9, 6, 32, 2.0
+    q = torch.randn(1, 1, sq, d, dtype=torch.float64)
+    k = torch.randn(1, 1, sk, d, dtype=torch.float64)
+    v = torch.randn(1, 1, sk, d, dtype=torch.float64)
+    scores = (q @ k.transpose(-1, -2))[0, 0] / math.sqrt(d)
+    for causal, (left, right) in ((False, (1, 2)), (True, (2, -1)), (False, (-1, 0)), (False, (0, -1))):
+        o, lse = reference(q, k, v, causal, None, (left, right), cap, precise=True)
+        for i in range(sq):
+            lo = i + sk - sq - left if left >= 0 else 0
+            hi = i + sk - sq + (0 if causal else right) if (causal or right >= 0) else sk - 1
+            keys = [j for j in range(sk) if lo <= j <= hi]
+            if not keys:
+                assert torch.isneginf(lse[0, 0, i]) and (o[0, 0, i] == 0).all(), (causal, left, right, i)
+                continue
+            s = cap * torch.tanh(scores[i, keys] / cap)
+            torch.testing.assert_close(lse[0, 0, i], torch.logsumexp(s, 0))
+            torch.testing.assert_close(o[0, 0, i], torch.softmax(s, 0) @ v[0, 0, keys])
+
+
+def test_flops_count_only_visible_pairs_in_a_window():
+    def brute(sq, sk, causal, left, right):
+        right = 0 if causal else right
+        off = sk - sq
+        return sum(1 for i in range(sq) for j in range(sk)
+                   if (left < 0 or j >= i + off - left) and (right < 0 or j <= i + off + right))
+
+    for sq in (0, 1, 5, 17):
+        for sk in (0, 1, 9, 20):
+            for causal in (False, True):
+                for window in ((-1, -1), (0, 0), (3, -1), (-1, 2), (2, 5), (30, 30), (0, 40)):
+                    if causal and window[1] > 0:
+                        continue
+                    assert visible_pairs(sq, sk, causal, window) == brute(sq, sk, causal, *window), (
+                        sq, sk, causal, window)
+
+
+# The Triton and Pallas kernels pick their walk's first and last tiles per query block from
+# the window: every config's block shapes, on a window with both bounds, a cap and rows that
+# see no key.
+WINDOW_CONFIG_CASE = dict(shape=(1, 2, 1, 97, 70, 64, 0), window_size=(17, 3), softcap=20.0)
+
+
+def test_triton_every_config_window_softcap():
+    from gks.triton import flash_attention_fwd, flash_attention_fwd_config_names
+
+    for config, name in enumerate(flash_attention_fwd_config_names()):
+        inputs = _inputs(WINDOW_CONFIG_CASE["shape"], "float16", seed_for("fa-triton-window-config", config),
+                         window_size=WINDOW_CONFIG_CASE["window_size"], softcap=WINDOW_CONFIG_CASE["softcap"])
+        out = flash_attention_fwd(**inputs, config=config)
+        check(out, reference(**inputs, precise=True), "float16", inputs, f"triton config {name}, window")
+
+
+def test_pallas_every_config_window_softcap():
+    from gks.pallas import _bridge, flash_attention_fwd_config_names
+
+    for config, name in enumerate(flash_attention_fwd_config_names()):
+        inputs = _inputs(WINDOW_CONFIG_CASE["shape"], "float16", seed_for("fa-pallas-window-config", config),
+                         window_size=WINDOW_CONFIG_CASE["window_size"], softcap=WINDOW_CONFIG_CASE["softcap"])
+        out = _bridge.flash_attention_fwd(**inputs, config=config)
+        check(out, reference(**inputs, precise=True), "float16", inputs, f"pallas config {name}, window")
+
+
+# ---- window_size and softcap bad input beyond the spec's table: every backend alike ----
+
+BAD_WINDOWS = [3, (1, 2, 3), (1,), (1.5, 2), "ab", None, (-3, -1), (0, -5)]
+BAD_SOFTCAPS = [float("inf"), float("-inf"), -1e-3, 2e30, 1e-31, "x"]
+
+
+def _bad_call_messages(backend: str, **bad) -> str:
+    """The message backend gives for q, k, v of a good shape with `bad`, without its op
+    prefix. The CUDA op's checks run through its fake kernel (the library in validate-only
+    mode), which needs the library but no GPU."""
+    if backend == "cuda":
+        if not HAS_NATIVE:
+            pytest.skip("the CUDA op's checks need the built library")
+        import gks
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        with FakeTensorMode():
+            q = torch.empty(1, 4, 16, 64, device="cuda", dtype=torch.float16)
+            k = torch.empty(1, 2, 16, 64, device="cuda", dtype=torch.float16)
+            with pytest.raises((ValueError, RuntimeError)) as info:
+                gks.flash_attention_fwd.op(q, k, k, **bad)
+    else:
+        q = torch.randn(1, 4, 16, 64, device=DEVICE).half()
+        k = torch.randn(1, 2, 16, 64, device=DEVICE).half()
+        with pytest.raises(ValueError) as info:
+            _op(backend)(q, k, k, **bad)
+    text = str(info.value)
+    return text[text.index("argument"):] if "argument" in text else text
+
+
+@pytest.mark.parametrize("bad", BAD_WINDOWS, ids=repr)
+def test_bad_window_size_is_refused_alike(bad):
+    messages = {b: _bad_call_messages(b, window_size=bad) for b in ("triton", "pallas")}
+    assert messages["triton"] == messages["pallas"], messages
+    assert messages["triton"].startswith("argument 'window_size' must be (left, right) with each -1 "
+                                         "(unbounded) or >= 0, got "), messages
+    if HAS_NATIVE:
+        cuda_message = _bad_call_messages("cuda", window_size=bad)
+        if isinstance(bad, tuple) and all(isinstance(w, int) for w in bad):
+            # Through the op's schema (int[]) the ints reach the checks, in a list.
+            assert cuda_message == messages["triton"]
+        else:  # a scalar, a string, None or floats: the dispatcher refuses them, naming the argument
+            assert "argument 'window_size'" in cuda_message, cuda_message
+
+
+@pytest.mark.parametrize("causal_window", [(0, 1), (-1, 3), (5, 2)], ids=repr)
+def test_window_right_with_causal_is_refused_alike(causal_window):
+    want = ("argument 'window_size' must have right -1 or 0 with causal=True (causal is right = 0), "
+            f"got ({causal_window[0]}, {causal_window[1]})")
+    backends = ("triton", "pallas") + (("cuda",) if HAS_NATIVE else ())
+    for backend in backends:
+        assert _bad_call_messages(backend, causal=True, window_size=causal_window) == want, backend
+
+
+@pytest.mark.parametrize("bad", BAD_SOFTCAPS, ids=repr)
+def test_bad_softcap_is_refused_alike(bad):
+    messages = {b: _bad_call_messages(b, softcap=bad) for b in ("triton", "pallas")}
+    assert messages["triton"] == messages["pallas"], messages
+    assert messages["triton"].startswith("argument 'softcap' must be 0"), messages
+    if HAS_NATIVE:
+        cuda_message = _bad_call_messages("cuda", softcap=bad)
+        if isinstance(bad, str):  # the schema's float refuses it, naming the argument
+            assert "argument 'softcap'" in cuda_message, cuda_message
+        else:
+            assert cuda_message == messages["triton"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_window_and_softcap_edges_are_accepted(backend):
+    """The least and largest caps, a window of (0, 0) with causal, lists for the pair: taken."""
+    shape = (1, 2, 1, 20, 30, 32, 1)
+    for window, cap in (((0, 0), 1e-30), ([4, -1], 1e30), ((-1, 0), 0.0)):
+        inputs = _inputs(shape, "float16", seed_for("fa-edges", backend, cap), window_size=window, softcap=cap)
+        _run_and_check(backend, "float16", inputs, f"{backend}/window {window}/softcap {cap:g}")
+
+
+@requires_native
+def test_fake_kernel_takes_a_window_and_a_cap():
+    """The op's schema carries window_size (int[]) and softcap; its fake kernel hands them to
+    the library's checks and shapes the outputs (no GPU needed)."""
+    import gks
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        q = torch.empty(2, 4, 33, 64, device="cuda", dtype=torch.bfloat16)
+        k = torch.empty(2, 2, 50, 64, device="cuda", dtype=torch.bfloat16)
+        o, lse = gks.flash_attention_fwd.op(q, k, k, True, None, (16, 0), 30.0)
+        assert o.shape == q.shape and lse.shape == (2, 4, 33) and lse.dtype == torch.float32
+        o, lse = gks.flash_attention_fwd.op(q, k, k, window_size=[3, 5], softcap=0.0, config=0)
+        assert o.shape == q.shape
+
+
+# ---- GPU only: the CUDA kernels with a window and a cap ----
+
+CUDA_WINDOW_CASES = [
+    ((1, 4, 1, 97, 97, 64, 1), (16, 0), 0.0),
+    ((1, 4, 2, 37, 300, 128, 0), (40, 7), 30.0),
+    ((1, 2, 2, 300, 128, 64, 0), (5, 2), 0.0),        # Sq > Sk: rows that see no key
+    ((1, 2, 2, 300, 128, 128, 1), (64, -1), 50.0),
+    ((1, 8, 1, 1, 1000, 64, 1), (100, 0), 30.0),      # decoding with a sliding window
+    ((1, 2, 2, 256, 256, 64, 0), (-1, 31), 0.0),      # right only, no bounds masks
+    ((1, 2, 2, 256, 384, 128, 0), (63, -1), 0.5),     # left only
+    ((1, 2, 1, 200, 200, 32, 0), (0, 0), 0.0),
+    ((1, 2, 1, 200, 200, 96, 1), (1, -1), 30.0),
+    ((1, 2, 1, 129, 257, 256, 0), (2000, 2000), 30.0),
+]
+
+
+@requires_gpu
+@requires_native
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", CUDA_WINDOW_CASES, ids=lambda c: f"{_window_id((*c[:2], ''))}cap{c[2]:g}")
+def test_cuda_each_kernel_window_softcap(dtype, case):
+    """Every CUDA config forced (a Hopper kernel that cannot run a case gives way), with
+    scores large enough for the caps to bite."""
+    import gks
+
+    shape, window, cap = case
+    for config in range(len(ATTENTION.configs)):
+        inputs = _inputs(shape, dtype, seed_for("fa-cuda-window", config, dtype, case),
+                         k_scale=_large_k_scale(shape[5]) if cap else 1.0,
+                         softmax_scale=1.0 if cap else None, window_size=window, softcap=cap)
+        out = gks.flash_attention_fwd(**inputs, config=config)
+        check(out, reference(**inputs, precise=True), dtype, inputs, f"config {config}/{dtype}/{case}")
+
+
+@requires_gpu
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_window_softcap_poisoned_outputs(backend, dtype, head_dim):
+    """Every element of o and lse is written (buffers start as NaN: the CUDA raw entry on
+    [B, S, H, D] storage, every config; the ports' outputs from a poisoned allocator),
+    across several Q and K blocks with ragged ends, and rows that see no key."""
+    from conftest import poison_allocator
+
+    for shape, window, cap in (((2, 6, 3, 517, 300, head_dim, 0), (100, 20), 30.0),
+                               ((2, 6, 3, 300, 517, head_dim, 1), (50, 0), 0.0)):
+        inputs = _inputs(shape, dtype, seed_for("fa-window-poison", backend, dtype, head_dim, shape),
+                         window_size=window, softcap=cap)
+        ref = reference(**inputs, precise=True)
+        batch, heads, seqlen_q = shape[0], shape[1], shape[3]
+        if backend == "cuda":
+            if not HAS_NATIVE:
+                pytest.skip("the gks CUDA library is not built")
+            from gks import cuda
+
+            for config in range(len(ATTENTION.configs)):
+                o_buf = torch.full((batch, seqlen_q, heads, head_dim), float("nan"), device="cuda",
+                                   dtype=inputs["q"].dtype)
+                o = o_buf.transpose(1, 2)
+                lse = torch.full((batch, heads, seqlen_q), float("nan"), device="cuda")
+                cuda.flash_attention_fwd_out(inputs["q"], inputs["k"], inputs["v"], o, lse, inputs["causal"],
+                                             None, window, cap, config=config)
+                check((o, lse), ref, dtype, inputs, f"poison/config {config}/{dtype}/{shape}")
+        else:
+            poison_allocator(2 * inputs["q"].numel() * inputs["q"].element_size(), "cuda")
+            check(_op(backend)(**inputs), ref, dtype, inputs, f"poison/{backend}/{dtype}/{shape}")
+
+
+@requires_gpu
+@requires_native
+def test_cuda_opcheck_and_compile_window_softcap():
+    import gks
+
+    inputs = _inputs((1, 4, 2, 65, 130, 64, 1), "bfloat16", seed_for("fa-compile-window"))
+    args = (inputs["q"], inputs["k"], inputs["v"], True, None, [16, 0], 30.0)
+    torch.library.opcheck(gks.flash_attention_fwd.op, args)
+    compiled = torch.compile(lambda q, k, v: gks.flash_attention_fwd(q, k, v, True, window_size=(16, 0),
+                                                                      softcap=30.0), fullgraph=True)
+    o, lse = compiled(inputs["q"], inputs["k"], inputs["v"])
+    eager_o, eager_lse = gks.flash_attention_fwd(*args)
+    torch.testing.assert_close(o, eager_o, rtol=0, atol=0)
+    torch.testing.assert_close(lse, eager_lse, rtol=0, atol=0)

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "gks/gks.h"
 
@@ -133,12 +134,51 @@ TEST(FlashAttentionFwd, RejectsUnalignedRows) {
 }
 
 TEST(FlashAttentionFwd, RejectsBadConfig) {
-  for (int config : {-2, 2, 7}) {
+  for (int config : {-2, 3, 7}) {
     auto a = valid_args();
     a.config = config;
     expect_error([&] { run(a); }, ErrorKind::kInvalidArgument,
-                 "argument 'config' must be -1 (the best kernel here), 0 (mma.sync) or 1 (wgmma), "
-                 "got " + std::to_string(config));
+                 "argument 'config' must be -1 (the best kernel here), 0 (mma.sync), 1 (wgmma) or "
+                 "2 (wgmma.ws), got " + std::to_string(config));
+  }
+}
+
+TEST(FlashAttentionFwd, RejectsBadWindow) {
+  for (auto [left, right] : {std::pair<int64_t, int64_t>{-2, 0}, {0, -2}, {-5, -5}}) {
+    auto a = valid_args();
+    a.window_left = left;
+    a.window_right = right;
+    expect_error([&] { run(a); }, ErrorKind::kInvalidArgument,
+                 "argument 'window_size' must be (left, right) with each -1 (unbounded) or >= 0, "
+                 "got (" + std::to_string(left) + ", " + std::to_string(right) + ")");
+  }
+  auto a = valid_args();
+  a.causal = true;
+  a.window_right = 3;
+  expect_error([&] { run(a); }, ErrorKind::kInvalidArgument,
+               "argument 'window_size' must have right -1 or 0 with causal=True");
+}
+
+TEST(FlashAttentionFwd, RejectsBadSoftcap) {
+  for (double cap : {-1.0, double(NAN), double(INFINITY)}) {
+    auto a = valid_args();
+    a.softcap = cap;
+    expect_error([&] { run(a); }, ErrorKind::kInvalidArgument,
+                 "argument 'softcap' must be 0 (none) or a finite number > 0");
+  }
+  {  // scale / softcap, the kernels' float32 factor, past float32's range
+    auto a = valid_args();
+    a.softmax_scale = 1e10f;
+    a.softcap = 1e-29;
+    expect_error([&] { run(a); }, ErrorKind::kInvalidArgument,
+                 "argument 'softcap' must leave softmax_scale / softcap a float32 normal number");
+  }
+  // Checked as a double: a cap float32 would flush to 0 (no cap) is refused, not dropped.
+  for (double cap : {1e-40, 1e35}) {
+    auto a = valid_args();
+    a.softcap = cap;
+    expect_error([&] { run(a); }, ErrorKind::kInvalidArgument,
+                 "argument 'softcap' must be 0 or between 1e-30 and 1e30");
   }
 }
 
@@ -149,9 +189,11 @@ TEST(FlashAttentionFwd, ConfigZeroIsMmaSyncEverywhere) {
     a.config = 0;
     EXPECT_STREQ(gks::flash_attention_fwd_path(a), "mma.sync") << d;
   }
-  // The head dims the wgmma kernel serves (where the GPU and build have it).
-  for (int d : gks::kFlashAttentionHeadDims)
+  // The head dims the Hopper kernels serve (where the GPU and build have them).
+  for (int d : gks::kFlashAttentionHeadDims) {
     EXPECT_EQ(gks::detail::wgmma_flash_head_dim(d), d == 64 || d == 128) << d;
+    EXPECT_EQ(gks::detail::ws_flash_head_dim(d), d != 32) << d;
+  }
 }
 
 TEST(FlashAttentionFwd, EmptyQueriesLaunchNothing) {

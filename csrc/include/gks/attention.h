@@ -2,17 +2,26 @@
 // FlashAttention forward with the log-sum-exp of each query row:
 //   o[b, h, i] = softmax_j(scale * q[b, h, i] . k[b, h / G, j]) @ v[b, h / G]
 //   lse[b, h, i] = log(sum_j exp(scale * q[b, h, i] . k[b, h / G, j]))   (natural log, fp32)
-// with G = Hq / Hkv (grouped- and multi-query attention). Causal masks key j for query i
-// when j > i + (Sk - Sq) (aligned bottom-right). A row that sees no key gets o = 0 and
-// lse = -inf. Tensor Core matmuls with fp32 accumulation; any Sq and Sk.
+// with G = Hq / Hkv (grouped- and multi-query attention). Query i sees key j when
+//   j <= i + (Sk - Sq) + right   and   j >= i + (Sk - Sq) - left
+// for the window (left, right), -1 unbounded (FlashAttention's window_size, aligned
+// bottom-right); causal is right = 0. With softcap > 0 the scaled scores s become
+// softcap * tanh(s / softcap) (Gemma-2's cap) before the softmax, and lse is of those.
+// A row that sees no key gets o = 0 and lse = -inf. Tensor Core matmuls with fp32
+// accumulation; any Sq and Sk.
 //
-// Two kernels (the `config` argument, gks.registry's configs for the op):
+// Three kernels (the `config` argument, gks.registry's configs for the op):
 //  0 "mma.sync": FlashAttention-2's design on mma.sync (kernels/attention/fwd_sm80.cuh);
 //    every head dim, every GPU gks builds for.
-//  1 "wgmma": the same algorithm on Hopper's wgmma (kernels/attention/fwd_sm90.cuh);
-//    head dims 64 and 128 on a compute-capability 9.0 GPU in a build with sm_90a.
-// config -1 picks wgmma where it can run, else mma.sync; a forced 1 where wgmma cannot run
-// gives way to mma.sync (flash_attention_fwd_path says which runs).
+//  1 "wgmma": the same algorithm on Hopper's wgmma, cp.async loads, two CTAs an SM
+//    (kernels/attention/fwd_sm90.cuh).
+//  2 "wgmma.ws": warp-specialized and persistent on Hopper: a TMA producer warp, two
+//    consumer warpgroups in ping-pong, softmax overlapped with the P V wgmma, TMA stores
+//    (fwd_sm90.cuh, namespace ws). Needs Sq, Sk > 0 and tensors TMA can address.
+// The Hopper kernels run on a compute-capability 9.0 GPU in a build with sm_90a: wgmma for
+// head dims 64 and 128, wgmma.ws for 64, 96, 128 and 256. config -1 picks the first of wgmma.ws, wgmma, mma.sync that can run; a
+// forced config that cannot run gives way to the next in that order
+// (flash_attention_fwd_path says which runs).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -25,13 +34,14 @@ namespace gks {
 
 // The kernels the `config` argument forces (-1: the best kernel here).
 struct FlashAttentionFwdConfig {
-  enum class Kernel { kMmaSync, kWgmma };
+  enum class Kernel { kMmaSync, kWgmma, kWgmmaWs };
   const char* name;  // stable: the autotuner's tables key on the names
   Kernel kernel;
 };
 inline constexpr FlashAttentionFwdConfig kFlashAttentionFwdConfigs[] = {
     {"mma.sync", FlashAttentionFwdConfig::Kernel::kMmaSync},
     {"wgmma", FlashAttentionFwdConfig::Kernel::kWgmma},
+    {"wgmma.ws", FlashAttentionFwdConfig::Kernel::kWgmmaWs},
 };
 
 struct FlashAttentionFwdArgs {
@@ -42,6 +52,12 @@ struct FlashAttentionFwdArgs {
   TensorRef lse;  // [B, Hq, Sq], float32, any strides
   bool causal = false;
   std::optional<float> softmax_scale;  // unset: 1 / sqrt(D); otherwise finite and > 0
+  // The sliding window (FlashAttention's window_size): keys more than window_left before or
+  // window_right after the query's diagonal are masked; -1 is unbounded. With causal,
+  // window_right must be -1 or 0 (causal is right = 0).
+  int64_t window_left = -1;
+  int64_t window_right = -1;
+  double softcap = 0.0;  // 0: none; else finite and > 0 (checked before any narrowing)
   int config = -1;  // -1: the best kernel here; else an index into kFlashAttentionFwdConfigs
 };
 
@@ -53,8 +69,8 @@ void flash_attention_fwd(const FlashAttentionFwdArgs& args, cudaStream_t stream)
 // The head dims the kernels are instantiated for.
 inline constexpr int kFlashAttentionHeadDims[] = {32, 64, 96, 128, 256};
 
-// "wgmma" or "mma.sync": the kernel flash_attention_fwd(args) runs on this GPU (after the
-// same validation).
+// "wgmma.ws", "wgmma" or "mma.sync": the kernel flash_attention_fwd(args) runs on this GPU
+// (after the same validation).
 const char* flash_attention_fwd_path(const FlashAttentionFwdArgs& args);
 
 namespace detail {
@@ -70,8 +86,12 @@ struct FlashAttentionFwdPlan {
 // Throws gks::Error for a head dim that has no kernel.
 FlashAttentionFwdPlan plan_flash_attention_fwd(int64_t head_dim, bool causal);
 
-// Whether the wgmma kernel serves a head dim (on a GPU and build that have it).
+// Whether the Hopper kernels serve a head dim (on a GPU and build that have them): wgmma
+// and wgmma.ws.
 constexpr bool wgmma_flash_head_dim(int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
+constexpr bool ws_flash_head_dim(int64_t head_dim) {
+  return head_dim == 64 || head_dim == 96 || head_dim == 128 || head_dim == 256;
+}
 }  // namespace detail
 
 }  // namespace gks

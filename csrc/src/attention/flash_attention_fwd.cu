@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gks/attention.h"
 
+#include <cfloat>
 #include <cmath>
 #include <iterator>
 #include <limits>
@@ -55,11 +56,11 @@ namespace {
 
 using FlashAttentionFwdParams = ka::FwdParams;
 
-template <typename T, int kHeadDim, bool kCausal>
+template <typename T, int kHeadDim, ka::Mask kMask>
 void launch(const FlashAttentionFwdParams& p, int64_t batch, int64_t heads_q, int device,
             cudaStream_t stream) {
-  using Tile = typename ka::FlashFwdConfig<kHeadDim, kCausal>::Tile;
-  constexpr auto kernel = ka::flash_attention_fwd_kernel<T, Tile, kCausal>;
+  using Tile = typename ka::FlashFwdConfig<kHeadDim, kMask != ka::Mask::kNone>::Tile;
+  constexpr auto kernel = ka::flash_attention_fwd_kernel<T, Tile, kMask>;
   // Above 48 KiB of dynamic shared memory a kernel must opt in (a host-side attribute, so
   // this is also allowed while a stream is being captured); the default carveout.
   prepare_smem_kernel<kernel>(Tile::kSmemBytes, device, /*max_carveout=*/false);
@@ -68,15 +69,28 @@ void launch(const FlashAttentionFwdParams& p, int64_t batch, int64_t heads_q, in
   kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
 }
 
-template <typename T, bool kCausal>
+template <typename T, ka::Mask kMask>
 void dispatch_head_dim(int64_t head_dim, const FlashAttentionFwdParams& p, int64_t batch,
                        int64_t heads_q, int device, cudaStream_t stream) {
   switch (head_dim) {
-    case 32: return launch<T, 32, kCausal>(p, batch, heads_q, device, stream);
-    case 64: return launch<T, 64, kCausal>(p, batch, heads_q, device, stream);
-    case 96: return launch<T, 96, kCausal>(p, batch, heads_q, device, stream);
-    case 128: return launch<T, 128, kCausal>(p, batch, heads_q, device, stream);
-    default: return launch<T, 256, kCausal>(p, batch, heads_q, device, stream);
+    case 32: return launch<T, 32, kMask>(p, batch, heads_q, device, stream);
+    case 64: return launch<T, 64, kMask>(p, batch, heads_q, device, stream);
+    case 96: return launch<T, 96, kMask>(p, batch, heads_q, device, stream);
+    case 128: return launch<T, 128, kMask>(p, batch, heads_q, device, stream);
+    default: return launch<T, 256, kMask>(p, batch, heads_q, device, stream);
+  }
+}
+
+template <typename T>
+void dispatch_mask(ka::Mask mask, int64_t head_dim, const FlashAttentionFwdParams& p,
+                   int64_t batch, int64_t heads_q, int device, cudaStream_t stream) {
+  switch (mask) {
+    case ka::Mask::kNone:
+      return dispatch_head_dim<T, ka::Mask::kNone>(head_dim, p, batch, heads_q, device, stream);
+    case ka::Mask::kRight:
+      return dispatch_head_dim<T, ka::Mask::kRight>(head_dim, p, batch, heads_q, device, stream);
+    default:
+      return dispatch_head_dim<T, ka::Mask::kLocal>(head_dim, p, batch, heads_q, device, stream);
   }
 }
 
@@ -153,6 +167,22 @@ float validate(const FlashAttentionFwdArgs& args) {
     GKS_CHECK(std::isfinite(scale) && scale > 0.f, kInvalidArgument)
         << kOp << ": argument 'softmax_scale' must be a finite number > 0, got " << scale;
   }
+  GKS_CHECK(args.window_left >= -1 && args.window_right >= -1, kInvalidArgument)
+      << kOp << ": argument 'window_size' must be (left, right) with each -1 (unbounded) or >= 0, "
+      << "got (" << args.window_left << ", " << args.window_right << ")";
+  GKS_CHECK(!args.causal || args.window_right <= 0, kInvalidArgument)
+      << kOp << ": argument 'window_size' must have right -1 or 0 with causal=True (causal is "
+      << "right = 0), got (" << args.window_left << ", " << args.window_right << ")";
+  GKS_CHECK(std::isfinite(args.softcap) && args.softcap >= 0.0, kInvalidArgument)
+      << kOp << ": argument 'softcap' must be 0 (none) or a finite number > 0, got " << args.softcap;
+  GKS_CHECK(args.softcap == 0.0 || (args.softcap >= 1e-30 && args.softcap <= 1e30), kInvalidArgument)
+      << kOp << ": argument 'softcap' must be 0 or between 1e-30 and 1e30 (the kernels take "
+      << "float32 factors of it), got " << args.softcap;
+  // The kernels multiply raw scores by scale / softcap in float32.
+  const double cap_factor = args.softcap > 0.0 ? double(scale) / args.softcap : 1.0;
+  GKS_CHECK(cap_factor >= double(FLT_MIN) && cap_factor <= double(FLT_MAX), kInvalidArgument)
+      << kOp << ": argument 'softcap' must leave softmax_scale / softcap a float32 normal number "
+      << "(1.2e-38 to 3.4e+38), got " << cap_factor;
   // Row indices are 32-bit inside the kernel (offsets are 64-bit); the grid's y and z dims
   // hold heads and batch.
   constexpr int64_t kMaxSeq = std::numeric_limits<int32_t>::max() - 1024;
@@ -166,16 +196,44 @@ float validate(const FlashAttentionFwdArgs& args) {
   return scale;
 }
 
-// wgmma needs an sm_90a build, a compute-capability 9.0 GPU and a head dim it serves.
-bool use_wgmma(const FlashAttentionFwdArgs& args) {
+using Kernel = FlashAttentionFwdConfig::Kernel;
+
+// The kernel a call runs: the forced config, or the first that can run in the order
+// wgmma.ws, wgmma, mma.sync. The Hopper kernels need an sm_90a build, a compute-capability
+// 9.0 GPU and a head dim they serve; the warp-specialized one also Sq, Sk > 0 and tensors
+// TMA can address, which only its tensor maps tell (`check_layouts`; the launch itself
+// gives way when they cannot be made).
+Kernel kernel_for(const FlashAttentionFwdArgs& args, bool check_layouts) {
 #if defined(GKS_WITH_SM90A)
-  const bool allowed = args.config < 0 || kFlashAttentionFwdConfigs[args.config].kernel ==
-                                               FlashAttentionFwdConfig::Kernel::kWgmma;
-  return allowed && wgmma_flash_head_dim(args.q.shape[3]) && device_is_sm90(args.q.device.index);
+  const Kernel wanted = args.config < 0 ? Kernel::kWgmmaWs : kFlashAttentionFwdConfigs[args.config].kernel;
+  const int64_t head_dim = args.q.shape[3];
+  if (wanted == Kernel::kMmaSync || !device_is_sm90(args.q.device.index)) return Kernel::kMmaSync;
+  if (wanted == Kernel::kWgmmaWs && ws_flash_head_dim(head_dim) && args.q.shape[2] > 0 &&
+      args.k.shape[2] > 0 &&
+      (!check_layouts || flash_attention_fwd_ws_layouts({args.q, args.k, args.v, args.o})))
+    return Kernel::kWgmmaWs;
+  return wgmma_flash_head_dim(head_dim) ? Kernel::kWgmma : Kernel::kMmaSync;
 #else
+  (void)check_layouts;
   (void)args;
-  return false;
+  return Kernel::kMmaSync;
 #endif
+}
+
+// The kernels' mask and window bounds for the arguments: a bound no row can reach is
+// dropped (causal with Sq = 1 sees every key), and the others are clamped to where they
+// stop mattering, so that the kernels' 32-bit window fields hold them.
+ka::Mask window_params(const FlashAttentionFwdArgs& args, ka::FwdParams& p) {
+  const int64_t seqlen_q = args.q.shape[2], seqlen_k = args.k.shape[2];
+  const int64_t right = args.causal ? 0 : args.window_right;
+  // Row i sees keys up to i + Sk - Sq + right: all of them for every row once right >= Sq - 1;
+  // keys from i + Sk - Sq - left: from 0 for every row once left >= Sk - 1.
+  const bool right_bound = right >= 0 && right < seqlen_q - 1;
+  const bool left_bound = args.window_left >= 0 && args.window_left < seqlen_k - 1;
+  p.window_right = static_cast<int>(right_bound ? right : seqlen_q);
+  p.window_left = static_cast<int>(left_bound ? args.window_left : seqlen_k);
+  if (left_bound) return ka::Mask::kLocal;
+  return right_bound ? ka::Mask::kRight : ka::Mask::kNone;
 }
 
 }  // namespace
@@ -183,7 +241,9 @@ bool use_wgmma(const FlashAttentionFwdArgs& args) {
 
 const char* flash_attention_fwd_path(const FlashAttentionFwdArgs& args) {
   detail::validate(args);
-  return detail::use_wgmma(args) ? "wgmma" : "mma.sync";
+  for (const auto& c : kFlashAttentionFwdConfigs)
+    if (c.kernel == detail::kernel_for(args, /*check_layouts=*/true)) return c.name;
+  return "mma.sync";
 }
 
 void flash_attention_fwd(const FlashAttentionFwdArgs& args, cudaStream_t stream) {
@@ -218,27 +278,34 @@ void flash_attention_fwd(const FlashAttentionFwdArgs& args, cudaStream_t stream)
   p.seqlen_k = static_cast<int>(seqlen_k);
   p.group = static_cast<int>(heads_q / heads_kv);
   p.scale_log2 = scale * 1.4426950408889634f;
+  if (args.softcap > 0.0) {  // the cap's tanh takes the scale; the softmax then scales by 1
+    p.softcap = static_cast<float>(args.softcap);
+    p.softcap_pre = static_cast<float>(double(scale) / args.softcap);
+    p.scale_log2 = 1.4426950408889634f;
+  }
+  const kernels::attention::Mask mask = detail::window_params(args, p);
 
   const detail::DeviceGuard guard(q.device.index);
 #if defined(GKS_WITH_SM90A)
-  if (detail::use_wgmma(args)) {
-    detail::launch_flash_attention_fwd_wgmma(q.dtype == DType::kBFloat16, head_dim, args.causal, p,
-                                             batch, heads_q, q.device.index, stream);
+  const detail::Kernel kernel = detail::kernel_for(args, /*check_layouts=*/false);
+  const bool bf16 = q.dtype == DType::kBFloat16;
+  if (kernel == detail::Kernel::kWgmmaWs &&
+      detail::launch_flash_attention_fwd_ws(bf16, head_dim, mask, p, {q, k, v, o},
+                                            q.device.index, stream)) {
+    detail::check_launch(kOp);
+    return;
+  }
+  if (kernel != detail::Kernel::kMmaSync && detail::wgmma_flash_head_dim(head_dim)) {
+    detail::launch_flash_attention_fwd_wgmma(bf16, head_dim, mask, p, batch, heads_q,
+                                             q.device.index, stream);
     detail::check_launch(kOp);
     return;
   }
 #endif
-  if (q.dtype == DType::kFloat16) {
-    if (args.causal)
-      detail::dispatch_head_dim<__half, true>(head_dim, p, batch, heads_q, q.device.index, stream);
-    else
-      detail::dispatch_head_dim<__half, false>(head_dim, p, batch, heads_q, q.device.index, stream);
-  } else {
-    if (args.causal)
-      detail::dispatch_head_dim<__nv_bfloat16, true>(head_dim, p, batch, heads_q, q.device.index, stream);
-    else
-      detail::dispatch_head_dim<__nv_bfloat16, false>(head_dim, p, batch, heads_q, q.device.index, stream);
-  }
+  if (q.dtype == DType::kFloat16)
+    detail::dispatch_mask<__half>(mask, head_dim, p, batch, heads_q, q.device.index, stream);
+  else
+    detail::dispatch_mask<__nv_bfloat16>(mask, head_dim, p, batch, heads_q, q.device.index, stream);
   detail::check_launch(kOp);
 }
 

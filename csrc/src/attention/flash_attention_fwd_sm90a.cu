@@ -1,13 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
-// The sm_90a half of gks::flash_attention_fwd: the launch of the wgmma kernel
-// (kernels/attention/fwd_sm90.cuh). CMake compiles *_sm90a.cu sources for sm_90a
-// only and adds them to the library only when 90a is among GKS_CUDA_ARCHS.
+// The sm_90a half of gks::flash_attention_fwd: the launches of the wgmma kernels
+// (kernels/attention/fwd_sm90.cuh) and the warp-specialized kernel's tensor maps. CMake
+// compiles *_sm90a.cu sources for sm_90a only and adds them to the library only when 90a
+// is among GKS_CUDA_ARCHS.
+#include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <algorithm>
+#include <climits>
+#include <type_traits>
 
 #include "attention/launch.h"
 #include "gks/kernels/attention/fwd_sm90.cuh"
 #include "core/launch.h"
+#include "core/tensor_map.h"
 
 namespace gks::detail {
 
@@ -21,38 +28,125 @@ namespace {
 template <int kHeadDim>
 using TileFor = ka::sm90::Tile<kHeadDim, kHeadDim == 64 ? 128 : 64, 2>;
 
-template <typename T, int kHeadDim, bool kCausal>
+template <typename T, int kHeadDim, ka::Mask kMask>
 void launch(const ka::FwdParams& p, int64_t batch, int64_t heads_q, int device,
             cudaStream_t stream) {
   using Tile = TileFor<kHeadDim>;
-  constexpr auto kernel = ka::flash_attention_fwd_wgmma_kernel<T, Tile, kCausal>;
+  constexpr auto kernel = ka::flash_attention_fwd_wgmma_kernel<T, Tile, kMask>;
   prepare_smem_kernel<kernel>(Tile::kSmemBytes, device, /*max_carveout=*/true);
   const dim3 grid(static_cast<unsigned>(ceil_div(p.seqlen_q, ka::sm90::kBlockM)),
                   static_cast<unsigned>(heads_q), static_cast<unsigned>(batch));
   kernel<<<grid, ka::sm90::kThreads, Tile::kSmemBytes, stream>>>(p);
 }
 
-template <typename T, bool kCausal>
+template <typename T, ka::Mask kMask>
 void launch_head_dim(int64_t head_dim, const ka::FwdParams& p, int64_t batch,
                      int64_t heads_q, int device, cudaStream_t stream) {
-  if (head_dim == 64) return launch<T, 64, kCausal>(p, batch, heads_q, device, stream);
-  launch<T, 128, kCausal>(p, batch, heads_q, device, stream);
+  if (head_dim == 64) return launch<T, 64, kMask>(p, batch, heads_q, device, stream);
+  launch<T, 128, kMask>(p, batch, heads_q, device, stream);
 }
 
 template <typename T>
-void launch_mask(int64_t head_dim, bool causal, const ka::FwdParams& p,
+void launch_mask(int64_t head_dim, ka::Mask mask, const ka::FwdParams& p,
                  int64_t batch, int64_t heads_q, int device, cudaStream_t stream) {
-  if (causal) return launch_head_dim<T, true>(head_dim, p, batch, heads_q, device, stream);
-  launch_head_dim<T, false>(head_dim, p, batch, heads_q, device, stream);
+  switch (mask) {
+    case ka::Mask::kNone:
+      return launch_head_dim<T, ka::Mask::kNone>(head_dim, p, batch, heads_q, device, stream);
+    case ka::Mask::kRight:
+      return launch_head_dim<T, ka::Mask::kRight>(head_dim, p, batch, heads_q, device, stream);
+    default:
+      return launch_head_dim<T, ka::Mask::kLocal>(head_dim, p, batch, heads_q, device, stream);
+  }
+}
+
+// ---- the warp-specialized kernel ----
+
+// The tile per head dim: 128 query rows (two consumer warpgroups) and as many ring stages of
+// K/V tiles as shared memory holds beside Q and the O buffer: 128 keys a tile up to D = 128;
+// at D = 256, 64 keys, with O staged in Q's buffer.
+template <int kHeadDim>
+using WsTileFor = std::conditional_t<
+    kHeadDim == 64, ka::ws::Tile<64, 128, 4>,
+    std::conditional_t<kHeadDim == 256, ka::ws::Tile<256, 64, 2, /*kOAliasQ=*/true>,
+                       ka::ws::Tile<kHeadDim, 128, 2>>>;
+
+// A 4-D tensor map over t [B, H, S, D] (dims innermost first: D, S, H, B) in boxes of
+// [box_rows, 64] elements. A dim of size 1 is never stepped over: its stride is given a
+// value TMA accepts whatever the view says. False where TMA refuses the layout.
+bool attention_map(CUtensorMap* map, const TensorRef& t, int box_rows) {
+  const uint64_t dims[4] = {uint64_t(t.shape[3]), uint64_t(t.shape[2]), uint64_t(t.shape[1]),
+                            uint64_t(t.shape[0])};
+  uint64_t strides[3];
+  for (int d = 0; d < 3; ++d) {
+    const int dim = 2 - d;  // S, H, B
+    strides[d] = t.shape[dim] <= 1 ? 16 : uint64_t(t.strides[dim]) * 2;
+  }
+  const uint32_t box[4] = {64, uint32_t(box_rows), 1, 1};
+  return encode_tensor_map(map, t.dtype, 4, t.data, dims, strides, box) == CUDA_SUCCESS;
+}
+
+template <typename T, int kHeadDim, ka::Mask kMask>
+bool launch_ws(const ka::FwdParams& p, const AttentionTensors& t, int device,
+               cudaStream_t stream) {
+  using Tile = WsTileFor<kHeadDim>;
+  CUtensorMap map_q, map_k, map_v, map_o;
+  if (!attention_map(&map_q, t.q, 64) || !attention_map(&map_k, t.k, Tile::kBN) ||
+      !attention_map(&map_v, t.v, Tile::kBN) || !attention_map(&map_o, t.o, 64))
+    return false;
+  const int64_t m_blocks = ceil_div(p.seqlen_q, ka::ws::kBlockM);
+  const int64_t tiles = m_blocks * t.q.shape[1] * t.q.shape[0];
+  if (tiles > INT_MAX - 4096) return false;  // the tile loop adds the grid to an index
+  constexpr auto kernel = ka::ws::flash_attention_fwd_ws_kernel<T, Tile, kMask>;
+  prepare_smem_kernel<kernel>(Tile::kSmemBytes, device, /*max_carveout=*/true);
+  const ka::ws::Schedule sched{int(tiles), int(m_blocks), int(t.q.shape[1])};
+  const int grid = int(std::min<int64_t>(tiles, device_limits(device).sms));
+  kernel<<<grid, ka::ws::kThreads, Tile::kSmemBytes, stream>>>(map_q, map_k, map_v, map_o, p,
+                                                               sched);
+  return true;
+}
+
+template <typename T, ka::Mask kMask>
+bool ws_head_dim(int64_t head_dim, const ka::FwdParams& p, const AttentionTensors& t, int device,
+                 cudaStream_t stream) {
+  switch (head_dim) {
+    case 64: return launch_ws<T, 64, kMask>(p, t, device, stream);
+    case 96: return launch_ws<T, 96, kMask>(p, t, device, stream);
+    case 128: return launch_ws<T, 128, kMask>(p, t, device, stream);
+    default: return launch_ws<T, 256, kMask>(p, t, device, stream);
+  }
+}
+
+template <typename T>
+bool ws_mask(int64_t head_dim, ka::Mask mask, const ka::FwdParams& p, const AttentionTensors& t,
+             int device, cudaStream_t stream) {
+  switch (mask) {
+    case ka::Mask::kNone: return ws_head_dim<T, ka::Mask::kNone>(head_dim, p, t, device, stream);
+    case ka::Mask::kRight: return ws_head_dim<T, ka::Mask::kRight>(head_dim, p, t, device, stream);
+    default: return ws_head_dim<T, ka::Mask::kLocal>(head_dim, p, t, device, stream);
+  }
 }
 
 }  // namespace
 
-void launch_flash_attention_fwd_wgmma(bool bf16, int64_t head_dim, bool causal,
+bool flash_attention_fwd_ws_layouts(const AttentionTensors& t) {
+  CUtensorMap map;
+  // The K/V box's rows do not change what TMA accepts of a layout.
+  return attention_map(&map, t.q, 64) && attention_map(&map, t.k, 64) &&
+         attention_map(&map, t.v, 64) && attention_map(&map, t.o, 64);
+}
+
+bool launch_flash_attention_fwd_ws(bool bf16, int64_t head_dim, ka::Mask mask,
+                                   const ka::FwdParams& p, const AttentionTensors& t, int device,
+                                   cudaStream_t stream) {
+  if (bf16) return ws_mask<__nv_bfloat16>(head_dim, mask, p, t, device, stream);
+  return ws_mask<__half>(head_dim, mask, p, t, device, stream);
+}
+
+void launch_flash_attention_fwd_wgmma(bool bf16, int64_t head_dim, ka::Mask mask,
                                       const ka::FwdParams& p, int64_t batch,
                                       int64_t heads_q, int device, cudaStream_t stream) {
-  if (bf16) return launch_mask<__nv_bfloat16>(head_dim, causal, p, batch, heads_q, device, stream);
-  launch_mask<__half>(head_dim, causal, p, batch, heads_q, device, stream);
+  if (bf16) return launch_mask<__nv_bfloat16>(head_dim, mask, p, batch, heads_q, device, stream);
+  launch_mask<__half>(head_dim, mask, p, batch, heads_q, device, stream);
 }
 
 }  // namespace gks::detail

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The launcher of the wgmma FlashAttention kernel, defined in flash_attention_fwd_sm90a.cu
+// The launchers of the Hopper FlashAttention kernels, defined in flash_attention_fwd_sm90a.cu
 // (compiled for sm_90a alone) and called from flash_attention_fwd.cu only under
 // GKS_WITH_SM90A, after every argument is validated.
 #pragma once
@@ -8,14 +8,30 @@
 
 #include <cstdint>
 
-namespace gks::kernels::attention {
-struct FwdParams;
-}
+#include "gks/kernels/attention/common.cuh"
+#include "gks/tensor.h"
 
 namespace gks::detail {
 
+// The tensors the warp-specialized kernel's tensor maps are made over.
+struct AttentionTensors {
+  const TensorRef& q;
+  const TensorRef& k;
+  const TensorRef& v;
+  const TensorRef& o;
+};
+
+// Whether TMA can address all four tensors (tensor maps encode for them).
+bool flash_attention_fwd_ws_layouts(const AttentionTensors& t);
+
+// The warp-specialized kernel (config "wgmma.ws"); head_dim 64 or 128, Sq and Sk > 0.
+// Launches nothing and returns false where TMA cannot address a tensor's layout.
+bool launch_flash_attention_fwd_ws(bool bf16, int64_t head_dim, kernels::attention::Mask mask,
+                                   const kernels::attention::FwdParams& p,
+                                   const AttentionTensors& t, int device, cudaStream_t stream);
+
 // head_dim: one of wgmma_flash_head_dim's (64, 128).
-void launch_flash_attention_fwd_wgmma(bool bf16, int64_t head_dim, bool causal,
+void launch_flash_attention_fwd_wgmma(bool bf16, int64_t head_dim, kernels::attention::Mask mask,
                                       const kernels::attention::FwdParams& p, int64_t batch,
                                       int64_t heads_q, int device, cudaStream_t stream);
 

@@ -7,9 +7,10 @@
 // four threads are a quad (lanes 4g .. 4g + 3). The functions below take one row's scores
 // through an accessor s(j, e): key 8j + 2t + e of the row.
 //
-// Semantics (see gks/attention.h): causal aligned bottom-right (query row i sees keys
-// j <= i + Sk - Sq), keys past Sk never seen; a row that sees no key gives o = 0 and
-// lse = -inf; lse is the natural log.
+// Semantics (see gks/attention.h): query row i sees keys j in
+// [i + Sk - Sq - left, i + Sk - Sq + right] (a window aligned bottom-right; causal is
+// right = 0), keys past Sk never seen; a row that sees no key gives o = 0 and lse = -inf;
+// lse is the natural log. A softcap maps the scaled scores through cap * tanh(s / cap).
 #pragma once
 
 #include <cstdint>
@@ -33,18 +34,30 @@ struct FwdParams {
   int seqlen_q;
   int seqlen_k;
   int group;          // Hq / Hkv: query heads sharing one K/V head
-  float scale_log2;   // softmax_scale * log2(e)
+  float scale_log2;   // softmax_scale * log2(e); log2(e) with a softcap (the cap scales)
+  // The window's bounds as the kernel's Mask reads them (Mask::kRight: window_right, 0 for
+  // causal; Mask::kLocal: both, each clamped on the host to where it stops mattering).
+  int window_left;
+  int window_right;
+  // softcap > 0: a score s becomes softcap * tanh(s * softcap_pre), softcap_pre =
+  // softmax_scale / softcap; 0: no cap.
+  float softcap;
+  float softcap_pre;
 };
+
+// Which key bounds a kernel instance applies, beyond Sk: none; a right bound only (causal,
+// or a window with left unbounded), p.window_right after the diagonal; or both bounds.
+enum class Mask { kNone, kRight, kLocal };
 
 // A CTA's query block and (batch, head) from a grid of (query blocks, Hq, B): causal CTAs
 // run longest-first (the last query blocks see the most keys); and where the heads' rows
 // start.
-template <typename T, bool kCausal>
+template <typename T, Mask kMask>
 struct BlockHeads {
   int m_block, head, batch, kv_head;
 
   __device__ __forceinline__ explicit BlockHeads(const FwdParams& p)
-      : m_block(kCausal ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x)),
+      : m_block(kMask == Mask::kRight ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x)),
         head(blockIdx.y),
         batch(blockIdx.z),
         kv_head(int(blockIdx.y) / p.group) {}
@@ -66,26 +79,55 @@ struct BlockHeads {
   }
 };
 
-// The walk over K/V tiles. A block of kBM query rows from m0 visits the tiles of kBN keys
-// that any of its rows sees, from the last to the first: all ceil(Sk / kBN) of them, or
-// (causal) those up to its last row's diagonal. (The kernels count them inline: as a
-// function the count moved ptxas's schedule of the causal kernels.) diag_offset = Sk - Sq:
-// query row i sees keys j < i + 1 + diag_offset (causal) and j < Sk.
-
-// Tile n needs masks when it reaches past Sk or (causal) past what the block's first row
-// sees: (n + 1) * kBN > visible_to_all. The walk goes from the last tile down, so the
-// masked passes are its first ones.
-template <int kBN, bool kCausal>
-__device__ __forceinline__ int masked_passes(int n_blocks, int m0, int seqlen_k, int diag_offset) {
-  const int visible_to_all = kCausal ? min(seqlen_k, m0 + diag_offset + 1) : seqlen_k;
-  const int first_masked = max(visible_to_all, 0) / kBN;
-  return max(0, n_blocks - first_masked);
+// The keys [lo, hi) query row `row` sees (clamped to [0, Sk]; lo >= hi: none). 64-bit
+// sums: a row index plus Sk plus a window can pass 2^31.
+template <Mask kMask>
+__device__ __forceinline__ int2 key_range(int row, const FwdParams& p) {
+  const int64_t diag = int64_t(row) + p.seqlen_k - p.seqlen_q;
+  int hi = p.seqlen_k, lo = 0;
+  if constexpr (kMask != Mask::kNone)
+    hi = int(max(int64_t(0), min(int64_t(p.seqlen_k), diag + p.window_right + 1)));
+  if constexpr (kMask == Mask::kLocal)
+    lo = int(max(int64_t(0), min(int64_t(p.seqlen_k), diag - p.window_left)));
+  return make_int2(lo, hi);
 }
 
-// The first key query row `row` does not see.
-template <bool kCausal>
-__device__ __forceinline__ int key_limit(int row, int seqlen_k, int diag_offset) {
-  return kCausal ? min(seqlen_k, row + 1 + diag_offset) : seqlen_k;
+// The walk over K/V tiles of a block of query rows [m0, m0 + kBM): the tiles of kBN keys
+// that any of its rows sees, [n_min, n_max), visited from the last to the first. Tiles
+// some row sees only in part need masks: those reaching past what the block's first row
+// sees (the first passes of the walk) and those starting before what its last row sees
+// (the last passes); the passes between them carry no mask code.
+struct BlockWalk {
+  int n_min, n_max;
+  int masked_top;     // the first passes that need masks
+  int masked_bottom;  // the last passes that need masks (disjoint from the first)
+
+  __device__ __forceinline__ int blocks() const { return n_max - n_min; }
+};
+
+template <int kBM, int kBN, Mask kMask>
+__device__ __forceinline__ BlockWalk block_walk(int m0, const FwdParams& p) {
+  const int last = min(m0 + kBM, p.seqlen_q) - 1;
+  const int2 first_keys = key_range<kMask>(m0, p), last_keys = key_range<kMask>(last, p);
+  BlockWalk w;
+  w.n_max = (last_keys.y + kBN - 1) / kBN;
+  w.n_min = first_keys.x / kBN;
+  if (w.n_max <= w.n_min || last_keys.y <= first_keys.x) {
+    w.n_min = w.n_max = 0;  // no row sees a key
+    w.masked_top = w.masked_bottom = 0;
+    return w;
+  }
+  // Tile n is whole for every row when n * kBN >= last_keys.x and (n + 1) * kBN <=
+  // first_keys.y (lo and hi grow with the row).
+  const int whole_end = max(w.n_min, first_keys.y / kBN);                    // exclusive
+  const int whole_begin = min(w.n_max, (last_keys.x + kBN - 1) / kBN);
+  w.masked_top = w.n_max - max(whole_end, whole_begin);
+  w.masked_bottom = min(whole_begin, whole_end) - w.n_min;
+  if (whole_begin >= whole_end) {  // no whole tile: every pass is masked
+    w.masked_top = w.blocks();
+    w.masked_bottom = 0;
+  }
+  return w;
 }
 
 // A block whose rows see no key: o = 0 (16-byte stores of kChunks a row) and lse = -inf.
@@ -102,16 +144,23 @@ __device__ __forceinline__ void write_unseen_rows(T* o, float* lse, const FwdPar
     if (m0 + r < p.seqlen_q) lse[int64_t(m0 + r) * p.lse_row] = -INFINITY;
 }
 
-// Keys past Sk and, causal, above the diagonal: -inf. `limit`: the row's key_limit; n0 the
-// tile's first key.
+// Keys outside the row's [lo, hi): -inf. n0 is the tile's first key.
 template <int kNTiles, class S>
-__device__ __forceinline__ void mask_row(S&& s, int n0, int t, int limit) {
+__device__ __forceinline__ void mask_row(S&& s, int n0, int t, int2 keys) {
 #pragma unroll
   for (int j = 0; j < kNTiles; ++j) {
     const int col = n0 + j * 8 + 2 * t;
-    if (col >= limit) s(j, 0) = -INFINITY;
-    if (col + 1 >= limit) s(j, 1) = -INFINITY;
+    if (col < keys.x || col >= keys.y) s(j, 0) = -INFINITY;
+    if (col + 1 < keys.x || col + 1 >= keys.y) s(j, 1) = -INFINITY;
   }
+}
+
+// Gemma-2's softcap on a thread's kN raw scores: cap * tanh(s * scale / cap), with the
+// hardware's tanh (about 2^-11 relative error: below the 16-bit rounding of P).
+template <int kN>
+__device__ __forceinline__ void apply_softcap(float* s, const FwdParams& p) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) s[i] = p.softcap * ptx::tanh_approx(s[i] * p.softcap_pre);
 }
 
 // One row's online-softmax step over a tile: the running max (of raw scores) takes the

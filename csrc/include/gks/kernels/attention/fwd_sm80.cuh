@@ -187,7 +187,7 @@ struct TileCopy {
 }  // namespace sm80
 
 // Grid: (ceil(Sq / kBlockM), Hq, B); block: kThreads; dynamic shared memory kSmemBytes.
-template <typename T, typename Tile, bool kCausal>
+template <typename T, typename Tile, Mask kMask>
 __global__ void __launch_bounds__(Tile::kThreads)
     flash_attention_fwd_kernel(const FwdParams p) {
   using namespace sm80;
@@ -204,7 +204,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
   const uint32_t sK0 = sQ + Tile::kQBytes;
   const uint32_t sV0 = sK0 + 2 * Tile::kKVBytes;
 
-  const BlockHeads<T, kCausal> heads(p);
+  const BlockHeads<T, kMask> heads(p);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int m0 = heads.m_block * kBM;
   const int seqlen_q = p.seqlen_q, seqlen_k = p.seqlen_k;
@@ -212,12 +212,8 @@ __global__ void __launch_bounds__(Tile::kThreads)
   const T* k = heads.k(p);
   const T* v = heads.v(p);
 
-  const int diag_offset = seqlen_k - seqlen_q;
-  int n_blocks = (seqlen_k + kBN - 1) / kBN;  // the K/V tiles the block walks (common.cuh)
-  if constexpr (kCausal) {
-    const int64_t visible_end = int64_t(min(m0 + kBM, seqlen_q)) + diag_offset;
-    n_blocks = visible_end <= 0 ? 0 : min(n_blocks, int((visible_end + kBN - 1) / kBN));
-  }
+  const BlockWalk walk = block_walk<kBM, kBN, kMask>(m0, p);
+  const int n_blocks = walk.blocks();
   if (n_blocks == 0) {
     write_unseen_rows<kBM, kChunks, kThreads>(heads.o(p), heads.lse(p), p, m0, tid);
     return;
@@ -227,9 +223,9 @@ __global__ void __launch_bounds__(Tile::kThreads)
   const TileCopy<kChunks, kThreads> copy(tid);
   copy.template operator()<kBM>(sQ, q, p.q_row, m0, seqlen_q, tid);
   ptx::cp_async_commit();
-  copy.template operator()<kBN>(sK0, k, p.k_row, (n_blocks - 1) * kBN, seqlen_k, tid);
+  copy.template operator()<kBN>(sK0, k, p.k_row, (walk.n_max - 1) * kBN, seqlen_k, tid);
   ptx::cp_async_commit();
-  copy.template operator()<kBN>(sV0, v, p.v_row, (n_blocks - 1) * kBN, seqlen_k, tid);
+  copy.template operator()<kBN>(sV0, v, p.v_row, (walk.n_max - 1) * kBN, seqlen_k, tid);
   ptx::cp_async_commit();
 
   // This thread's place in the mma fragments: in m-tile mt, rows g and g + 8 of its 16,
@@ -237,6 +233,11 @@ __global__ void __launch_bounds__(Tile::kThreads)
   const int g = lane / 4, t = lane % 4;
   const int warp_row0 = warp * Tile::kWarpRows;
   const int row_mine = m0 + warp_row0 + g;  // + 16 * mt + 8 * h
+  int2 keys[kMT][2];  // the keys each of this thread's rows sees (read by masked passes)
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) keys[mt][h] = key_range<kMask>(row_mine + 16 * mt + 8 * h, p);
 
   float acc_o[kMT][kDTiles][4];
 #pragma unroll
@@ -269,12 +270,11 @@ __global__ void __launch_bounds__(Tile::kThreads)
         ptx::ldmatrix_x4(q_frag[mt][kk], q_lane.at(sQ, mt * 16, kk * 2));
   }
 
-  // One pass over K/V tile n_block = n_blocks - 1 - it. kMasked passes apply the key
-  // bounds and the causal diagonal; the others (every key visible to every row of the
-  // block) skip that work entirely.
+  // One pass over K/V tile n_block = walk.n_max - 1 - it. kMasked passes apply the rows'
+  // key ranges; the others (every key visible to every row of the block) skip that work.
   auto pass = [&](const int it, auto masked) {
     constexpr bool kMasked = decltype(masked)::value;
-    const int n_block = n_blocks - 1 - it;
+    const int n_block = walk.n_max - 1 - it;
     const uint32_t stage_bytes = (it & 1) * Tile::kKVBytes;
     const uint32_t sK = sK0 + stage_bytes, sV = sV0 + stage_bytes;
     const uint32_t next_stage_bytes = Tile::kKVBytes - stage_bytes;
@@ -283,7 +283,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
     __syncthreads();     // ... for every thread; and every warp is done with tile it - 1
 
     // Prefetch the next tile into the stage tile it - 1 used.
-    if (n_block > 0) {
+    if (n_block > walk.n_min) {
       copy.template operator()<kBN>(sK0 + next_stage_bytes, k, p.k_row, (n_block - 1) * kBN,
                                     seqlen_k, tid);
       copy.template operator()<kBN>(sV0 + next_stage_bytes, v, p.v_row, (n_block - 1) * kBN,
@@ -321,16 +321,18 @@ __global__ void __launch_bounds__(Tile::kThreads)
       }
     }
 
+    if (p.softcap != 0.f) {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) apply_softcap<kNTiles * 4>(&s[mt][0][0], p);
+    }
     if constexpr (kMasked) {
       const int n0 = n_block * kBN;
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int limit = key_limit<kCausal>(row_mine + 16 * mt + 8 * h, seqlen_k, diag_offset);
+        for (int h = 0; h < 2; ++h)
           mask_row<kNTiles>([&](int j, int e) -> float& { return s[mt][j][2 * h + e]; }, n0, t,
-                            limit);
-        }
+                            keys[mt][h]);
       }
     }
 
@@ -397,10 +399,10 @@ __global__ void __launch_bounds__(Tile::kThreads)
     }
   };
 
-  const int masked_passes = attention::masked_passes<kBN, kCausal>(n_blocks, m0, seqlen_k, diag_offset);
   int it = 0;
-  for (; it < masked_passes; ++it) pass(it, std::true_type{});
-  for (; it < n_blocks; ++it) pass(it, std::false_type{});
+  for (; it < walk.masked_top; ++it) pass(it, std::true_type{});
+  for (; it < n_blocks - walk.masked_bottom; ++it) pass(it, std::false_type{});
+  for (; it < n_blocks; ++it) pass(it, std::true_type{});
 
   // Epilogue: normalize, write lse, stage O through this warp's own rows of the Q tile
   // (read only by this warp) and store it as 16-byte row chunks.

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// PTX every architecture gks builds for has: shared-memory addresses, the SFU's exp2, the
+// PTX every architecture gks builds for has: shared-memory addresses, the SFU's exp2 and tanh, the
 // L2 cache-hinted 16-byte load, and an add the compiler cannot see through. The one place
 // these are spelled out.
 #pragma once
@@ -19,6 +19,13 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 __device__ __forceinline__ float ex2_approx_ftz(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// tanh.approx.f32 (sm_75+): about 2^-11 relative error.
+__device__ __forceinline__ float tanh_approx(float x) {
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
 

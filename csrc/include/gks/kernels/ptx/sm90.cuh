@@ -102,6 +102,33 @@ __device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const CUtens
       : "memory");
 }
 
+// 4-D TMA load of the box at (x, y, z, w), innermost first, into shared `dst`, completing
+// `bytes` on `bar`; out-of-bounds elements are zero-filled (attention's [B, H, S, D]
+// tensors: a box never reads past its own head's rows).
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, uint32_t bar,
+                                            int x, int y, int z, int w) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5, %6}], [%2];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(x), "r"(y), "r"(z), "r"(w)
+      : "memory");
+}
+
+// If `pred`: a 4-D TMA store of the shared box at `src` to (x, y, z, w) of the map's tensor,
+// as a bulk async-group of its own; the part outside the tensor is not written.
+__device__ __forceinline__ void tma_store_4d_if(const CUtensorMap* map, uint32_t src, int x, int y,
+                                                int z, int w, bool pred) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.u32 p, %6, 0;\n"
+      "@p cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n"
+      "@p cp.async.bulk.commit_group;\n"
+      "}\n" ::"l"(reinterpret_cast<uint64_t>(map)),
+      "r"(src), "r"(x), "r"(y), "r"(z), "r"(w), "r"(uint32_t(pred))
+      : "memory");
+}
+
 __device__ __forceinline__ void prefetch_tensor_map(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // wgmma (sm_90a): the shared-memory matrix descriptor, the fence / commit / wait around
 // asynchronous warpgroup MMAs, and the MMAs themselves, m64nNk16 (fp16 / bf16 in, fp32
-// accumulators) and m64nNk32 (int8 in, int32 accumulators) for N = 64, 128, 256:
+// accumulators) and m64nNk32 (int8 in, int32 accumulators) for N = 64, 128, 256 (and 96,
+// 192 for wgmma_rs):
 //  - wgmma_ss: A and B both from shared memory through descriptors, A K-major, B K-major
 //    or (16-bit only, kTransB) MN-major;
 //  - wgmma_rs: A from registers (a warp's mma.sync A fragment), B MN-major in shared memory.
@@ -66,10 +67,17 @@ __device__ __forceinline__ void fence_registers(int32_t (&r)[kN]) {
 #define GKS_WGMMA_REGS32 \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15" \
   ", %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define GKS_WGMMA_REGS48 \
+  GKS_WGMMA_REGS32 \
+  ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
 #define GKS_WGMMA_REGS64 \
   GKS_WGMMA_REGS32 \
   ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47" \
   ", %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define GKS_WGMMA_REGS96 \
+  GKS_WGMMA_REGS64 \
+  ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79" \
+  ", %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
 #define GKS_WGMMA_REGS128 \
   GKS_WGMMA_REGS64 \
   ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79" \
@@ -80,8 +88,12 @@ __device__ __forceinline__ void fence_registers(int32_t (&r)[kN]) {
 #define GKS_WGMMA_D8(C, i) \
   C(d[i]), C(d[i + 1]), C(d[i + 2]), C(d[i + 3]), C(d[i + 4]), C(d[i + 5]), C(d[i + 6]), C(d[i + 7])
 #define GKS_WGMMA_D32(C) GKS_WGMMA_D8(C, 0), GKS_WGMMA_D8(C, 8), GKS_WGMMA_D8(C, 16), GKS_WGMMA_D8(C, 24)
+#define GKS_WGMMA_D48(C) GKS_WGMMA_D32(C), GKS_WGMMA_D8(C, 32), GKS_WGMMA_D8(C, 40)
 #define GKS_WGMMA_D64(C) \
   GKS_WGMMA_D32(C), GKS_WGMMA_D8(C, 32), GKS_WGMMA_D8(C, 40), GKS_WGMMA_D8(C, 48), GKS_WGMMA_D8(C, 56)
+#define GKS_WGMMA_D96(C)                                                                      \
+  GKS_WGMMA_D64(C), GKS_WGMMA_D8(C, 64), GKS_WGMMA_D8(C, 72), GKS_WGMMA_D8(C, 80),             \
+      GKS_WGMMA_D8(C, 88)
 #define GKS_WGMMA_D128(C)                                                                     \
   GKS_WGMMA_D64(C), GKS_WGMMA_D8(C, 64), GKS_WGMMA_D8(C, 72), GKS_WGMMA_D8(C, 80),            \
       GKS_WGMMA_D8(C, 88), GKS_WGMMA_D8(C, 96), GKS_WGMMA_D8(C, 104), GKS_WGMMA_D8(C, 112),   \
@@ -142,11 +154,13 @@ __device__ __forceinline__ void wgmma_ss(WgmmaAcc<In> (&d)[kN / 2], uint64_t des
 }
 
 // d += A B: A [64 x 16] from registers (a warp's mma.sync m16n8k16 A fragment), B [16 x kN]
-// MN-major in shared memory; fp16 or bf16 in, fp32 accumulators.
+// MN-major in shared memory; fp16 or bf16 in, fp32 accumulators. N: 64, 96, 128, 192 or 256
+// (attention's P V, N = the head dim).
 template <typename In, int kN>
 __device__ __forceinline__ void wgmma_rs(float (&d)[kN / 2], const uint32_t (&a)[4],
                                          uint64_t desc_b) {
-  static_assert(kN == 64 || kN == 128 || kN == 256, "N: 64, 128 or 256");
+  static_assert(kN == 64 || kN == 96 || kN == 128 || kN == 192 || kN == 256,
+                "N: 64, 96, 128, 192 or 256");
   static_assert(std::is_same_v<In, __half> || std::is_same_v<In, __nv_bfloat16>, "fp16 or bf16");
   // scale-d is a predicate: true, d accumulates. imm-scale-a/b 1; imm-trans-b 1 (MN-major).
   constexpr int kAccumulate = 1;
@@ -160,8 +174,13 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[kN / 2], const uint32_t (&a)
                   GKS_WGMMA_RS_INS)
   if constexpr (kN == 64) {
     GKS_WGMMA_RS_TYPED("64", GKS_WGMMA_REGS32, "{%32, %33, %34, %35}, %36", "%37", GKS_WGMMA_D32);
+  } else if constexpr (kN == 96) {
+    GKS_WGMMA_RS_TYPED("96", GKS_WGMMA_REGS48, "{%48, %49, %50, %51}, %52", "%53", GKS_WGMMA_D48);
   } else if constexpr (kN == 128) {
     GKS_WGMMA_RS_TYPED("128", GKS_WGMMA_REGS64, "{%64, %65, %66, %67}, %68", "%69", GKS_WGMMA_D64);
+  } else if constexpr (kN == 192) {
+    GKS_WGMMA_RS_TYPED("192", GKS_WGMMA_REGS96, "{%96, %97, %98, %99}, %100", "%101",
+                       GKS_WGMMA_D96);
   } else {
     GKS_WGMMA_RS_TYPED("256", GKS_WGMMA_REGS128, "{%128, %129, %130, %131}, %132", "%133",
                        GKS_WGMMA_D128);
@@ -175,11 +194,15 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[kN / 2], const uint32_t (&a)
 #undef GKS_WGMMA_SS_TYPED
 #undef GKS_WGMMA_ASM
 #undef GKS_WGMMA_D128
+#undef GKS_WGMMA_D96
 #undef GKS_WGMMA_D64
+#undef GKS_WGMMA_D48
 #undef GKS_WGMMA_D32
 #undef GKS_WGMMA_D8
 #undef GKS_WGMMA_REGS128
+#undef GKS_WGMMA_REGS96
 #undef GKS_WGMMA_REGS64
+#undef GKS_WGMMA_REGS48
 #undef GKS_WGMMA_REGS32
 
 }  // namespace gks::ptx
