@@ -13,8 +13,10 @@ exports what its family modules list in ``__all__`` (:func:`export_families`): n
 says where an op lives.
 
 Shapes are tuples whose meaning the spec's ``shape_names`` gives (e.g. ``("M", "N")`` for a
-row-wise op over an ``[M, N]`` input). Every callable that takes inputs takes the dict that
-``make_inputs`` returns, as keyword arguments.
+row-wise op over an ``[M, N]`` input); a spec may let its shapes leave off trailing names
+that then take another dim's value (``optional_dims``: flash_attention_fwd's Dv, D unless
+given). Every callable that takes inputs takes the dict that ``make_inputs`` returns, as
+keyword arguments.
 """
 
 from __future__ import annotations
@@ -187,6 +189,12 @@ class OpSpec:
     # Shape dims the autotuner's shape bucket keeps exact instead of rounding them up to a
     # power of two: flags, and dims that pick another kernel.
     bucket_exact: tuple[str, ...] = ()
+    # The last names of shape_names that a shape may leave off, each mapped to the dim whose
+    # value it then takes (flash_attention_fwd: {"Dv": "D"}): a dim added to an op after its
+    # shapes, tuned tables and bench records were made, which keep their meaning and keys.
+    # The spec's functions take either form; canonical_shape() leaves off what equals its
+    # default, the form the tuned tables key on.
+    optional_dims: Mapping[str, str] = dataclasses.field(default_factory=dict)
     # The unit the FLOPs run on, for the roofline: "fp32" (CUDA cores), "tensor" (FP16/BF16
     # Tensor Cores), "int8" (INT8 Tensor Cores).
     compute: str = "fp32"
@@ -194,6 +202,11 @@ class OpSpec:
     check: Callable[..., None] | None = None
 
     def __post_init__(self) -> None:
+        required = len(self.shape_names) - len(self.optional_dims)
+        if self.optional_dims and (self.shape_names[required:] != tuple(self.optional_dims) or any(
+                d not in self.shape_names[:required] for d in self.optional_dims.values())):
+            raise ValueError(f"op '{self.name}': optional_dims {dict(self.optional_dims)} must map the "
+                             f"last of shape_names {self.shape_names} to dims before them")
         bound = []
         for b in self.backends:
             if b.name not in BACKEND_MODULES:
@@ -212,6 +225,33 @@ class OpSpec:
                 return b
         known = ", ".join(b.name for b in self.backends)
         raise KeyError(f"op '{self.name}' has no backend '{name}' (it has: {known})")
+
+    def shape_lengths(self) -> tuple[int, ...]:
+        """How many dims a shape of this op may have, fewest first."""
+        full = len(self.shape_names)
+        return tuple(range(full - len(self.optional_dims), full + 1))
+
+    def fits_shape(self, shape: Sequence[int]) -> bool:
+        """Whether `shape` has as many dims as a shape of this op may."""
+        return len(shape) in self.shape_lengths()
+
+    def canonical_shape(self, shape: Sequence[int]) -> tuple[int, ...]:
+        """`shape` without the optional dims at its end that equal their defaults: one
+        spelling per shape (e.g. D = Dv = 64 is the 7-dim attention shape)."""
+        shape = tuple(shape)
+        names = self.shape_names
+        while len(shape) > len(names) - len(self.optional_dims):
+            default = self.optional_dims[names[len(shape) - 1]]
+            if shape[-1] != shape[names.index(default)]:
+                break
+            shape = shape[:-1]
+        return shape
+
+    def dims_text(self, sep: str = "x") -> str:
+        """shape_names joined by sep, the optional ones in brackets: "BxHqx...xcausal[xDv]"."""
+        required = len(self.shape_names) - len(self.optional_dims)
+        text = sep.join(self.shape_names[:required])
+        return text + "".join(f"[{sep}{n}]" for n in self.optional_dims)
 
     def has_backend(self, name: str) -> bool:
         return any(b.name == name for b in self.backends)
@@ -313,6 +353,7 @@ def describe(spec: OpSpec) -> dict[str, Any]:
         "summary": spec.summary,
         "signature": spec.signature,
         "shape_names": list(spec.shape_names),
+        "optional_dims": dict(spec.optional_dims),
         "dtypes": list(spec.dtypes),
         "backends": [
             {"name": b.name, "archs": list(b.archs), "interpreted": b.interpreted, "tunable": b.tunable}

@@ -68,8 +68,11 @@ def test_cli_list_json_schema():
     names = [op["name"] for op in doc["ops"]]
     assert names == [s.name for s in registry.ops()]
     for op in doc["ops"]:
-        assert set(op) == {"name", "family", "summary", "signature", "shape_names", "dtypes", "backends",
-                           "tolerance", "bench_shapes", "peers", "configs", "compute"}
+        assert set(op) == {"name", "family", "summary", "signature", "shape_names", "optional_dims", "dtypes",
+                           "backends", "tolerance", "bench_shapes", "peers", "configs", "compute"}
+        optional = list(op["optional_dims"])
+        assert op["shape_names"][len(op["shape_names"]) - len(optional):] == optional
+        assert all(d in op["shape_names"] for d in op["optional_dims"].values())
         assert op["family"] in registry.families()
         for b in op["backends"]:
             assert set(b) == {"name", "archs", "interpreted", "tunable"}
@@ -113,11 +116,30 @@ def test_every_spec_is_complete():
     for s in registry.ops():
         assert s.backends and s.test_shapes and s.bench_shapes and s.dtypes
         assert set(s.tolerance) >= set(s.dtypes), s.name
-        assert len(s.shape_names) == len(s.bench_shapes[0]), s.name
+        assert all(s.fits_shape(shape) for shape in (*s.bench_shapes, *s.test_shapes)), s.name
+        assert len(s.bench_shapes[0]) == len(s.shape_names) - len(s.optional_dims), s.name
         assert len(set(s.bench_shapes)) == len(s.bench_shapes), f"{s.name}: a bench shape listed twice"
         for shape in s.bench_shapes:
             for dt in s.dtypes:
                 assert s.flops(shape) >= 0 and s.bytes_moved(shape, dt) > 0, (s.name, shape, dt)
+
+
+def test_optional_shape_dims():
+    """flash_attention_fwd's Dv: an 8th dim a shape may leave off (then D's value); one
+    canonical spelling, the one the tuned tables key on."""
+    import dataclasses
+
+    s = registry.get("flash_attention_fwd")
+    assert s.shape_lengths() == (7, 8) and s.fits_shape((1,) * 8) and not s.fits_shape((1,) * 6)
+    assert s.canonical_shape((1, 2, 2, 3, 4, 64, 0, 64)) == (1, 2, 2, 3, 4, 64, 0)
+    assert s.canonical_shape((1, 2, 2, 3, 4, 192, 0, 128)) == (1, 2, 2, 3, 4, 192, 0, 128)
+    assert s.canonical_shape((1, 2, 2, 3, 4, 64, 0)) == (1, 2, 2, 3, 4, 64, 0)
+    assert s.dims_text() == "BxHqxHkvxSqxSkxDxcausal[xDv]"
+    assert registry.get("rmsnorm").shape_lengths() == (2,)
+    with pytest.raises(ValueError, match="optional_dims"):
+        dataclasses.replace(s, optional_dims={"D": "Sk"})  # not the last name
+    with pytest.raises(ValueError, match="optional_dims"):
+        dataclasses.replace(s, optional_dims={"Dv": "E"})  # no such dim
 
 
 def test_rmsnorm_formulas():

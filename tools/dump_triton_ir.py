@@ -166,16 +166,17 @@ def resolve(p: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[str, 
     if not args.shape:
         if default is None:
             p.error(f"argument --shape: {spec.name} has no test shape to default to; give one "
-                    f"({'x'.join(spec.shape_names)})")
+                    f"({spec.dims_text()})")
         return dtype, default
     try:
         shape = tuple(int(d) for d in args.shape.split("x"))
     except ValueError:
         shape = ()
-    if len(shape) != len(spec.shape_names) or min(shape) < 0:
+    if not shape or not spec.fits_shape(shape) or min(shape) < 0:
         example = f", e.g. {'x'.join(map(str, default))}" if default else ""
-        p.error(f"argument --shape: {spec.name} takes {len(spec.shape_names)} sizes, "
-                f"{'x'.join(spec.shape_names)}{example}; got '{args.shape}'")
+        counts = " or ".join(map(str, spec.shape_lengths()))
+        p.error(f"argument --shape: {spec.name} takes {counts} sizes, "
+                f"{spec.dims_text()}{example}; got '{args.shape}'")
     return dtype, shape
 
 

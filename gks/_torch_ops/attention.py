@@ -47,27 +47,36 @@ def _flash_attention_fwd(
     """Attention forward: (o, lse) = softmax(scores) v and its log-sum-exp, with scores
     softmax_scale * q k^T, capped to softcap * tanh(scores / softcap) when softcap > 0.
 
-    q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D]: fp16 or bf16 CUDA tensors, Hq % Hkv == 0,
-    D in {32, 64, 96, 128, 256}; the last dim contiguous, other strides free (a [B, S, H, D]
-    tensor passed as .transpose(1, 2) is read in place). softmax_scale defaults to
-    1 / sqrt(D). Query i sees key j when i + (Sk - Sq) - left <= j <= i + (Sk - Sq) + right
-    for window_size = (left, right), -1 unbounded (FlashAttention's sliding window, aligned
+    q [B, Hq, Sq, D], k [B, Hkv, Sk, D], v [B, Hkv, Sk, Dv]: fp16 or bf16 CUDA tensors,
+    Hq % Hkv == 0, D in {32, 64, 96, 128, 192, 256}, Dv = D or, with D = 192, 128
+    (DeepSeek-V3's MLA); the last dim contiguous, other strides free (a [B, S, H, D] tensor
+    passed as .transpose(1, 2) is read in place). softmax_scale defaults to 1 / sqrt(D).
+    Query i sees key j when i + (Sk - Sq) - left <= j <= i + (Sk - Sq) + right for
+    window_size = (left, right), -1 unbounded (FlashAttention's sliding window, aligned
     bottom-right); causal is right = 0 (window_size's right must then be -1 or 0). softcap:
-    0 (none) or a finite number > 0. Returns o [B, Hq, Sq, D] (contiguous, q's dtype) and
+    0 (none) or a finite number > 0. Returns o [B, Hq, Sq, Dv] (contiguous, q's dtype) and
     lse [B, Hq, Sq] (float32, natural log; -inf for a row that sees no key, whose o is 0).
     Runs on the current CUDA stream. config: -1 the tuned table's kernel for this shape, else
     the best kernel here; an index forces one (see gks.cuda.flash_attention_fwd_out).
     """
-    dims = attention_dims(q, k, causal)
+    dims = attention_dims(q, k, causal, v)
     if dims is not None:
         config = resolve_config("flash_attention_fwd", q, dims, config)
-    o = torch.empty_like(q, memory_format=torch.contiguous_format)
-    lse = q.new_empty(q.shape[:-1], dtype=torch.float32)
+    o, lse = _outputs(q, v)
     cuda.flash_attention_fwd_out(
         _kernel_input(q), _kernel_input(k), _kernel_input(v), o, lse, causal, softmax_scale,
         window_size, softcap, config,
     )
     return o, lse
+
+
+def _outputs(q: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """o [B, Hq, Sq, Dv] (contiguous, q's dtype: v's head dim, which may differ from q's) and
+    lse [B, Hq, Sq]; for inputs that are not 4-D, q-shaped ones, which the library then
+    refuses, naming the argument."""
+    o_shape = (*q.shape[:-1], v.shape[-1]) if q.dim() == 4 and v.dim() == 4 else q.shape
+    o = torch.empty(o_shape, dtype=q.dtype, device=q.device)
+    return o, q.new_empty(q.shape[:-1], dtype=torch.float32)
 
 
 # torch infers no schema with a tuple default (window_size): it is given here, in the body's order.
@@ -81,8 +90,7 @@ flash_attention_fwd = gks_op("flash_attention_fwd", _flash_attention_fwd, schema
 
 @flash_attention_fwd.op.register_fake
 def _(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0, config=-1):
-    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
+    o, lse = _outputs(q, v)
     # What the op copies (a view whose rows are not 16-byte aligned) arrives aligned.
     q, k, v = (_kernel_input(t, fake=True) for t in (q, k, v))
     validate(cuda.flash_attention_fwd_out, q, k, v, o, lse, causal, softmax_scale, window_size,

@@ -28,8 +28,9 @@ def flash_attention_fwd_out(q, k, v, o, lse, causal: bool = False, softmax_scale
                             window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0,
                             config: int = -1) -> None:
     """(o, lse) = flash_attention_fwd(q, k, v, causal, softmax_scale, window_size, softcap),
-    written into o ([B, Hq, Sq, D], q's dtype, last dim contiguous) and lse ([B, Hq, Sq],
-    float32). q, k, v and o must be 16-byte aligned (base and batch/head/sequence strides);
+    written into o ([B, Hq, Sq, Dv], v's head dim, q's dtype, last dim contiguous) and lse
+    ([B, Hq, Sq], float32); q and k [.., D], v [B, Hkv, Sk, Dv], Dv = D or, with D = 192,
+    128. q, k, v and o must be 16-byte aligned (base and batch/head/sequence strides);
     see gks.flash_attention_fwd for the meaning. config: -1 runs the best kernel here, else
     an index into the library's table (gks.registry.get("flash_attention_fwd").configs,
     e.g. "mma.sync", "wgmma"); a Hopper kernel forced where it cannot run gives way.

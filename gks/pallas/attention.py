@@ -4,7 +4,9 @@ query head), walking its head's keys in BLOCK_K tiles with the online softmax in
 
 Block shapes must be powers of two on the Triton lowering, and a slice past the end of a
 ref is not masked in interpret mode, so the sequences are zero-padded to whole blocks (and
-D = 96 to 128) and the padding is masked (keys) or sliced off (queries, head dim).
+the head dims to powers of two: q and k's D = 96 and 192 to 128 and 256, v's Dv likewise,
+each on its own, so DeepSeek's D = 192 with Dv = 128 keeps [block_q, 128] accumulators) and
+the padding is masked (keys) or sliced off (queries, head dims).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from gks.pallas._common import default_interpret, next_pow2, takes_arrays, tuned_config
+from gks.runtime.dims import attention_dims
 from gks.specs.attention import (
     check_attention_shapes,
     checked_softcap,
@@ -81,9 +84,9 @@ def _fwd_kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, *, scale_log2, softcap, cap
         lower = jnp.clip(jax.lax.div(jnp.maximum(first_visible, 0), block_k), 0, num_kb)
     else:
         lower = 0
-    head_dim = q_ref.shape[-1]
+    head_dim_v = v_ref.shape[-1]  # o's (padded) head dim
     init = (
-        jnp.zeros((block_q, head_dim), jnp.float32),
+        jnp.zeros((block_q, head_dim_v), jnp.float32),
         jnp.full((block_q,), -jnp.inf, jnp.float32),
         jnp.zeros((block_q,), jnp.float32),
     )
@@ -127,10 +130,10 @@ def _block_sizes(config: int, seqlen_q: int, seqlen_k: int) -> tuple[int, int]:
 @functools.partial(jax.jit, static_argnames=("window", "scale", "softcap", "interpret", "config"))
 def _flash_attention_fwd(q, k, v, *, window, scale, softcap, interpret, config):
     batch, heads_q, seqlen_q, head_dim = q.shape
-    heads_kv, seqlen_k = k.shape[1], k.shape[2]
+    heads_kv, seqlen_k, head_dim_v = k.shape[1], k.shape[2], v.shape[3]
     group = heads_q // heads_kv
     block_q, block_k = _block_sizes(config, seqlen_q, seqlen_k)
-    dim_p = next_pow2(head_dim)
+    dim_p, dim_vp = next_pow2(head_dim), next_pow2(head_dim_v)
     sq_p = -(-seqlen_q // block_q) * block_q
     sk_p = -(-seqlen_k // block_k) * block_k
     # Zero padding: padded q rows and head-dim columns add 0 to every score; padded keys
@@ -138,8 +141,9 @@ def _flash_attention_fwd(q, k, v, *, window, scale, softcap, interpret, config):
     if (sq_p, dim_p) != (seqlen_q, head_dim):
         q = jnp.pad(q, ((0, 0), (0, 0), (0, sq_p - seqlen_q), (0, dim_p - head_dim)))
     if (sk_p, dim_p) != (seqlen_k, head_dim):
-        pad = ((0, 0), (0, 0), (0, sk_p - seqlen_k), (0, dim_p - head_dim))
-        k, v = jnp.pad(k, pad), jnp.pad(v, pad)
+        k = jnp.pad(k, ((0, 0), (0, 0), (0, sk_p - seqlen_k), (0, dim_p - head_dim)))
+    if (sk_p, dim_vp) != (seqlen_k, head_dim_v):
+        v = jnp.pad(v, ((0, 0), (0, 0), (0, sk_p - seqlen_k), (0, dim_vp - head_dim_v)))
     kernel = functools.partial(
         _fwd_kernel, scale_log2=softcap * LOG2E if softcap else scale * LOG2E, softcap=softcap,
         cap_in=scale / softcap if softcap else 1.0, window=window, block_q=block_q,
@@ -152,14 +156,14 @@ def _flash_attention_fwd(q, k, v, *, window, scale, softcap, interpret, config):
         in_specs=[
             pl.BlockSpec((None, None, block_q, dim_p), lambda i, b, h: (b, h, i, 0)),
             pl.BlockSpec((None, None, sk_p, dim_p), lambda i, b, h: (b, h // group, 0, 0)),
-            pl.BlockSpec((None, None, sk_p, dim_p), lambda i, b, h: (b, h // group, 0, 0)),
+            pl.BlockSpec((None, None, sk_p, dim_vp), lambda i, b, h: (b, h // group, 0, 0)),
         ],
         out_specs=[
-            pl.BlockSpec((None, None, block_q, dim_p), lambda i, b, h: (b, h, i, 0)),
+            pl.BlockSpec((None, None, block_q, dim_vp), lambda i, b, h: (b, h, i, 0)),
             pl.BlockSpec((None, None, block_q), lambda i, b, h: (b, h, i)),
         ],
         out_shape=[
-            jax.ShapeDtypeStruct((batch, heads_q, sq_p, dim_p), q.dtype),
+            jax.ShapeDtypeStruct((batch, heads_q, sq_p, dim_vp), q.dtype),
             jax.ShapeDtypeStruct((batch, heads_q, sq_p), jnp.float32),
         ],
         interpret=interpret,
@@ -167,7 +171,7 @@ def _flash_attention_fwd(q, k, v, *, window, scale, softcap, interpret, config):
                                              num_stages=CONFIGS[config][3]),
         name="gks_flash_attention_fwd",
     )(q, k, v)
-    return o[:, :, :seqlen_q, :head_dim], lse[:, :, :seqlen_q]
+    return o[:, :, :seqlen_q, :head_dim_v], lse[:, :, :seqlen_q]
 
 
 @takes_arrays("q", "k", "v")
@@ -176,11 +180,12 @@ def flash_attention_fwd(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool =
                         softcap: float = 0.0, *, interpret: bool | None = None, config: int = -1):
     """Attention forward with lse on JAX arrays; the meaning of gks.flash_attention_fwd.
 
-    q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D] (fp16/bf16, Hq % Hkv == 0, D in
-    {32, 64, 96, 128, 256}). window_size (left, right), -1 unbounded: query i sees keys
-    i + Sk - Sq - left to i + Sk - Sq + right (causal: right 0). softcap > 0 caps the scaled
-    scores to softcap * tanh(s / softcap). Returns o [B, Hq, Sq, D] (q's dtype) and lse
-    [B, Hq, Sq] (float32, natural log; -inf for a row that sees no key, whose o is 0). config: an index
+    q [B, Hq, Sq, D], k [B, Hkv, Sk, D], v [B, Hkv, Sk, Dv] (fp16/bf16, Hq % Hkv == 0, D in
+    {32, 64, 96, 128, 192, 256}, Dv = D or, with D = 192, 128). window_size (left, right), -1
+    unbounded: query i sees keys i + Sk - Sq - left to i + Sk - Sq + right (causal: right 0).
+    softcap > 0 caps the scaled scores to softcap * tanh(s / softcap). Returns o
+    [B, Hq, Sq, Dv] (q's dtype) and lse [B, Hq, Sq] (float32, natural log; -inf for a row
+    that sees no key, whose o is 0). config: an index
     into gks.pallas.flash_attention_fwd_config_names() (block shapes and launch), or -1: the
     tuned entry for this GPU and shape if `gks autotune --backend pallas` made one, else a
     shape per head dim.
@@ -203,17 +208,18 @@ def flash_attention_fwd(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool =
     check_attention_shapes(op, q.shape, k.shape, v.shape)
     batch, heads_q, seqlen_q, head_dim = q.shape
     heads_kv, seqlen_k = k.shape[1], k.shape[2]
+    o_shape = (batch, heads_q, seqlen_q, v.shape[3])
     scale = checked_softmax_scale(op, softmax_scale, head_dim)
     left, right = checked_window(op, window_size, causal)
     cap = checked_softcap(op, softcap, scale)
     if q.size == 0:
-        return jnp.zeros(q.shape, q.dtype), jnp.zeros(q.shape[:3], jnp.float32)
+        return jnp.zeros(o_shape, q.dtype), jnp.zeros(q.shape[:3], jnp.float32)
     if seqlen_k == 0:  # no keys at all: every row sees none
-        return jnp.zeros(q.shape, q.dtype), jnp.full(q.shape[:3], -jnp.inf, jnp.float32)
+        return jnp.zeros(o_shape, q.dtype), jnp.full(q.shape[:3], -jnp.inf, jnp.float32)
     if interpret is None:
         interpret = default_interpret(q)
     if config == -1:
-        dims = (batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, int(bool(causal)))
+        dims = attention_dims(q, k, causal, v)
         tuned = None if interpret else tuned_config(q, "pallas.flash_attention_fwd", str(q.dtype),
                                                     dims)
         config = _default_config(head_dim) if tuned is None else tuned

@@ -329,9 +329,9 @@ def _plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[tup
                              f"(it has {', '.join(spec.dtypes)})")
         dtypes = [d for d in wanted if d in spec.dtypes] if wanted else list(spec.dtypes)
         for shape in args.shapes or ():
-            if len(shape) != len(spec.shape_names):
+            if not spec.fits_shape(shape):
                 parser.error(f"argument --shapes: '{'x'.join(map(str, shape))}' is not a shape of "
-                             f"{op}, whose dims are {'x'.join(spec.shape_names)}")
+                             f"{op}, whose dims are {spec.dims_text()}")
         shapes = list(args.shapes or (tuple(s) for s in spec.bench_shapes))
         if dtypes:
             plan.append((op, dtypes, shapes))

@@ -345,13 +345,13 @@ def _parse_shapes(text: str | None) -> list[tuple[int, ...]] | None:
 
 def shapes_for(spec, given: list[tuple[int, ...]] | None) -> list[tuple[int, ...]]:
     """The shapes to bench `spec` at: its bench shapes, or those of `given` with as many dims
-    as its shapes have (so one --shapes list can serve ops of different ranks)."""
+    as its shapes may have (so one --shapes list can serve ops of different ranks)."""
     if given is None:
         return list(spec.bench_shapes)
-    dims = len(spec.bench_shapes[0])
-    fit = [s for s in given if len(s) == dims]
+    fit = [s for s in given if spec.fits_shape(s)]
     if not fit:
         example = "x".join(map(str, spec.bench_shapes[0]))
+        dims = " or ".join(map(str, spec.shape_lengths()))
         raise ValueError(f"gks bench: no shape in --shapes fits {spec.name}, whose shapes have "
                          f"{dims} dims (e.g. {example})")
     return fit

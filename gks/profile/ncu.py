@@ -60,22 +60,26 @@ def _flag_dims(spec) -> set[int]:
     """Positions of a spec's shape that are 0/1 flags, not sizes (flash_attention_fwd's
     causal): those its own shapes set to 0, with no value but 0 and 1."""
     shapes = [*spec.test_shapes, *spec.bench_shapes]
+    # A shape that leaves off an optional dim has no say on it.
     return {i for i in range(len(spec.shape_names))
-            if any(s[i] == 0 for s in shapes) and all(s[i] in (0, 1) for s in shapes)}
+            if any(len(s) > i and s[i] == 0 for s in shapes)
+            and all(s[i] in (0, 1) for s in shapes if len(s) > i)}
 
 
 def parse_shape(text: str, spec) -> tuple[int, ...]:
     """--shape ("8192x32768") as the op's shape tuple, or ArgumentProblem saying what the op
-    expects: as many positive integers as its shape_names, "x" between them."""
+    expects: as many positive integers as its shape_names (less any optional ones it leaves
+    off), "x" between them."""
     names = spec.shape_names
     example = "x".join(map(str, spec.bench_shapes[0]))
-    expected = f"{len(names)} dims {' x '.join(names)}, e.g. {example}"
+    counts = " or ".join(map(str, spec.shape_lengths()))
+    expected = f"{counts} dims {spec.dims_text(' x ')}, e.g. {example}"
     try:
         shape = tuple(int(d) for d in text.strip().lower().split("x"))
     except ValueError:
         raise ArgumentProblem("--shape", f"'{text}' is not integers joined by 'x'; {spec.name} "
                               f"takes {expected}") from None
-    if len(shape) != len(names):
+    if not spec.fits_shape(shape):
         raise ArgumentProblem("--shape", f"'{text}' has {len(shape)} dims; {spec.name} takes "
                               f"{expected}")
     flags = _flag_dims(spec)

@@ -40,10 +40,18 @@ def row_dims(x) -> tuple[int, int]:
     return (x.numel() // n if n else 0), n
 
 
-def attention_dims(q, k, causal) -> tuple[int, ...] | None:
+def attention_dims(q, k, causal, v=None) -> tuple[int, ...] | None:
     """(B, Hq, Hkv, Sq, Sk, D, causal) of q [B, Hq, Sq, D] and k [B, Hkv, Sk, D], the
-    attention spec's dims; None unless both are 4-D (the C++ API then says what is wrong)."""
+    attention spec's dims, with Dv appended where v [B, Hkv, Sk, Dv] has a head dim other
+    than D (the spec's optional last dim: the keys of D = Dv stay 7 dims); None unless they
+    are 4-D (the C++ API then says what is wrong). Takes torch tensors or JAX arrays."""
     qs, ks = q.shape, k.shape
     if len(qs) != 4 or len(ks) != 4:
         return None
-    return qs[0], qs[1], ks[1], qs[2], ks[2], qs[3], int(bool(causal))
+    dims = (qs[0], qs[1], ks[1], qs[2], ks[2], qs[3], int(bool(causal)))
+    if v is None:
+        return dims
+    vs = v.shape
+    if len(vs) != 4:
+        return None
+    return dims if vs[3] == qs[3] else (*dims, vs[3])

@@ -9,7 +9,8 @@ else ``~/.cache/gks/autotune.json``, written by ``gks autotune``), then the tabl
 with gks (``gks/runtime/tuned/<gpu>.json``). A cache key holds everything that can change the
 answer: GPU name, compute capability, driver version, gks version, kernel, dtype, shape
 bucket (each dim rounded up to a power of two, but for the dims the op's spec keeps exact,
-``OpSpec.bucket_exact``) and a hash of the kernel's config names. A shipped entry applies to
+``OpSpec.bucket_exact``; an optional last dim that equals its default left off,
+``OpSpec.canonical_shape``) and a hash of the kernel's config names. A shipped entry applies to
 the same GPU model and compute capability, kernel, dtype, bucket and config list whatever
 the driver and gks version. An entry made under any other value is never matched.
 
@@ -66,17 +67,23 @@ def shape_bucket(shape: Sequence[int], exact: Sequence[int] = ()) -> tuple[int, 
 
 
 @functools.cache
-def bucket_exact_dims(kernel: str) -> tuple[int, ...]:
-    """The indices of the shape dims that `kernel`'s op keeps exact in its bucket."""
+def _kernel_spec(kernel: str):
     from gks import registry
 
-    spec = registry.get(split_kernel(kernel)[1])
+    return registry.get(split_kernel(kernel)[1])
+
+
+@functools.cache
+def bucket_exact_dims(kernel: str) -> tuple[int, ...]:
+    """The indices of the shape dims that `kernel`'s op keeps exact in its bucket."""
+    spec = _kernel_spec(kernel)
     return tuple(spec.shape_names.index(name) for name in spec.bucket_exact)
 
 
 def kernel_bucket(kernel: str, shape: Sequence[int]) -> tuple[int, ...]:
-    """The shape bucket of `kernel`'s cache keys."""
-    return shape_bucket(shape, bucket_exact_dims(kernel))
+    """The shape bucket of `kernel`'s cache keys, of the shape's canonical spelling (a
+    flash_attention_fwd shape with Dv = D keys as the 7-dim one)."""
+    return shape_bucket(_kernel_spec(kernel).canonical_shape(shape), bucket_exact_dims(kernel))
 
 
 def config_hash(names: Sequence[str]) -> str:

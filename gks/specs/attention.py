@@ -2,10 +2,13 @@
 """The attention family: FlashAttention forward with lse, (o, lse) = attention(q, k, v,
 causal, softmax_scale, window_size, softcap).
 
-A shape is (B, Hq, Hkv, Sq, Sk, D, causal): q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D],
-causal 0 or 1. The sliding window and the softcap are options of a call, not dims of a
-shape: the inputs a shape makes use neither (no window, no cap), and the tuned tables key on
-the shape alone.
+A shape is (B, Hq, Hkv, Sq, Sk, D, causal) or (B, Hq, Hkv, Sq, Sk, D, causal, Dv): q
+[B, Hq, Sq, D], k [B, Hkv, Sk, D], v [B, Hkv, Sk, Dv], causal 0 or 1. Dv, v's (and o's)
+head dim, is D unless given (DeepSeek's MLA runs D = 192 with Dv = 128): it comes last and
+optional so that every shape of D = Dv, and the tuned tables' keys made from them, stay as
+they were (gks.runtime.dims.attention_dims gives it only where it differs from D). The
+sliding window and the softcap are options of a call, not dims of a shape: the inputs a
+shape makes use neither (no window, no cap), and the tuned tables key on the shape alone.
 """
 
 from __future__ import annotations
@@ -28,17 +31,26 @@ if TYPE_CHECKING:  # annotations only: the module loads without torch
 __all__ = ["flash_attention_fwd"]
 
 
-HEAD_DIMS = (32, 64, 96, 128, 256)  # the head dims every backend compiles
+HEAD_DIMS = (32, 64, 96, 128, 192, 256)  # the q/k head dims every backend compiles
+# v's head dims other than q/k's that a q/k head dim also takes: DeepSeek-V3's MLA (192, 128),
+# as FlashAttention-3 runs it.
+OTHER_V_HEAD_DIMS = {192: (128,)}
+
+
+def v_head_dim_ok(head_dim: int, head_dim_v: int) -> bool:
+    """Whether v's head dim may be head_dim_v beside q and k's head_dim (a supported one)."""
+    return head_dim_v == head_dim or head_dim_v in OTHER_V_HEAD_DIMS.get(head_dim, ())
 
 
 def check_attention_shapes(op: str, q_shape, k_shape, v_shape) -> None:
     """The shape rules the Triton and Pallas backends enforce once q, k and v are known to
-    have 4 dims: a supported head dim, k [B, Hkv, Sk, D] with q's B and D, v shaped like k,
-    and Hq a multiple of Hkv. Raises ValueError naming the argument."""
+    have 4 dims: a supported head dim D, k [B, Hkv, Sk, D] with q's B and D, v [B, Hkv, Sk,
+    Dv] with k's first three dims and Dv = D (or 128 with D = 192), and Hq a multiple of
+    Hkv. Raises ValueError naming the argument, in the C++ API's words and order."""
     batch, heads_q, _, head_dim = q_shape
     if head_dim not in HEAD_DIMS:
         raise ValueError(
-            f"{op}: head dim (the last dim of q, k and v) must be one of 32, 64, 96, 128, 256, "
+            f"{op}: head dim (the last dim of q and k) must be one of 32, 64, 96, 128, 192, 256, "
             f"got {head_dim}"
         )
     if k_shape[0] != batch or k_shape[3] != head_dim:
@@ -46,8 +58,12 @@ def check_attention_shapes(op: str, q_shape, k_shape, v_shape) -> None:
             f"{op}: argument 'k' must have shape [{batch}, Hkv, Sk, {head_dim}] (q's batch "
             f"and head dim), got {list(k_shape)}"
         )
-    if tuple(v_shape) != tuple(k_shape):
-        raise ValueError(f"{op}: argument 'v' must have the shape of 'k' {list(k_shape)}, got {list(v_shape)}")
+    if tuple(v_shape[:3]) != tuple(k_shape[:3]) or not v_head_dim_ok(head_dim, v_shape[3]):
+        raise ValueError(
+            f"{op}: argument 'v' must have shape [{k_shape[0]}, {k_shape[1]}, {k_shape[2]}, "
+            f"{head_dim}] (k's first three dims and the head dim; 128 is also allowed with head "
+            f"dim 192), got {list(v_shape)}"
+        )
     heads_kv = k_shape[1]
     if heads_kv == 0 or heads_q % heads_kv != 0:
         raise ValueError(
@@ -150,14 +166,14 @@ def flash_attention_fwd(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention forward with the log-sum-exp of each query row.
 
-    q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D], Hq % Hkv == 0. Returns o [B, Hq, Sq, D] (q's
-    dtype; float64 when precise) and lse [B, Hq, Sq] (float32; float64 when precise), the
-    natural log of the sum of exp(scores). Query i sees key j when
+    q [B, Hq, Sq, D], k [B, Hkv, Sk, D], v [B, Hkv, Sk, Dv], Hq % Hkv == 0. Returns o
+    [B, Hq, Sq, Dv] (q's dtype; float64 when precise) and lse [B, Hq, Sq] (float32; float64
+    when precise), the natural log of the sum of exp(scores). Query i sees key j when
     j >= i + (Sk - Sq) - left (left = -1: unbounded) and j <= i + (Sk - Sq) + right, for
     window_size = (left, right) (FlashAttention's sliding window, aligned bottom-right);
     causal is right = 0. The scores are softmax_scale * q . k, capped to
     softcap * tanh(s / softcap) when softcap > 0. A row that sees no key gets o = 0 and
-    lse = -inf.
+    lse = -inf. softmax_scale defaults to 1/sqrt(D), q and k's head dim.
     """
     import torch
 
@@ -226,10 +242,19 @@ def attention_in(q, k, v, causal, softmax_scale, dtype: torch.dtype, window_size
 _SCORES_BUDGET_BYTES = 1 << 30
 
 
+def full_shape(shape) -> tuple[int, ...]:
+    """(B, Hq, Hkv, Sq, Sk, D, causal, Dv) of a shape with or without its Dv (then D)."""
+    if len(shape) == 7:
+        return (*shape, shape[5])
+    if len(shape) == 8:
+        return tuple(shape)
+    raise ValueError(f"flash_attention_fwd: a shape is (B, Hq, Hkv, Sq, Sk, D, causal[, Dv]), got {shape}")
+
+
 def make_inputs(shape, dtype, device, seed):
     import torch
 
-    batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, causal = shape
+    batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, causal, head_dim_v = full_shape(shape)
     gen = torch.Generator(device=device).manual_seed(seed)
     dt = getattr(torch, dtype)
 
@@ -239,7 +264,7 @@ def make_inputs(shape, dtype, device, seed):
     return {
         "q": randn(batch, heads_q, seqlen_q, head_dim),
         "k": randn(batch, heads_kv, seqlen_k, head_dim),
-        "v": randn(batch, heads_kv, seqlen_k, head_dim),
+        "v": randn(batch, heads_kv, seqlen_k, head_dim_v),
         "causal": bool(causal),
         "softmax_scale": None,
     }
@@ -275,16 +300,19 @@ def sum_range(lo: int, hi: int) -> int:
 
 
 def flops(shape) -> float:
-    batch, heads_q, _, seqlen_q, seqlen_k, head_dim, causal = shape
-    # Two matmuls (Q K^T and P V) of 2 flops per multiply-add over the unmasked pairs.
-    return 4.0 * batch * heads_q * head_dim * visible_pairs(seqlen_q, seqlen_k, bool(causal))
+    batch, heads_q, _, seqlen_q, seqlen_k, head_dim, causal, head_dim_v = full_shape(shape)
+    # Two matmuls, Q K^T over D and P V over Dv, of 2 flops per multiply-add over the
+    # unmasked pairs.
+    return (2.0 * batch * heads_q * (head_dim + head_dim_v)
+            * visible_pairs(seqlen_q, seqlen_k, bool(causal)))
 
 
 def bytes_moved(shape, dtype) -> float:
-    batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, _ = shape
+    batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, _, head_dim_v = full_shape(shape)
     elem = ELEM_BYTES[dtype]
-    # q, k, v read once, o written once, lse (fp32) written once.
-    return (elem * (2.0 * batch * heads_q * seqlen_q * head_dim + 2.0 * batch * heads_kv * seqlen_k * head_dim)
+    # q, k (D) and v (Dv) read once, o (Dv) written once, lse (fp32) written once.
+    return (elem * (batch * heads_q * seqlen_q * (head_dim + head_dim_v)
+                    + batch * heads_kv * seqlen_k * (head_dim + head_dim_v))
             + 4.0 * batch * heads_q * seqlen_q)
 
 
@@ -293,22 +321,36 @@ def _attention_bad_inputs() -> tuple[BadInput, ...]:
     heads that do not group, mixed dtypes, float32, a strided last dim, 3-D tensors, k of
     another head dim, a softmax_scale that is not a finite number > 0, a window bound below
     -1 or a right bound with causal, a softcap that is NaN, negative or past what float32
-    factors of it hold."""
+    factors of it hold, v of a head dim the q/k head dim does not pair with (only 192 takes
+    another, 128) or of other first dims than k's."""
 
-    def call(t, d, q=(1, 4, 16, 64), kv=(1, 2, 16, 64), dtype="float16", k_dtype=None, strided=False, **extra):
+    def call(t, d, q=(1, 4, 16, 64), kv=(1, 2, 16, 64), dtype="float16", k_dtype=None, strided=False,
+             v=None, **extra):
         dt = getattr(t, dtype)
         q_t = t.randn(q, device=d).to(dt)
         if strided:
             q_t = t.randn(*q[:3], 2 * q[3], device=d).to(dt)[..., ::2]
         k_t = t.randn(kv, device=d).to(getattr(t, k_dtype) if k_dtype else dt)
-        return {"q": q_t, "k": k_t, "v": t.randn(kv, device=d).to(dt), **extra}
+        return {"q": q_t, "k": k_t, "v": t.randn(v or kv, device=d).to(dt), **extra}
 
     heads = "the query heads (4, dim 1 of q) must be a multiple of the key/value heads (3"
+    v_shape = ("argument 'v' must have shape [1, 2, 16, {}] (k's first three dims and the head dim; "
+               "128 is also allowed with head dim 192), got {}")
     return (
         BadInput("head_dim_48", lambda t, d: call(t, d, (1, 4, 16, 48), (1, 2, 16, 48)), ValueError,
-                 "head dim (the last dim of q, k and v) must be one of 32, 64, 96, 128, 256, got 48"),
+                 "head dim (the last dim of q and k) must be one of 32, 64, 96, 128, 192, 256, got 48"),
         BadInput("head_dim_512", lambda t, d: call(t, d, (1, 4, 16, 512), (1, 2, 16, 512)), ValueError,
-                 "must be one of 32, 64, 96, 128, 256, got 512"),
+                 "must be one of 32, 64, 96, 128, 192, 256, got 512"),
+        BadInput("v_head_dim_64_with_128",
+                 lambda t, d: call(t, d, (1, 4, 16, 128), (1, 2, 16, 128), v=(1, 2, 16, 64)), ValueError,
+                 v_shape.format(128, "[1, 2, 16, 64]")),
+        BadInput("v_head_dim_128_with_64", lambda t, d: call(t, d, v=(1, 2, 16, 128)), ValueError,
+                 v_shape.format(64, "[1, 2, 16, 128]")),
+        BadInput("v_head_dim_64_with_192",
+                 lambda t, d: call(t, d, (1, 4, 16, 192), (1, 2, 16, 192), v=(1, 2, 16, 64)), ValueError,
+                 v_shape.format(192, "[1, 2, 16, 64]")),
+        BadInput("v_seqlen", lambda t, d: call(t, d, v=(1, 2, 15, 64)), ValueError,
+                 v_shape.format(64, "[1, 2, 15, 64]")),
         BadInput("heads_not_multiple", lambda t, d: call(t, d, kv=(1, 3, 16, 64)), ValueError, heads),
         BadInput("k_dtype", lambda t, d: call(t, d, k_dtype="bfloat16"), TypeError,
                  "argument 'k' must have the dtype of 'q'"),
@@ -483,6 +525,8 @@ def _bench_shapes():
         for seqlen in (1024, 4096, 16384):
             for causal in (0, 1):
                 shapes.append((tokens // seqlen, heads, heads, seqlen, seqlen, head_dim, causal))
+    # DeepSeek-V3's MLA prefill on one GPU of eight (16 of its 128 heads): D = 192, Dv = 128.
+    shapes.append((tokens // 4096, 16, 16, 4096, 4096, 192, 1, 128))
     return tuple(shapes)
 
 
@@ -490,15 +534,18 @@ FLASH_ATTENTION_FWD = register(
     OpSpec(
         name="flash_attention_fwd",
         family="attention",
-        summary="FlashAttention forward with log-sum-exp: causal, sliding window, softcap, GQA/MQA, any Sq/Sk",
+        summary=("FlashAttention forward with log-sum-exp: causal, sliding window, softcap, GQA/MQA, any "
+                 "Sq/Sk, DeepSeek's head dims 192/128"),
         signature=(
-            "flash_attention_fwd(q[B, Hq, Sq, D], k[B, Hkv, Sk, D], v[B, Hkv, Sk, D], "
+            "flash_attention_fwd(q[B, Hq, Sq, D], k[B, Hkv, Sk, D], v[B, Hkv, Sk, Dv], "
             "causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0) "
-            "-> (o[B, Hq, Sq, D] (q's dtype), lse[B, Hq, Sq] (fp32))"
+            "-> (o[B, Hq, Sq, Dv] (q's dtype), lse[B, Hq, Sq] (fp32))"
         ),
-        shape_names=("B", "Hq", "Hkv", "Sq", "Sk", "D", "causal"),
-        # The head dim picks the kernel's tiles; causal is a flag, not a size.
-        bucket_exact=("D", "causal"),
+        # Dv last and optional (D unless given): the shapes of D = Dv keep their 7 dims.
+        shape_names=("B", "Hq", "Hkv", "Sq", "Sk", "D", "causal", "Dv"),
+        optional_dims={"Dv": "D"},
+        # The head dims pick the kernel's tiles; causal is a flag, not a size.
+        bucket_exact=("D", "causal", "Dv"),
         dtypes=("float16", "bfloat16"),
         make_inputs=make_inputs,
         reference=flash_attention_fwd,
@@ -507,9 +554,9 @@ FLASH_ATTENTION_FWD = register(
         flops=flops,
         bytes_moved=bytes_moved,
         backends=(
-            # Its configs: mma.sync for every GPU and head dim; on sm_90, wgmma for D = 64
-            # and 128 and the warp-specialized wgmma.ws for D = 64, 96, 128 and 256 (the
-            # default; elsewhere they give way).
+            # Its configs: mma.sync for every GPU and head dim; on sm_90, wgmma for D = Dv = 64
+            # and 128 and the warp-specialized wgmma.ws for D = 64, 96, 128, 192 and 256 and
+            # (192, 128) (the default; elsewhere they give way).
             Backend("cuda", archs=("sm_80", "sm_90a"), tunable=True),
             Backend("triton", archs=("sm_80", "sm_90"), interpreted=True, tunable=True),
             Backend("pallas", archs=("sm_80", "sm_90"), interpreted=True, tunable=True),
@@ -525,15 +572,20 @@ FLASH_ATTENTION_FWD = register(
             (1, 4, 2, 37, 1000, 32, 0),      # GQA, long Sk
             (1, 2, 2, 130, 66, 96, 0),       # Sq > Sk, D = 96
             (1, 2, 1, 65, 129, 256, 0),
+            (1, 2, 1, 65, 100, 192, 0),      # GQA, D = 192
+            (1, 4, 2, 65, 100, 192, 0, 128), # DeepSeek's D = 192, Dv = 128
             (1, 1, 1, 0, 16, 64, 0),         # Sq = 0
             (1, 2, 1, 5, 0, 64, 0),          # Sk = 0
             (1, 1, 1, 64, 64, 64, 1),
             (1, 2, 1, 37, 53, 32, 1),        # causal, Sq < Sk
             (1, 2, 2, 53, 17, 32, 1),        # causal, Sq > Sk: fully masked rows
             (1, 1, 1, 16, 40, 256, 1),
+            (1, 1, 1, 16, 40, 192, 1),
+            (1, 1, 1, 2, 5, 192, 1, 128),    # Dv counts in the product: tiny to run interpreted
             (1, 1, 1, 1, 1, 64, 1),
             (2, 8, 1, 129, 129, 128, 1),     # GPU only under an interpreter's size limit (see above)
             (1, 4, 4, 200, 1000, 96, 1),
+            (2, 8, 2, 300, 517, 192, 1, 128),
         ),
         bench_shapes=_bench_shapes(),
         compute="tensor",

@@ -10,6 +10,10 @@ loop and a masked one, as the CUDA kernel does, makes Triton 3.6 spill registers
 tiles that run fastest (docs/perf/attention.md). Causal programs skip the tiles above the
 diagonal; with a sliding window a program walks only the tiles between its first row's left
 bound and its last row's right bound, and masks the tiles that cross either bound.
+
+q and k's head dim D and v's (and o's) Dv each pad to a power of two (BLOCK_D, BLOCK_DV:
+D = 96 and 192 to 128 and 256) with masked loads and stores, so D = 192 with Dv = 128
+(DeepSeek's MLA) runs [BLOCK_M, 128] accumulators.
 """
 
 from __future__ import annotations
@@ -68,17 +72,20 @@ def _tanh(x):
 
 @triton.jit
 def _online_softmax_step(acc, m_i, l_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, d_mask,
-                         seqlen_k, diag_offset, win_left, win_right, scale_log2, cap_in, cap_out,
-                         m0,
+                         dv_mask, seqlen_k, diag_offset, win_left, win_right, scale_log2, cap_in,
+                         cap_out, m0,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BOUNDS: tl.constexpr,
                          LEFT: tl.constexpr, RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
-                         EVEN_D: tl.constexpr, UPCAST: tl.constexpr):
+                         EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, UPCAST: tl.constexpr):
     cols = start_n + offs_n
-    kv_mask = cols[:, None] < seqlen_k
+    k_mask = cols[:, None] < seqlen_k
+    v_mask = k_mask
     if not EVEN_D:
-        kv_mask = kv_mask & d_mask[None, :]
+        k_mask = k_mask & d_mask[None, :]
+    if not EVEN_DV:
+        v_mask = v_mask & dv_mask[None, :]
     if BOUNDS:
-        k = tl.load(k_ptrs, mask=kv_mask, other=0.0)
+        k = tl.load(k_ptrs, mask=k_mask, other=0.0)
     elif EVEN_D:
         k = tl.load(k_ptrs)
     else:
@@ -113,11 +120,11 @@ def _online_softmax_step(acc, m_i, l_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs
     l_i = l_i * correction + tl.sum(p, 1)
     acc = acc * correction[:, None]
     if BOUNDS:
-        v = tl.load(v_ptrs, mask=kv_mask, other=0.0)
-    elif EVEN_D:
+        v = tl.load(v_ptrs, mask=v_mask, other=0.0)
+    elif EVEN_DV:
         v = tl.load(v_ptrs)
     else:
-        v = tl.load(v_ptrs, mask=d_mask[None, :], other=0.0)
+        v = tl.load(v_ptrs, mask=dv_mask[None, :], other=0.0)
     acc = _dot_acc(p.to(v.dtype), v, acc, UPCAST)
     return acc, m_new, l_i
 
@@ -133,7 +140,7 @@ def _flash_attention_fwd_kernel(
     o_sb, o_sh, o_sm,
     lse_sb, lse_sh,
     heads_q, group, seqlen_q, seqlen_k, win_left, win_right, scale_log2, cap_in, cap_out,
-    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LEFT: tl.constexpr, RIGHT: tl.constexpr,
     SOFTCAP: tl.constexpr, BOUNDS: tl.constexpr, UPCAST: tl.constexpr,
 ):
@@ -150,11 +157,14 @@ def _flash_attention_fwd_kernel(
     v_base = v_ptr + batch * v_sb + kv_head * v_sh
 
     EVEN_D: tl.constexpr = HEAD_DIM == BLOCK_D
+    EVEN_DV: tl.constexpr = HEAD_DIM_V == BLOCK_DV
     m0 = start_m * BLOCK_M
     offs_m = m0 + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     d_mask = offs_d < HEAD_DIM
+    offs_dv = tl.arange(0, BLOCK_DV)
+    dv_mask = offs_dv < HEAD_DIM_V
 
     q_mask = offs_m[:, None] < seqlen_q
     if not EVEN_D:
@@ -163,7 +173,7 @@ def _flash_attention_fwd_kernel(
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)
 
     # Row i sees key j when j < seqlen_k and i + diag_offset - win_left <= j <= i +
     # diag_offset + win_right (each bound only where LEFT / RIGHT); the walk starts at the
@@ -182,15 +192,15 @@ def _flash_attention_fwd_kernel(
     # pointer arithmetic, no start * stride products in the loop); the step itself is 64-bit,
     # as BLOCK_N times a sequence stride of a KV-cache view passes 2^31 elements.
     k_ptrs = k_base + (lo + offs_n)[:, None].to(tl.int64) * k_sn + offs_d[None, :]
-    v_ptrs = v_base + (lo + offs_n)[:, None].to(tl.int64) * v_sn + offs_d[None, :]
+    v_ptrs = v_base + (lo + offs_n)[:, None].to(tl.int64) * v_sn + offs_dv[None, :]
     k_step = BLOCK_N * tl.cast(k_sn, tl.int64)  # a stride of 1 arrives as a plain int
     v_step = BLOCK_N * tl.cast(v_sn, tl.int64)
     for start_n in tl.range(lo, hi, BLOCK_N):
         acc, m_i, l_i = _online_softmax_step(
-            acc, m_i, l_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, d_mask,
+            acc, m_i, l_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, d_mask, dv_mask,
             seqlen_k, diag_offset, win_left, win_right, scale_log2, cap_in, cap_out, m0,
             BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BOUNDS=BOUNDS, LEFT=LEFT, RIGHT=RIGHT,
-            SOFTCAP=SOFTCAP, EVEN_D=EVEN_D, UPCAST=UPCAST,
+            SOFTCAP=SOFTCAP, EVEN_D=EVEN_D, EVEN_DV=EVEN_DV, UPCAST=UPCAST,
         )
         k_ptrs += k_step
         v_ptrs += v_step
@@ -204,10 +214,10 @@ def _flash_attention_fwd_kernel(
                    float("-inf"))
     row_ok = offs_m < seqlen_q
     o_mask = row_ok[:, None]
-    if not EVEN_D:
-        o_mask = o_mask & d_mask[None, :]
+    if not EVEN_DV:
+        o_mask = o_mask & dv_mask[None, :]
     o_base = o_ptr + batch * o_sb + head * o_sh
-    tl.store(o_base + offs_m[:, None].to(tl.int64) * o_sm + offs_d[None, :], o.to(o_ptr.dtype.element_ty),
+    tl.store(o_base + offs_m[:, None].to(tl.int64) * o_sm + offs_dv[None, :], o.to(o_ptr.dtype.element_ty),
              mask=o_mask)
     tl.store(lse_ptr + batch * lse_sb + head * lse_sh + offs_m, lse, mask=row_ok)
 
@@ -234,9 +244,11 @@ def _config(head_dim: int) -> dict:
     """Tile and launch shape per head dim: 64 x 64 at 4 warps, 3 stages up to D = 128, close
     to the fastest config at every shape `gks autotune --backend triton --kernel
     flash_attention_fwd` timed; 128 x 64 at 4 warps for D <= 32; 128 x 64 at 8 warps, 2
-    stages for D = 256, where smaller tiles run slower (docs/perf/attention.md). None of
-    these spills more than a few bytes (`python tools/dump_triton_ir.py --kernel
-    flash_attention_fwd --shape 1x2x2x256x256xDx0` and the SASS)."""
+    stages for D = 256, where smaller tiles run slower (docs/perf/attention.md), and for
+    D = 192 (q and k pad to 256 columns, so it holds what 256 holds, with Dv = 192 or 128;
+    not yet timed). None of these spills more than a few bytes (`python
+    tools/dump_triton_ir.py --kernel flash_attention_fwd --shape 1x2x2x256x256xDx0` and the
+    SASS)."""
     if head_dim <= 32:
         return CONFIGS[2]
     if head_dim <= 128:
@@ -277,10 +289,11 @@ def flash_attention_fwd(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention forward with lse; the meaning of gks.flash_attention_fwd.
 
-    q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D] (fp16/bf16, last dim contiguous, other strides
-    free). window_size (left, right), -1 unbounded: query i sees keys i + Sk - Sq - left to
+    q [B, Hq, Sq, D], k [B, Hkv, Sk, D], v [B, Hkv, Sk, Dv] (fp16/bf16, last dim contiguous,
+    other strides free; D in {32, 64, 96, 128, 192, 256}, Dv = D or, with D = 192, 128).
+    window_size (left, right), -1 unbounded: query i sees keys i + Sk - Sq - left to
     i + Sk - Sq + right (causal: right 0). softcap > 0 caps the scaled scores to
-    softcap * tanh(s / softcap). Returns o [B, Hq, Sq, D] (q's dtype) and lse [B, Hq, Sq]
+    softcap * tanh(s / softcap). Returns o [B, Hq, Sq, Dv] (q's dtype) and lse [B, Hq, Sq]
     (float32). config: an index into flash_attention_fwd_config_names() (the tile and
     launch shape), or -1: the tuned entry for this GPU and shape if `gks autotune --backend
     triton` made one, else a shape per head dim.
@@ -295,7 +308,8 @@ def flash_attention_fwd(
     scale = checked_softmax_scale(op, softmax_scale, head_dim)
     left, right = checked_window(op, window_size, causal)
     cap = checked_softcap(op, softcap, scale)
-    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    head_dim_v = v.shape[3]
+    o = torch.empty((batch, heads_q, seqlen_q, head_dim_v), dtype=q.dtype, device=q.device)
     lse = torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device)
     if o.numel() == 0:
         return o, lse
@@ -305,7 +319,7 @@ def flash_attention_fwd(
         from gks.runtime import tables
         from gks.runtime.dims import attention_dims
 
-        dims = attention_dims(q, k, causal)
+        dims = attention_dims(q, k, causal, v)
         config = tables.resolve_config("triton.flash_attention_fwd", q, dims, -1)
     cfg = CONFIGS[config] if config >= 0 else _config(head_dim)
     if batch * heads_q > 65535:
@@ -322,7 +336,8 @@ def flash_attention_fwd(
         heads_q, heads_q // heads_kv, seqlen_q, seqlen_k, max(left, 0), max(right, 0),
         # With a cap the scale goes into the tanh's argument.
         LOG2E if cap else scale * LOG2E, scale / cap if cap else 1.0, cap,
-        HEAD_DIM=head_dim, BLOCK_D=next_pow2(head_dim), LEFT=left >= 0, RIGHT=right >= 0,
+        HEAD_DIM=head_dim, BLOCK_D=next_pow2(head_dim), HEAD_DIM_V=head_dim_v,
+        BLOCK_DV=next_pow2(head_dim_v), LEFT=left >= 0, RIGHT=right >= 0,
         SOFTCAP=cap > 0, BOUNDS=seqlen_k % cfg["BLOCK_N"] != 0,
         UPCAST=q.dtype == torch.bfloat16 and interpreter_variant(), **cfg,
     )

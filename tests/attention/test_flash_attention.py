@@ -19,7 +19,7 @@ import torch
 from conftest import DEVICE, HAS_GPU, HAS_NATIVE, requires_gpu, requires_native, seed_for
 from gks import registry
 from gks.reference import flash_attention_fwd as reference
-from gks.specs.attention import check, flops, visible_pairs
+from gks.specs.attention import check, flops, full_shape, visible_pairs
 
 BACKENDS = ("cuda", "triton", "pallas")
 DTYPES = ("float16", "bfloat16")
@@ -49,19 +49,20 @@ def _randn(gen, shape, dtype, scale=1.0):
 
 def _inputs(shape, dtype, seed, *, bshd=False, k_scale=1.0, softmax_scale=None, window_size=(-1, -1),
             softcap=0.0):
-    """q, k, v for (B, Hq, Hkv, Sq, Sk, D, causal), with the call's other arguments. bshd:
-    [B, S, H, D] buffers passed as .transpose(1, 2) views (the layout most models hold)."""
-    batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, causal = shape
+    """q, k, v for (B, Hq, Hkv, Sq, Sk, D, causal[, Dv]) (v's head dim Dv, D unless given),
+    with the call's other arguments. bshd: [B, S, H, D] buffers passed as .transpose(1, 2)
+    views (the layout most models hold)."""
+    batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, causal, head_dim_v = full_shape(shape)
     dt = getattr(torch, dtype)
     gen = torch.Generator(device=DEVICE).manual_seed(seed)
     if bshd:
         q = _randn(gen, (batch, seqlen_q, heads_q, head_dim), dt).transpose(1, 2)
         k = _randn(gen, (batch, seqlen_k, heads_kv, head_dim), dt, k_scale).transpose(1, 2)
-        v = _randn(gen, (batch, seqlen_k, heads_kv, head_dim), dt).transpose(1, 2)
+        v = _randn(gen, (batch, seqlen_k, heads_kv, head_dim_v), dt).transpose(1, 2)
     else:
         q = _randn(gen, (batch, heads_q, seqlen_q, head_dim), dt)
         k = _randn(gen, (batch, heads_kv, seqlen_k, head_dim), dt, k_scale)
-        v = _randn(gen, (batch, heads_kv, seqlen_k, head_dim), dt)
+        v = _randn(gen, (batch, heads_kv, seqlen_k, head_dim_v), dt)
     return {"q": q, "k": k, "v": v, "causal": bool(causal), "softmax_scale": softmax_scale,
             "window_size": window_size, "softcap": softcap}
 
@@ -73,8 +74,9 @@ def _run_and_check(backend, dtype, inputs, what):
     return out
 
 
-# (B, Hq, Hkv, Sq, Sk, D, causal): every D; Sq = Sk, Sq < Sk, Sq > Sk; lengths of 1, primes
-# and non-multiples of every block size (16, 32, 64, 128); Hq / Hkv of 1, 4 and 8.
+# (B, Hq, Hkv, Sq, Sk, D, causal[, Dv]): every D, and D = 192 with Dv = 128 (DeepSeek's
+# MLA); Sq = Sk, Sq < Sk, Sq > Sk; lengths of 1, primes and non-multiples of every block size
+# (16, 32, 64, 128); Hq / Hkv of 1, 2, 4 and 8.
 SHAPES = [
     (1, 2, 2, 64, 64, 32, 0),
     (1, 2, 1, 97, 97, 64, 1),
@@ -98,6 +100,14 @@ SHAPES = [
     (1, 2, 2, 100, 256, 128, 1),
     (1, 2, 2, 300, 128, 64, 1),
     (1, 2, 1, 128, 384, 32, 0),
+    # D = 192 (q and k padded to 256 columns in the ports) and v of 128 beside it.
+    (1, 2, 1, 70, 70, 192, 0),
+    (1, 2, 2, 37, 150, 192, 1),
+    (1, 4, 2, 97, 150, 192, 1, 128),   # GQA, causal, Sq < Sk
+    (1, 2, 1, 113, 17, 192, 1, 128),   # Sq > Sk, causal: the first 96 rows see no key
+    (1, 4, 4, 65, 65, 192, 0, 128),
+    (1, 8, 1, 1, 300, 192, 0, 128),    # one query (decoding), MQA
+    (1, 2, 2, 128, 256, 192, 1, 128),  # Sk a multiple of every key tile
 ]
 
 
@@ -116,7 +126,8 @@ def test_matches_reference(backend, dtype, shape):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(2, 4, 2, 75, 75, 64, 1), (1, 8, 1, 33, 130, 128, 0),
-                                   (1, 2, 2, 50, 20, 32, 1)], ids=_id)
+                                   (1, 2, 2, 50, 20, 32, 1), (1, 4, 2, 50, 77, 192, 1, 128),
+                                   (1, 2, 1, 40, 33, 192, 0)], ids=_id)
 def test_strided_bshd_views(backend, dtype, shape):
     """[B, S, H, D] tensors passed as .transpose(1, 2): only the last dim is contiguous."""
     inputs = _inputs(shape, dtype, seed_for("fa-bshd", backend, dtype, shape), bshd=True)
@@ -142,21 +153,22 @@ def test_large_scores_exercise_running_max(backend, dtype, causal):
 
 @requires_gpu
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("head_dim", [64, 128, 256])
-def test_lse_does_not_drift_over_many_key_tiles(backend, head_dim):
+@pytest.mark.parametrize("head_dims", [(64,), (128,), (256,), (192, 128)],
+                         ids=lambda d: "-".join(map(str, d)))
+def test_lse_does_not_drift_over_many_key_tiles(backend, head_dims):
     """2^17 keys: a thousand or more K/V tiles whose running max mostly stays put. The
     rescale factor of such a tile must be exactly 1: computed as exp2(old * c - new * c)
     (an fma keeps the rounding error of new * c) it was 1 +- 1.7e-7, compounding to an lse
     error of ~1e-4 here (0.04 at 2^23 keys). The kernels' own lse error is ~1e-6."""
-    shape = (1, 2, 2, 64, 1 << 17, head_dim, 0)
-    inputs = _inputs(shape, "float16", seed_for("fa-lse-drift", head_dim))
+    shape = (1, 2, 2, 64, 1 << 17, head_dims[0], 0, *head_dims[1:])
+    inputs = _inputs(shape, "float16", seed_for("fa-lse-drift", head_dims))
     configs = KERNELS if backend == "cuda" else [None]
     ref_lse = reference(**inputs, precise=True)[1].double().cpu()
     for config in configs:
         extra = {} if config is None else {"config": config}
         _, lse = _op(backend)(**inputs, **extra)
         err = (lse.double().cpu() - ref_lse).abs().max().item()
-        assert err < 3e-5, f"{backend} config {config} D={head_dim}: lse off by {err:.3g} over 2^17 keys"
+        assert err < 3e-5, f"{backend} config {config} D={head_dims}: lse off by {err:.3g} over 2^17 keys"
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -209,6 +221,16 @@ def test_empty_sequences(backend, causal):
     o, lse = op(q, k, k, causal)
     assert o.shape == q.shape and o.dtype == q.dtype and lse.dtype == torch.float32
     assert (o == 0).all() and torch.isneginf(lse).all()
+    # The same with DeepSeek's head dims: o takes v's.
+    q = torch.randn(2, 4, 0, 192, device=DEVICE).half()
+    k, v = torch.randn(2, 2, 9, 192, device=DEVICE).half(), torch.randn(2, 2, 9, 128, device=DEVICE).half()
+    o, lse = op(q, k, v, causal)
+    assert o.shape == (2, 4, 0, 128) and lse.shape == (2, 4, 0)
+    q = torch.randn(2, 4, 5, 192, device=DEVICE).half()
+    k, v = torch.randn(2, 2, 0, 192, device=DEVICE).half(), torch.randn(2, 2, 0, 128, device=DEVICE).half()
+    o, lse = op(q, k, v, causal)
+    assert o.shape == (2, 4, 5, 128) and o.dtype == q.dtype
+    assert (o == 0).all() and torch.isneginf(lse).all()
 
 
 def test_reference_fully_masked_and_lse_definition():
@@ -221,6 +243,34 @@ def test_reference_fully_masked_and_lse_definition():
     for i in range(3, 6):
         expect = torch.logsumexp(scores[0, 0, i, : i - 2], dim=-1)
         torch.testing.assert_close(lse[0, 0, i], expect)
+
+
+def test_reference_v_head_dim_definition():
+    """With v of another head dim than q and k (DeepSeek's 192 / 128): o = softmax(q k^T /
+    sqrt(D)) v has v's head dim, the default scale is q's head dim's, and lse does not
+    depend on v."""
+    q = torch.randn(1, 2, 5, 192, dtype=torch.float64)
+    k = torch.randn(1, 1, 7, 192, dtype=torch.float64)
+    v = torch.randn(1, 1, 7, 128, dtype=torch.float64)
+    o, lse = reference(q, k, v, precise=True)
+    assert o.shape == (1, 2, 5, 128) and lse.shape == (1, 2, 5)
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(192)
+    torch.testing.assert_close(o, torch.softmax(scores, -1) @ v)
+    torch.testing.assert_close(lse, torch.logsumexp(scores, -1))
+    _, lse_k = reference(q, k, k, precise=True)
+    torch.testing.assert_close(lse, lse_k)
+
+
+def test_flops_and_bytes_count_each_head_dim():
+    """Q K^T runs over D, P V over Dv; o and v move Dv columns. A shape without Dv is D = Dv."""
+    from gks.specs.attention import bytes_moved
+
+    assert flops((2, 4, 1, 8, 8, 192, 1, 128)) == 2 * 2 * 4 * (192 + 128) * 36
+    assert flops((2, 4, 1, 8, 8, 64, 1, 64)) == flops((2, 4, 1, 8, 8, 64, 1))
+    assert bytes_moved((1, 4, 2, 10, 20, 192, 0, 128), "float16") == (
+        2 * (4 * 10 * (192 + 128) + 2 * 20 * (192 + 128)) + 4 * 4 * 10)
+    assert bytes_moved((1, 4, 2, 10, 20, 64, 0), "bfloat16") == bytes_moved((1, 4, 2, 10, 20, 64, 0, 64),
+                                                                             "bfloat16")
 
 
 def test_flops_count_only_visible_pairs():
@@ -306,11 +356,12 @@ KERNEL_IDS = ("mma.sync", "wgmma", "wgmma.ws")
 @requires_native
 @pytest.mark.parametrize("config", KERNELS, ids=KERNEL_IDS)
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", [s for s in SHAPES if s[5] in (64, 96, 128, 256)], ids=_id)
+@pytest.mark.parametrize("shape", [s for s in SHAPES if s[5] in (64, 96, 128, 192, 256)], ids=_id)
 def test_cuda_each_kernel(config, dtype, shape):
     """Every CUDA kernel, forced, on every edge shape of the head dims the Hopper kernels
-    serve (on an sm_90 GPU config 1 is the wgmma kernel for D = 64 and 128, config 2 the
-    warp-specialized one for D = 64, 96, 128 and 256; elsewhere they give way)."""
+    serve (on an sm_90 GPU config 1 is the wgmma kernel for D = Dv = 64 and 128, config 2
+    the warp-specialized one for D = 64, 96, 128, 192 and 256 and DeepSeek's D = 192 with
+    Dv = 128; elsewhere they give way)."""
     import gks
 
     inputs = _inputs(shape, dtype, seed_for("fa-kernel", config, dtype, shape))
@@ -322,23 +373,26 @@ def test_cuda_each_kernel(config, dtype, shape):
 @requires_native
 def test_cuda_kernel_choice():
     """On an sm_90 GPU in an sm_90a build (gks builds for sm_90a by default, as
-    test_gemm_hopper assumes too): the warp-specialized kernel runs head dims 64, 96, 128 and
-    256 (the default and config 2), wgmma 64 and 128 (config 1, and where config 2 gives way
-    at Sk = 0); mma.sync everything else, and anything with config 0."""
+    test_gemm_hopper assumes too): the warp-specialized kernel runs head dims 64, 96, 128,
+    192 and 256 and the pair (192, 128) (the default and config 2), wgmma D = Dv = 64 and 128
+    (config 1, and where config 2 gives way at Sk = 0); mma.sync everything else, and
+    anything with config 0."""
     from gks import cuda
 
     sm90 = torch.cuda.get_device_capability() == (9, 0)
-    for head_dim in (32, 64, 96, 128, 256):
+    for head_dim, head_dim_v in ((32, 32), (64, 64), (96, 96), (128, 128), (192, 192), (192, 128),
+                                 (256, 256)):
         for seqlen_k in (8, 0):
-            inputs = _inputs((1, 2, 2, 8, seqlen_k, head_dim, 0), "float16", 0)
+            inputs = _inputs((1, 2, 2, 8, seqlen_k, head_dim, 0, head_dim_v), "float16", 0)
             q = inputs["q"]
-            o, lse = torch.empty_like(q), q.new_empty(q.shape[:-1], dtype=torch.float32)
-            wgmma = "wgmma" if sm90 and head_dim in (64, 128) else "mma.sync"
+            o = q.new_empty((*q.shape[:-1], head_dim_v))
+            lse = q.new_empty(q.shape[:-1], dtype=torch.float32)
+            wgmma = "wgmma" if sm90 and head_dim == head_dim_v and head_dim in (64, 128) else "mma.sync"
             ws = "wgmma.ws" if sm90 and head_dim != 32 and seqlen_k > 0 else wgmma
             for config, expect in ((-1, ws), (0, "mma.sync"), (1, wgmma), (2, ws)):
                 path = cuda.flash_attention_fwd_path(q, inputs["k"], inputs["v"], o, lse, False,
                                                      None, config=config)
-                assert path == expect, (head_dim, seqlen_k, config, path)
+                assert path == expect, (head_dim, head_dim_v, seqlen_k, config, path)
         with pytest.raises(ValueError, match="argument 'config' must be -1"):
             cuda.flash_attention_fwd_out(q, inputs["k"], inputs["v"], o, lse, False, None,
                                          config=len(registry.get("flash_attention_fwd").configs))
@@ -349,27 +403,31 @@ def test_cuda_kernel_choice():
 @pytest.mark.parametrize("config", KERNELS, ids=KERNEL_IDS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("head_dim", [32, 64, 96, 128, 256])
-def test_cuda_poisoned_outputs_every_head_dim(config, dtype, causal, head_dim):
+@pytest.mark.parametrize("head_dims", [(32, 32), (64, 64), (96, 96), (128, 128), (192, 192), (192, 128),
+                                       (256, 256)], ids=lambda d: f"D{d[0]}-Dv{d[1]}")
+def test_cuda_poisoned_outputs_every_head_dim(config, dtype, causal, head_dims):
     """The raw entry writes every element of o and lse (buffers start as NaN), for strided
-    outputs too; sizes cross several Q and K blocks with ragged ends; both kernels."""
+    outputs too; sizes cross several Q and K blocks with ragged ends; every kernel."""
     from gks import cuda
 
-    shape = (2, 6, 3, 300, 517, head_dim, int(causal))
-    inputs = _inputs(shape, dtype, seed_for("fa-poison", dtype, causal, head_dim))
+    head_dim, head_dim_v = head_dims
+    shape = (2, 6, 3, 300, 517, head_dim, int(causal), head_dim_v)
+    inputs = _inputs(shape, dtype, seed_for("fa-poison", dtype, causal, head_dims))
     q = inputs["q"]
-    o_buf = torch.full((2, 300, 6, head_dim), float("nan"), device="cuda", dtype=q.dtype)
+    o_buf = torch.full((2, 300, 6, head_dim_v), float("nan"), device="cuda", dtype=q.dtype)
     o = o_buf.transpose(1, 2)  # [B, S, H, D] storage
     lse = torch.full((2, 6, 300), float("nan"), device="cuda")
     cuda.flash_attention_fwd_out(q, inputs["k"], inputs["v"], o, lse, causal, None, config=config)
     check((o, lse), reference(**inputs, precise=True), dtype, inputs,
-          f"poison/config {config}/{dtype}/{head_dim}")
+          f"poison/config {config}/{dtype}/{head_dims}")
 
 
 @requires_gpu
 @requires_native
 @pytest.mark.parametrize("shape", [(2, 16, 4, 1000, 1000, 128, 1), (1, 8, 8, 2048, 2048, 64, 0),
-                                   (4, 4, 1, 512, 3000, 64, 1), (1, 2, 2, 4096, 333, 128, 1)], ids=_id)
+                                   (4, 4, 1, 512, 3000, 64, 1), (1, 2, 2, 4096, 333, 128, 1),
+                                   (2, 16, 16, 1000, 1000, 192, 1, 128), (1, 8, 2, 700, 2048, 192, 0)],
+                         ids=_id)
 def test_cuda_larger_shapes(shape):
     inputs = _inputs(shape, "bfloat16", seed_for("fa-large-shape", shape))
     _run_and_check("cuda", "bfloat16", inputs, f"cuda/{shape}")
@@ -440,6 +498,7 @@ def test_cuda_opcheck_and_compile():
 TRITON_CONFIG_SHAPES = [
     (1, 2, 1, 97, 70, 64, 1),    # GQA, causal with Sq > Sk, lengths off every block size
     (1, 2, 2, 33, 130, 32, 0),   # Sq < Sk, a partial key tile
+    (1, 2, 1, 97, 70, 192, 1, 128),  # DeepSeek's head dims: q/k and v/o padded apart
 ]
 
 
@@ -469,21 +528,24 @@ def test_triton_heuristic_shapes_are_among_the_configs():
     """The shape a head dim gets without a tuned entry is one gks autotune also times."""
     from gks.triton.attention import CONFIGS, _config
 
-    for head_dim in (32, 64, 96, 128, 256):
+    for head_dim in (32, 64, 96, 128, 192, 256):
         assert _config(head_dim) in CONFIGS
+    assert _config(192) == _config(256)  # 192 pads to 256 columns
 
 
 # ---- the Pallas kernel's configs (gks autotune --backend pallas): each on its own ----
 
 
-def test_pallas_every_config():
+@pytest.mark.parametrize("shape", [(1, 2, 1, 70, 45, 64, 1), (1, 2, 1, 70, 45, 192, 1, 128)], ids=_id)
+def test_pallas_every_config(shape):
+    """GQA, causal with Sq > Sk, lengths off the block sizes; D = 64, and DeepSeek's head
+    dims (q/k and v/o padded apart)."""
     from gks.pallas import _bridge, flash_attention_fwd_config_names
 
-    shape = (1, 2, 1, 70, 45, 64, 1)  # GQA, causal with Sq > Sk, lengths off the block sizes
     names = flash_attention_fwd_config_names()
     assert len(names) == len(set(names)) >= 2
     for config, name in enumerate(names):
-        inputs = _inputs(shape, "float16", seed_for("fa-pallas-config", config))
+        inputs = _inputs(shape, "float16", seed_for("fa-pallas-config", config, shape))
         out = _bridge.flash_attention_fwd(**inputs, config=config)
         check(out, reference(**inputs, precise=True), "float16", inputs, f"pallas config {name}")
 
@@ -502,8 +564,8 @@ def test_pallas_default_configs_per_head_dim():
     from gks.pallas.attention import CONFIGS, _default_config
 
     # 128-row query blocks up to D = 128 (4 warps to D = 64, 8 beyond), 64 x 32 blocks above.
-    assert [CONFIGS[_default_config(d)] for d in (32, 64, 96, 128, 256)] == [
-        (128, 64, 4, 2), (128, 64, 4, 2), (128, 64, 8, 2), (128, 64, 8, 2), (64, 32, 8, 2)]
+    assert [CONFIGS[_default_config(d)] for d in (32, 64, 96, 128, 192, 256)] == [
+        (128, 64, 4, 2), (128, 64, 4, 2), (128, 64, 8, 2), (128, 64, 8, 2), (64, 32, 8, 2), (64, 32, 8, 2)]
 
 
 # ---- the sliding window (window_size) and the softcap ----
@@ -532,6 +594,9 @@ WINDOW_CASES = [
     ((1, 2, 2, 128, 256, 32, 0), (40, 8), "float16"),    # Sk a multiple of every key tile
     ((1, 2, 1, 256, 256, 32, 1), (64, 0), "bfloat16"),   # Mistral's causal sliding window
     ((1, 2, 2, 50, 20, 256, 0), (0, 1), "float16"),      # D = 256, Sq > Sk
+    ((1, 4, 2, 60, 130, 192, 0, 128), (20, 5), "bfloat16"),  # DeepSeek's head dims, both bounds
+    ((1, 2, 1, 90, 45, 192, 1, 128), (10, 0), "float16"),    # causal window, Sq > Sk
+    ((1, 2, 2, 70, 100, 192, 0), (-1, 9), "float16"),        # D = 192, right only
 ]
 
 
@@ -569,6 +634,8 @@ SOFTCAP_CASES = [
     ((1, 2, 1, 90, 45, 32, 1), (10, 0), 30.0, True, "float16"),      # Sq > Sk: rows see no key
     ((1, 2, 2, 60, 100, 128, 0), (-1, -1), 0.5, False, "bfloat16"),  # a tiny cap: near uniform
     ((1, 2, 2, 60, 100, 32, 0), (20, 3), 1e4, False, "float16"),     # far above the scores
+    ((1, 4, 2, 77, 130, 192, 1, 128), (-1, -1), 30.0, True, "bfloat16"),  # DeepSeek's head dims
+    ((1, 2, 2, 60, 100, 192, 0), (16, 4), 30.0, True, "float16"),
 ]
 
 
@@ -783,6 +850,51 @@ def test_fake_kernel_takes_a_window_and_a_cap():
         assert o.shape == q.shape
 
 
+@requires_native
+def test_fake_kernel_takes_deepseek_head_dims():
+    """q and k of head dim 192 with v of 128: the fake kernel shapes o [B, Hq, Sq, 128] and
+    the library's checks take it, for [B, S, H, D] views too (no GPU needed)."""
+    import gks
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        q = torch.empty(2, 4, 33, 192, device="cuda", dtype=torch.bfloat16)
+        k = torch.empty(2, 2, 50, 192, device="cuda", dtype=torch.bfloat16)
+        v = torch.empty(2, 2, 50, 128, device="cuda", dtype=torch.bfloat16)
+        o, lse = gks.flash_attention_fwd.op(q, k, v, True, None, (16, 0), 30.0)
+        assert o.shape == (2, 4, 33, 128) and o.dtype == q.dtype and o.is_contiguous()
+        assert lse.shape == (2, 4, 33) and lse.dtype == torch.float32
+        v_bshd = torch.empty(2, 50, 2, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+        o, _ = gks.flash_attention_fwd.op(q, k, v_bshd, config=2)
+        assert o.shape == (2, 4, 33, 128)
+        o, _ = gks.flash_attention_fwd.op(q, k, k)  # D = Dv = 192
+        assert o.shape == q.shape
+
+
+@pytest.mark.parametrize("shape", [(1, 4, 2, 97, 150, 192, 1, 128), (2, 2, 1, 70, 45, 192, 0)], ids=_id)
+def test_triton_poisoned_outputs_v_head_dim(shape, monkeypatch):
+    """Every element of o [B, Hq, Sq, Dv] and lse is written: the Triton op's outputs start
+    as NaN (its torch.empty made torch.full(NaN)), here as on a GPU. (Pallas's interpret mode
+    starts its outputs as NaN itself; on a GPU the window tests poison every backend.)"""
+    from gks.triton import attention as triton_attention
+
+    class PoisonedTorch:  # torch as the module sees it, but for torch.empty
+        def __getattr__(self, name):
+            return getattr(torch, name)
+
+        @staticmethod
+        def empty(*size, **kw):
+            return torch.full(size[0] if len(size) == 1 else size, float("nan"), **kw)
+
+    fake_torch = PoisonedTorch()
+    inputs = _inputs(shape, "bfloat16", seed_for("fa-triton-poison", shape), window_size=(30, -1))
+    ref = reference(**inputs, precise=True)
+    monkeypatch.setattr(triton_attention, "torch", fake_torch)
+    out = triton_attention.flash_attention_fwd(**inputs)
+    assert out[0].shape == ref[0].shape
+    check(out, ref, "bfloat16", inputs, f"triton poison/{shape}")
+
+
 # ---- GPU only: the CUDA kernels with a window and a cap ----
 
 CUDA_WINDOW_CASES = [
@@ -796,6 +908,9 @@ CUDA_WINDOW_CASES = [
     ((1, 2, 1, 200, 200, 32, 0), (0, 0), 0.0),
     ((1, 2, 1, 200, 200, 96, 1), (1, -1), 30.0),
     ((1, 2, 1, 129, 257, 256, 0), (2000, 2000), 30.0),
+    ((1, 4, 2, 97, 300, 192, 1, 128), (40, 0), 30.0),  # DeepSeek's head dims
+    ((1, 2, 2, 300, 128, 192, 0, 128), (5, 2), 0.0),   # Sq > Sk: rows that see no key
+    ((1, 2, 1, 200, 333, 192, 0), (64, 64), 30.0),
 ]
 
 
@@ -820,16 +935,17 @@ def test_cuda_each_kernel_window_softcap(dtype, case):
 @requires_gpu
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("head_dim", [64, 128])
-def test_window_softcap_poisoned_outputs(backend, dtype, head_dim):
+@pytest.mark.parametrize("head_dims", [(64, 64), (128, 128), (192, 128)], ids=lambda d: f"D{d[0]}-Dv{d[1]}")
+def test_window_softcap_poisoned_outputs(backend, dtype, head_dims):
     """Every element of o and lse is written (buffers start as NaN: the CUDA raw entry on
     [B, S, H, D] storage, every config; the ports' outputs from a poisoned allocator),
     across several Q and K blocks with ragged ends, and rows that see no key."""
     from conftest import poison_allocator
 
-    for shape, window, cap in (((2, 6, 3, 517, 300, head_dim, 0), (100, 20), 30.0),
-                               ((2, 6, 3, 300, 517, head_dim, 1), (50, 0), 0.0)):
-        inputs = _inputs(shape, dtype, seed_for("fa-window-poison", backend, dtype, head_dim, shape),
+    head_dim, head_dim_v = head_dims
+    for shape, window, cap in (((2, 6, 3, 517, 300, head_dim, 0, head_dim_v), (100, 20), 30.0),
+                               ((2, 6, 3, 300, 517, head_dim, 1, head_dim_v), (50, 0), 0.0)):
+        inputs = _inputs(shape, dtype, seed_for("fa-window-poison", backend, dtype, head_dims, shape),
                          window_size=window, softcap=cap)
         ref = reference(**inputs, precise=True)
         batch, heads, seqlen_q = shape[0], shape[1], shape[3]
@@ -839,7 +955,7 @@ def test_window_softcap_poisoned_outputs(backend, dtype, head_dim):
             from gks import cuda
 
             for config in range(len(ATTENTION.configs)):
-                o_buf = torch.full((batch, seqlen_q, heads, head_dim), float("nan"), device="cuda",
+                o_buf = torch.full((batch, seqlen_q, heads, head_dim_v), float("nan"), device="cuda",
                                    dtype=inputs["q"].dtype)
                 o = o_buf.transpose(1, 2)
                 lse = torch.full((batch, heads, seqlen_q), float("nan"), device="cuda")
@@ -865,3 +981,46 @@ def test_cuda_opcheck_and_compile_window_softcap():
     eager_o, eager_lse = gks.flash_attention_fwd(*args)
     torch.testing.assert_close(o, eager_o, rtol=0, atol=0)
     torch.testing.assert_close(lse, eager_lse, rtol=0, atol=0)
+
+
+# (shape, window_size, softcap): DeepSeek's head dims (and D = Dv = 192) on every CUDA config.
+CUDA_HEAD_DIM_192_CASES = [
+    ((1, 4, 2, 97, 150, 192, 1, 128), (-1, -1), 0.0),
+    ((1, 2, 1, 113, 17, 192, 1, 128), (-1, -1), 0.0),   # rows that see no key
+    ((1, 8, 1, 1, 300, 192, 0, 128), (-1, -1), 0.0),    # decoding
+    ((2, 4, 4, 300, 517, 192, 0, 128), (100, 20), 30.0),
+    ((1, 2, 2, 256, 256, 192, 1, 128), (64, 0), 0.0),   # no bounds masks
+    ((1, 2, 2, 129, 257, 192, 0), (-1, -1), 30.0),
+    ((1, 4, 1, 200, 200, 192, 1), (-1, -1), 0.0),
+]
+
+
+@requires_gpu
+@requires_native
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", CUDA_HEAD_DIM_192_CASES,
+                         ids=lambda c: f"{_window_id((*c[:2], ''))}cap{c[2]:g}")
+def test_cuda_every_config_head_dim_192(dtype, case):
+    """Every CUDA config forced on D = 192, with v of 128 (DeepSeek-V3's MLA) and of 192: a
+    config that cannot serve the pair gives way to one that can; [B, S, H, D] views in and
+    the raw entry's [B, S, H, Dv] output poisoned with NaN."""
+    import gks
+    from gks import cuda
+
+    shape, window, cap = case
+    head_dim_v = full_shape(shape)[7]
+    batch, heads, seqlen_q = shape[0], shape[1], shape[3]
+    for config in range(len(ATTENTION.configs)):
+        for bshd in (False, True):
+            inputs = _inputs(shape, dtype, seed_for("fa-cuda-192", config, dtype, case, bshd), bshd=bshd,
+                             k_scale=_large_k_scale(shape[5]) if cap else 1.0,
+                             softmax_scale=1.0 if cap else None, window_size=window, softcap=cap)
+            ref = reference(**inputs, precise=True)
+            what = f"config {config}/{dtype}/{case}/bshd={bshd}"
+            check(gks.flash_attention_fwd(**inputs, config=config), ref, dtype, inputs, what)
+            o = torch.full((batch, seqlen_q, heads, head_dim_v), float("nan"), device="cuda",
+                           dtype=inputs["q"].dtype).transpose(1, 2)
+            lse = torch.full((batch, heads, seqlen_q), float("nan"), device="cuda")
+            cuda.flash_attention_fwd_out(inputs["q"], inputs["k"], inputs["v"], o, lse, inputs["causal"],
+                                         inputs["softmax_scale"], window, cap, config=config)
+            check((o, lse), ref, dtype, inputs, f"raw entry/{what}")

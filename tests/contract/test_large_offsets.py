@@ -5,7 +5,8 @@
   sides of element 2^31 checked against the float64 reference;
 - the CUDA and Triton row ops on views whose row stride is 2^31 + 64 elements;
 - the CUDA and Triton attention forwards on K/V views whose sequence stride is 2^25 + 64
-  elements (a KV-cache view: one tile of 64 keys then spans more than 2^31 elements);
+  elements (a KV-cache view: one tile of 64 keys then spans more than 2^31 elements), of
+  head dims 64 and DeepSeek's 192 / 128;
 - the attention forwards with K/V of more than 2^31 elements, and of D = 256 below it.
 
 A kernel that computes such an offset in 32 bits reads the wrong rows (or faults), and the
@@ -97,17 +98,20 @@ ATTENTION = registry.get("flash_attention_fwd")
 
 @pytest.mark.parametrize("backend", [b for b in ATTENTION.backends if b.name != "pallas"], ids=lambda b: b.name)
 @pytest.mark.parametrize("causal", [False, True])
-def test_attention_kv_rows_2_25_elements_apart(backend, causal):
-    """K/V [1, 1, 200, 64] whose keys sit 2^25 + 64 elements apart in one buffer (k and v
-    interleaved in it): 64 keys span 2^31 elements."""
+@pytest.mark.parametrize("head_dims", [(64, 64), (192, 128)], ids=lambda d: f"D{d[0]}-Dv{d[1]}")
+def test_attention_kv_rows_2_25_elements_apart(backend, causal, head_dims):
+    """K/V [1, 1, 200, D] / [1, 1, 200, Dv] whose keys sit 2^25 + 64 elements apart in one
+    buffer (k and v side by side in it): 64 keys span 2^31 elements; D = 192 with Dv = 128
+    walks v with its own column range."""
     seq_stride = 2**25 + 64
-    inputs = ATTENTION.make_inputs((1, 1, 1, 64, 200, 64, int(causal)), "float16", "cuda",
-                                   seed_for("attention-kv", causal))
+    head_dim, head_dim_v = head_dims
+    inputs = ATTENTION.make_inputs((1, 1, 1, 64, 200, head_dim, int(causal), head_dim_v), "float16",
+                                   "cuda", seed_for("attention-kv", causal, head_dims))
     buf = torch.empty(200 * seq_stride, dtype=torch.float16, device="cuda")
     strided = dict(inputs)
-    for i, name in enumerate(("k", "v")):
+    for offset, name in ((0, "k"), (head_dim, "v")):
         t = inputs[name]
-        view = buf[i * 64:].as_strided(t.shape, (200 * seq_stride, 200 * seq_stride, seq_stride, 1))
+        view = buf[offset:].as_strided(t.shape, (200 * seq_stride, 200 * seq_stride, seq_stride, 1))
         view.copy_(t)
         strided[name] = view
     out = backend.load()(**strided)

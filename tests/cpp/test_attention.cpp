@@ -21,13 +21,14 @@ using gks_test::kGpu;
 alignas(16) char g_buffer[64];
 
 gks::FlashAttentionFwdArgs valid_args(int64_t head_dim = 64, int64_t heads_q = 8,
-                                      int64_t heads_kv = 2) {
+                                      int64_t heads_kv = 2, int64_t head_dim_v = -1) {
+  if (head_dim_v < 0) head_dim_v = head_dim;
   gks::FlashAttentionFwdArgs a;
   const auto f16 = gks::DType::kFloat16;
   a.q = gks::TensorRef::make(g_buffer, f16, {2, heads_q, 100, head_dim}, kGpu);
   a.k = gks::TensorRef::make(gks_test::fake_address(2), f16, {2, heads_kv, 130, head_dim}, kGpu);
-  a.v = gks::TensorRef::make(gks_test::fake_address(3), f16, {2, heads_kv, 130, head_dim}, kGpu);
-  a.o = gks::TensorRef::make(gks_test::fake_address(4), f16, {2, heads_q, 100, head_dim}, kGpu);
+  a.v = gks::TensorRef::make(gks_test::fake_address(3), f16, {2, heads_kv, 130, head_dim_v}, kGpu);
+  a.o = gks::TensorRef::make(gks_test::fake_address(4), f16, {2, heads_q, 100, head_dim_v}, kGpu);
   a.lse = gks::TensorRef::make(gks_test::fake_address(5), gks::DType::kFloat32, {2, heads_q, 100}, kGpu);
   return a;
 }
@@ -54,7 +55,7 @@ TEST(FlashAttentionFwd, RejectsUnsupportedHeadDims) {
   for (int64_t d : {16, 48, 80, 160, 512}) {
     auto a = valid_args(d);
     expect_error([&] { run(a); }, ErrorKind::kInvalidArgument,
-                 "head dim (the last dim of q, k and v) must be one of 32, 64, 96, 128, 256, got " +
+                 "head dim (the last dim of q and k) must be one of 32, 64, 96, 128, 192, 256, got " +
                      std::to_string(d));
   }
 }
@@ -101,10 +102,13 @@ TEST(FlashAttentionFwd, RejectsWrongShapes) {
   a = valid_args();
   a.v.shape[2] = 129;
   expect_error([&] { run(a); }, ErrorKind::kInvalidArgument,
-               "argument 'v' must have the shape of 'k' [2, 2, 130, 64]");
+               "argument 'v' must have shape [2, 2, 130, 64] (k's first three dims and the head dim; "
+               "128 is also allowed with head dim 192), got [2, 2, 129, 64]");
   a = valid_args();
   a.o.shape[2] = 99;
-  expect_error([&] { run(a); }, ErrorKind::kInvalidArgument, "argument 'o' must have the shape of 'q'");
+  expect_error([&] { run(a); }, ErrorKind::kInvalidArgument,
+               "argument 'o' must have shape [2, 8, 100, 64] (q's first three dims and v's head "
+               "dim), got [2, 8, 99, 64]");
   a = valid_args();
   a.lse.shape[2] = 101;
   expect_error([&] { run(a); }, ErrorKind::kInvalidArgument,
@@ -182,6 +186,29 @@ TEST(FlashAttentionFwd, RejectsBadSoftcap) {
   }
 }
 
+TEST(FlashAttentionFwd, HeadDimsOfV) {
+  // DeepSeek's 192 / 128 passes validation (an empty call returns before any device query).
+  auto a = valid_args(192, 8, 2, 128);
+  a.q.shape[2] = a.o.shape[2] = a.lse.shape[2] = 0;
+  EXPECT_NO_THROW(run(a));
+  // Any other v head dim than q's is refused, naming v; so is an o without v's head dim.
+  for (auto [d, dv] : {std::pair<int64_t, int64_t>{192, 64}, {128, 64}, {64, 128}, {256, 128}}) {
+    auto b = valid_args(d, 8, 2, dv);
+    expect_error([&] { run(b); }, ErrorKind::kInvalidArgument,
+                 "argument 'v' must have shape [2, 2, 130, " + std::to_string(d) +
+                     "] (k's first three dims and the head dim; 128 is also allowed with head dim "
+                     "192), got [2, 2, 130, " + std::to_string(dv) + "]");
+  }
+  auto c = valid_args(192, 8, 2, 128);
+  c.o.shape[3] = 192;
+  expect_error([&] { run(c); }, ErrorKind::kInvalidArgument,
+               "argument 'o' must have shape [2, 8, 100, 128] (q's first three dims and v's head dim)");
+  EXPECT_TRUE(gks::detail::flash_head_dims(192, 128));
+  EXPECT_FALSE(gks::detail::flash_head_dims(128, 192));
+  EXPECT_TRUE(gks::detail::ws_flash_head_dims(192, 128));
+  EXPECT_FALSE(gks::detail::wgmma_flash_head_dims(192, 128));
+}
+
 TEST(FlashAttentionFwd, ConfigZeroIsMmaSyncEverywhere) {
   // Decided before any device query, so it holds without a GPU.
   for (int d : gks::kFlashAttentionHeadDims) {
@@ -191,8 +218,8 @@ TEST(FlashAttentionFwd, ConfigZeroIsMmaSyncEverywhere) {
   }
   // The head dims the Hopper kernels serve (where the GPU and build have them).
   for (int d : gks::kFlashAttentionHeadDims) {
-    EXPECT_EQ(gks::detail::wgmma_flash_head_dim(d), d == 64 || d == 128) << d;
-    EXPECT_EQ(gks::detail::ws_flash_head_dim(d), d != 32) << d;
+    EXPECT_EQ(gks::detail::wgmma_flash_head_dims(d, d), d == 64 || d == 128) << d;
+    EXPECT_EQ(gks::detail::ws_flash_head_dims(d, d), d != 32) << d;
   }
 }
 
@@ -229,11 +256,20 @@ TEST(FlashAttentionFwdPlan, EveryHeadDimHasATile) {
   // D = 64: 128-key tiles, Q in shared memory, causal or not.
   EXPECT_EQ(gks::detail::plan_flash_attention_fwd(64, false).block_n, 128);
   EXPECT_EQ(gks::detail::plan_flash_attention_fwd(64, true).block_n, 128);
+  // DeepSeek's 192 / 128: D = 256's shape; V's stages hold 128 columns.
+  for (bool causal : {false, true}) {
+    const auto p = gks::detail::plan_flash_attention_fwd(192, causal, 128);
+    EXPECT_EQ(p.block_m, 64);
+    EXPECT_EQ(p.block_n, 32);
+    EXPECT_EQ(p.smem_bytes, 2 * (192 * (p.block_m + 2 * p.block_n) + 128 * 2 * p.block_n));
+  }
 }
 
 TEST(FlashAttentionFwdPlan, RejectsOtherHeadDims) {
   expect_error([] { gks::detail::plan_flash_attention_fwd(100, false); }, ErrorKind::kInvalidArgument,
-               "must be one of 32, 64, 96, 128, 256, got 100");
+               "head dims (100, 100) have no kernel");
+  expect_error([] { gks::detail::plan_flash_attention_fwd(128, false, 64); },
+               ErrorKind::kInvalidArgument, "head dims (128, 64) have no kernel");
 }
 
 }  // namespace

@@ -47,9 +47,15 @@ def test_shape_bucket_rounds_each_dim_up_to_a_power_of_two():
 def test_kernel_bucket_keeps_the_dims_the_spec_names_exact():
     from gks import registry
 
-    assert registry.get("flash_attention_fwd").bucket_exact == ("D", "causal")
-    # B, Hq, Hkv, Sq, Sk round up; the head dim and the causal flag stay apart
+    assert registry.get("flash_attention_fwd").bucket_exact == ("D", "causal", "Dv")
+    # B, Hq, Hkv, Sq, Sk round up; the head dims and the causal flag stay apart
     assert tables.kernel_bucket("flash_attention_fwd", (3, 12, 4, 1000, 1000, 96, 0)) == (
+        4, 16, 4, 1024, 1024, 96, 0)
+    # Dv, optional and last: a shape of D = Dv keeps its 7-dim bucket (the shipped keys)
+    assert tables.kernel_bucket("flash_attention_fwd", (3, 12, 4, 1000, 1000, 192, 1, 128)) == (
+        4, 16, 4, 1024, 1024, 192, 1, 128)
+    # ... and an 8-dim spelling of D = Dv keys as the 7-dim shape does
+    assert tables.kernel_bucket("flash_attention_fwd", (3, 12, 4, 1000, 1000, 96, 0, 96)) == (
         4, 16, 4, 1024, 1024, 96, 0)
     assert tables.kernel_bucket("flash_attention_fwd", (3, 12, 4, 1000, 1000, 96, 1))[-1] == 1
     assert tables.kernel_bucket("rmsnorm", (8000, 4000)) == (8192, 4096)
@@ -66,6 +72,10 @@ def test_row_and_attention_dims_are_the_specs_dims():
     assert dims.attention_dims(q, k, True) == (2, 8, 2, 100, 300, 64, 1)
     assert dims.attention_dims(q, k, False)[-1] == 0
     assert dims.attention_dims(q[0], k, False) is None  # the C++ API says what is wrong
+    # v's head dim is appended only where it differs from q and k's (DeepSeek's 192 / 128)
+    assert dims.attention_dims(q, k, True, k) == (2, 8, 2, 100, 300, 64, 1)
+    q, k, v = torch.empty(2, 8, 100, 192), torch.empty(2, 2, 300, 192), torch.empty(2, 2, 300, 128)
+    assert dims.attention_dims(q, k, False, v) == (2, 8, 2, 100, 300, 192, 0, 128)
 
 
 def test_pick_winner_tie_band_prefers_the_first_config():

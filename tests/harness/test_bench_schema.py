@@ -172,7 +172,7 @@ def test_bench_json_matches_its_documented_schema(bench_without_gpu, tmp_path, w
     doc = _run_bench(tmp_path, KERNELS, SHAPES)
     check_object(doc, documented_schema(), "bench")
 
-    jobs = sum(len(s.dtypes) * (2 if s.shape_names[-1] == "causal" else 1) for s in registry.ops())
+    jobs = sum(len(s.dtypes) * (2 if "causal" in s.shape_names else 1) for s in registry.ops())
     assert len(doc["rows"]) == 4 * jobs
     assert doc["copy_gbps"] == COPY_GBPS
     timed = [r for r in doc["rows"] if "median_us" in r]
@@ -370,6 +370,11 @@ FORMULAS = {
     # still written). q and o [1,1,5,8] (40 each), k and v [1,1,3,8] (24 each), lse [1,1,5].
     ("flash_attention_fwd", (1, 1, 1, 5, 3, 8, 1), BF16): (4 * 8 * (0 + 0 + 1 + 2 + 3),
                                                           2 * (40 + 2 * 24 + 40) + 4 * 5),
+    # v of another head dim (Dv = 8, D = 16: the optional 8th dim): Q K^T over D and P V over
+    # Dv, 2 x (16 + 8) FLOPs a pair; q [2,4,3,16] (384), k [2,2,5,16] (320), v [2,2,5,8] (160),
+    # o [2,4,3,8] (192), lse [2,4,3].
+    ("flash_attention_fwd", (2, 4, 2, 3, 5, 16, 0, 8), F16): (2 * 8 * (16 + 8) * 15,
+                                                             2 * (384 + 320 + 160 + 192) + 4 * 24),
 }
 
 

@@ -7,8 +7,9 @@
 // for the window (left, right), -1 unbounded (FlashAttention's window_size, aligned
 // bottom-right); causal is right = 0. With softcap > 0 the scaled scores s become
 // softcap * tanh(s / softcap) (Gemma-2's cap) before the softmax, and lse is of those.
-// A row that sees no key gets o = 0 and lse = -inf. Tensor Core matmuls with fp32
-// accumulation; any Sq and Sk.
+// A row that sees no key gets o = 0 and lse = -inf. Head dims: D (q, k) one of 32, 64,
+// 96, 128, 192, 256, and v's the same or, with D = 192, 128 (DeepSeek-V3). Tensor Core
+// matmuls with fp32 accumulation; any Sq and Sk.
 //
 // Three kernels (the `config` argument, gks.registry's configs for the op):
 //  0 "mma.sync": FlashAttention-2's design on mma.sync (kernels/attention/fwd_sm80.cuh);
@@ -19,9 +20,9 @@
 //    consumer warpgroups in ping-pong, softmax overlapped with the P V wgmma, TMA stores
 //    (fwd_sm90.cuh, namespace ws). Needs Sq, Sk > 0 and tensors TMA can address.
 // The Hopper kernels run on a compute-capability 9.0 GPU in a build with sm_90a: wgmma for
-// head dims 64 and 128, wgmma.ws for 64, 96, 128 and 256. config -1 picks the first of wgmma.ws, wgmma, mma.sync that can run; a
-// forced config that cannot run gives way to the next in that order
-// (flash_attention_fwd_path says which runs).
+// head dims 64 and 128, wgmma.ws for every head dim but 32 (and 192 / 128). config -1 picks
+// the first of wgmma.ws, wgmma, mma.sync that can run; a forced config that cannot run
+// gives way to the next in that order (flash_attention_fwd_path says which runs).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -47,8 +48,8 @@ inline constexpr FlashAttentionFwdConfig kFlashAttentionFwdConfigs[] = {
 struct FlashAttentionFwdArgs {
   TensorRef q;    // [B, Hq, Sq, D], fp16 or bf16, last dim contiguous, other strides free
   TensorRef k;    // [B, Hkv, Sk, D], q's dtype, Hq % Hkv == 0
-  TensorRef v;    // k's shape, q's dtype
-  TensorRef o;    // q's shape and dtype, last dim contiguous, other strides free
+  TensorRef v;    // [B, Hkv, Sk, Dv], q's dtype; Dv = D, or 128 with D = 192
+  TensorRef o;    // [B, Hq, Sq, Dv], q's dtype, last dim contiguous, other strides free
   TensorRef lse;  // [B, Hq, Sq], float32, any strides
   bool causal = false;
   std::optional<float> softmax_scale;  // unset: 1 / sqrt(D); otherwise finite and > 0
@@ -66,8 +67,9 @@ struct FlashAttentionFwdArgs {
 // sequence strides multiples of 8 elements (always so for tensors allocated contiguous).
 void flash_attention_fwd(const FlashAttentionFwdArgs& args, cudaStream_t stream);
 
-// The head dims the kernels are instantiated for.
-inline constexpr int kFlashAttentionHeadDims[] = {32, 64, 96, 128, 256};
+// The head dims of q and k the kernels are instantiated for; v's is the same, or 128 with
+// 192 (DeepSeek-V3's shape).
+inline constexpr int kFlashAttentionHeadDims[] = {32, 64, 96, 128, 192, 256};
 
 // "wgmma.ws", "wgmma" or "mma.sync": the kernel flash_attention_fwd(args) runs on this GPU
 // (after the same validation).
@@ -83,14 +85,23 @@ struct FlashAttentionFwdPlan {
   bool q_in_registers = false;   // Q fragments held in registers for the whole K loop
   int64_t smem_bytes = 0;        // Q tile + two stages of K and V tiles
 };
-// Throws gks::Error for a head dim that has no kernel.
-FlashAttentionFwdPlan plan_flash_attention_fwd(int64_t head_dim, bool causal);
+// head_dim_v: v's head dim (-1: head_dim's). Throws gks::Error for head dims with no kernel.
+FlashAttentionFwdPlan plan_flash_attention_fwd(int64_t head_dim, bool causal,
+                                               int64_t head_dim_v = -1);
 
-// Whether the Hopper kernels serve a head dim (on a GPU and build that have them): wgmma
-// and wgmma.ws.
-constexpr bool wgmma_flash_head_dim(int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
-constexpr bool ws_flash_head_dim(int64_t head_dim) {
-  return head_dim == 64 || head_dim == 96 || head_dim == 128 || head_dim == 256;
+// The (q/k, v) head dims some kernel serves: kFlashAttentionHeadDims with v's the same, and
+// (192, 128).
+constexpr bool flash_head_dims(int64_t head_dim, int64_t head_dim_v) {
+  for (int d : kFlashAttentionHeadDims)
+    if (head_dim == d) return head_dim_v == d || (d == 192 && head_dim_v == 128);
+  return false;
+}
+// Those the Hopper kernels serve (on a GPU and build that have them): wgmma, wgmma.ws.
+constexpr bool wgmma_flash_head_dims(int64_t head_dim, int64_t head_dim_v) {
+  return head_dim == head_dim_v && (head_dim == 64 || head_dim == 128);
+}
+constexpr bool ws_flash_head_dims(int64_t head_dim, int64_t head_dim_v) {
+  return flash_head_dims(head_dim, head_dim_v) && head_dim != 32;
 }
 }  // namespace detail
 

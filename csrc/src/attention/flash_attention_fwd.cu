@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gks/attention.h"
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <iterator>
@@ -29,37 +30,37 @@ FlashAttentionFwdPlan plan_tile() {
   return plan;
 }
 
-template <int kHeadDim>
+template <int kHeadDim, int kHeadDimV = kHeadDim>
 FlashAttentionFwdPlan plan_for(bool causal) {
-  if (!causal) return plan_tile<typename ka::FlashFwdConfig<kHeadDim, false>::Tile>();
-  return plan_tile<typename ka::FlashFwdConfig<kHeadDim, true>::Tile>();
+  if (!causal) return plan_tile<typename ka::FlashFwdConfig<kHeadDim, false, kHeadDimV>::Tile>();
+  return plan_tile<typename ka::FlashFwdConfig<kHeadDim, true, kHeadDimV>::Tile>();
 }
 }  // namespace
 
-FlashAttentionFwdPlan plan_flash_attention_fwd(int64_t head_dim, bool causal) {
+FlashAttentionFwdPlan plan_flash_attention_fwd(int64_t head_dim, bool causal, int64_t head_dim_v) {
+  if (head_dim_v < 0) head_dim_v = head_dim;
+  GKS_CHECK(flash_head_dims(head_dim, head_dim_v), kInvalidArgument)
+      << "gks.flash_attention_fwd: head dims (" << head_dim << ", " << head_dim_v
+      << ") have no kernel: q and k's must be one of 32, 64, 96, 128, 192, 256, and v's the same "
+         "(or 128 with 192)";
   switch (head_dim) {
     case 32: return plan_for<32>(causal);
     case 64: return plan_for<64>(causal);
     case 96: return plan_for<96>(causal);
     case 128: return plan_for<128>(causal);
-    case 256: return plan_for<256>(causal);
-    default:
-      GKS_CHECK(false, kInvalidArgument)
-          << "gks.flash_attention_fwd: head dim (the last dim of q, k and v) must be one of "
-             "32, 64, 96, 128, 256, got "
-          << head_dim;
+    case 192: return head_dim_v == 128 ? plan_for<192, 128>(causal) : plan_for<192>(causal);
+    default: return plan_for<256>(causal);
   }
-  return {};
 }
 
 namespace {
 
 using FlashAttentionFwdParams = ka::FwdParams;
 
-template <typename T, int kHeadDim, ka::Mask kMask>
+template <typename T, int kHeadDim, ka::Mask kMask, int kHeadDimV = kHeadDim>
 void launch(const FlashAttentionFwdParams& p, int64_t batch, int64_t heads_q, int device,
             cudaStream_t stream) {
-  using Tile = typename ka::FlashFwdConfig<kHeadDim, kMask != ka::Mask::kNone>::Tile;
+  using Tile = typename ka::FlashFwdConfig<kHeadDim, kMask != ka::Mask::kNone, kHeadDimV>::Tile;
   constexpr auto kernel = ka::flash_attention_fwd_kernel<T, Tile, kMask>;
   // Above 48 KiB of dynamic shared memory a kernel must opt in (a host-side attribute, so
   // this is also allowed while a stream is being captured); the default carveout.
@@ -69,28 +70,36 @@ void launch(const FlashAttentionFwdParams& p, int64_t batch, int64_t heads_q, in
   kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
 }
 
+// head_dim_v: v's head dim, head_dim's but for DeepSeek's (192, 128).
 template <typename T, ka::Mask kMask>
-void dispatch_head_dim(int64_t head_dim, const FlashAttentionFwdParams& p, int64_t batch,
-                       int64_t heads_q, int device, cudaStream_t stream) {
+void dispatch_head_dim(int64_t head_dim, int64_t head_dim_v, const FlashAttentionFwdParams& p,
+                       int64_t batch, int64_t heads_q, int device, cudaStream_t stream) {
   switch (head_dim) {
     case 32: return launch<T, 32, kMask>(p, batch, heads_q, device, stream);
     case 64: return launch<T, 64, kMask>(p, batch, heads_q, device, stream);
     case 96: return launch<T, 96, kMask>(p, batch, heads_q, device, stream);
     case 128: return launch<T, 128, kMask>(p, batch, heads_q, device, stream);
+    case 192:
+      if (head_dim_v == 128) return launch<T, 192, kMask, 128>(p, batch, heads_q, device, stream);
+      return launch<T, 192, kMask>(p, batch, heads_q, device, stream);
     default: return launch<T, 256, kMask>(p, batch, heads_q, device, stream);
   }
 }
 
 template <typename T>
-void dispatch_mask(ka::Mask mask, int64_t head_dim, const FlashAttentionFwdParams& p,
-                   int64_t batch, int64_t heads_q, int device, cudaStream_t stream) {
+void dispatch_mask(ka::Mask mask, int64_t head_dim, int64_t head_dim_v,
+                   const FlashAttentionFwdParams& p, int64_t batch, int64_t heads_q, int device,
+                   cudaStream_t stream) {
   switch (mask) {
     case ka::Mask::kNone:
-      return dispatch_head_dim<T, ka::Mask::kNone>(head_dim, p, batch, heads_q, device, stream);
+      return dispatch_head_dim<T, ka::Mask::kNone>(head_dim, head_dim_v, p, batch, heads_q,
+                                                   device, stream);
     case ka::Mask::kRight:
-      return dispatch_head_dim<T, ka::Mask::kRight>(head_dim, p, batch, heads_q, device, stream);
+      return dispatch_head_dim<T, ka::Mask::kRight>(head_dim, head_dim_v, p, batch, heads_q,
+                                                    device, stream);
     default:
-      return dispatch_head_dim<T, ka::Mask::kLocal>(head_dim, p, batch, heads_q, device, stream);
+      return dispatch_head_dim<T, ka::Mask::kLocal>(head_dim, head_dim_v, p, batch, heads_q,
+                                                    device, stream);
   }
 }
 
@@ -145,19 +154,32 @@ float validate(const FlashAttentionFwdArgs& args) {
 
   const int64_t batch = q.shape[0], heads_q = q.shape[1], seqlen_q = q.shape[2];
   const int64_t head_dim = q.shape[3];
-  const int64_t heads_kv = k.shape[1], seqlen_k = k.shape[2];
+  const int64_t heads_kv = k.shape[1], seqlen_k = k.shape[2], head_dim_v = v.shape[3];
+  GKS_CHECK(std::find(std::begin(kFlashAttentionHeadDims), std::end(kFlashAttentionHeadDims),
+                      head_dim) != std::end(kFlashAttentionHeadDims),
+            kInvalidArgument)
+      << kOp << ": head dim (the last dim of q and k) must be one of 32, 64, 96, 128, 192, 256, "
+      << "got " << head_dim;
   GKS_CHECK(k.shape[0] == batch && k.shape[3] == head_dim, kInvalidArgument)
       << kOp << ": argument 'k' must have shape [" << batch << ", Hkv, Sk, " << head_dim
       << "] (q's batch and head dim), got " << k.shape_string();
-  check_same_shape(k, "k", v, "v", kOp);
-  check_same_shape(q, "q", o, "o", kOp);
+  GKS_CHECK(v.shape[0] == k.shape[0] && v.shape[1] == heads_kv && v.shape[2] == seqlen_k &&
+                detail::flash_head_dims(head_dim, head_dim_v),
+            kInvalidArgument)
+      << kOp << ": argument 'v' must have shape [" << k.shape[0] << ", " << heads_kv << ", "
+      << seqlen_k << ", " << head_dim << "] (k's first three dims and the head dim; 128 is also "
+      << "allowed with head dim 192), got " << v.shape_string();
+  GKS_CHECK(o.shape[0] == batch && o.shape[1] == heads_q && o.shape[2] == seqlen_q &&
+                o.shape[3] == head_dim_v,
+            kInvalidArgument)
+      << kOp << ": argument 'o' must have shape [" << batch << ", " << heads_q << ", " << seqlen_q
+      << ", " << head_dim_v << "] (q's first three dims and v's head dim), got " << o.shape_string();
   GKS_CHECK(lse.ndim == 3 && lse.shape[0] == batch && lse.shape[1] == heads_q &&
                 lse.shape[2] == seqlen_q,
             kInvalidArgument)
       << kOp << ": argument 'lse' must have shape [" << batch << ", " << heads_q << ", "
       << seqlen_q << "] (q's first three dims), got " << lse.shape_string();
   check_outputs({{&o, "o"}, {&lse, "lse"}}, {{&q, "q"}, {&k, "k"}, {&v, "v"}}, kOp);
-  detail::plan_flash_attention_fwd(head_dim, args.causal);  // throws for a head dim with no kernel
   GKS_CHECK(heads_kv > 0 ? heads_q % heads_kv == 0 : heads_q == 0, kInvalidArgument)
       << kOp << ": the query heads (" << heads_q << ", dim 1 of q) must be a multiple of the "
       << "key/value heads (" << heads_kv << ", dim 1 of k and v)";
@@ -206,13 +228,13 @@ using Kernel = FlashAttentionFwdConfig::Kernel;
 Kernel kernel_for(const FlashAttentionFwdArgs& args, bool check_layouts) {
 #if defined(GKS_WITH_SM90A)
   const Kernel wanted = args.config < 0 ? Kernel::kWgmmaWs : kFlashAttentionFwdConfigs[args.config].kernel;
-  const int64_t head_dim = args.q.shape[3];
+  const int64_t head_dim = args.q.shape[3], head_dim_v = args.v.shape[3];
   if (wanted == Kernel::kMmaSync || !device_is_sm90(args.q.device.index)) return Kernel::kMmaSync;
-  if (wanted == Kernel::kWgmmaWs && ws_flash_head_dim(head_dim) && args.q.shape[2] > 0 &&
+  if (wanted == Kernel::kWgmmaWs && ws_flash_head_dims(head_dim, head_dim_v) && args.q.shape[2] > 0 &&
       args.k.shape[2] > 0 &&
       (!check_layouts || flash_attention_fwd_ws_layouts({args.q, args.k, args.v, args.o})))
     return Kernel::kWgmmaWs;
-  return wgmma_flash_head_dim(head_dim) ? Kernel::kWgmma : Kernel::kMmaSync;
+  return wgmma_flash_head_dims(head_dim, head_dim_v) ? Kernel::kWgmma : Kernel::kMmaSync;
 #else
   (void)check_layouts;
   (void)args;
@@ -251,7 +273,7 @@ void flash_attention_fwd(const FlashAttentionFwdArgs& args, cudaStream_t stream)
   const float scale = detail::validate(args);
   const TensorRef &q = args.q, &k = args.k, &v = args.v, &o = args.o, &lse = args.lse;
   const int64_t batch = q.shape[0], heads_q = q.shape[1], seqlen_q = q.shape[2];
-  const int64_t head_dim = q.shape[3];
+  const int64_t head_dim = q.shape[3], head_dim_v = v.shape[3];
   const int64_t heads_kv = k.shape[1], seqlen_k = k.shape[2];
   if (batch == 0 || heads_q == 0 || seqlen_q == 0) return;  // nothing to write
   // Sk = 0 still launches: every row sees no key, so the kernel writes o = 0, lse = -inf.
@@ -290,12 +312,12 @@ void flash_attention_fwd(const FlashAttentionFwdArgs& args, cudaStream_t stream)
   const detail::Kernel kernel = detail::kernel_for(args, /*check_layouts=*/false);
   const bool bf16 = q.dtype == DType::kBFloat16;
   if (kernel == detail::Kernel::kWgmmaWs &&
-      detail::launch_flash_attention_fwd_ws(bf16, head_dim, mask, p, {q, k, v, o},
+      detail::launch_flash_attention_fwd_ws(bf16, head_dim, head_dim_v, mask, p, {q, k, v, o},
                                             q.device.index, stream)) {
     detail::check_launch(kOp);
     return;
   }
-  if (kernel != detail::Kernel::kMmaSync && detail::wgmma_flash_head_dim(head_dim)) {
+  if (kernel != detail::Kernel::kMmaSync && detail::wgmma_flash_head_dims(head_dim, head_dim_v)) {
     detail::launch_flash_attention_fwd_wgmma(bf16, head_dim, mask, p, batch, heads_q,
                                              q.device.index, stream);
     detail::check_launch(kOp);
@@ -303,9 +325,11 @@ void flash_attention_fwd(const FlashAttentionFwdArgs& args, cudaStream_t stream)
   }
 #endif
   if (q.dtype == DType::kFloat16)
-    detail::dispatch_mask<__half>(mask, head_dim, p, batch, heads_q, q.device.index, stream);
+    detail::dispatch_mask<__half>(mask, head_dim, head_dim_v, p, batch, heads_q, q.device.index,
+                                  stream);
   else
-    detail::dispatch_mask<__nv_bfloat16>(mask, head_dim, p, batch, heads_q, q.device.index, stream);
+    detail::dispatch_mask<__nv_bfloat16>(mask, head_dim, head_dim_v, p, batch, heads_q,
+                                         q.device.index, stream);
   detail::check_launch(kOp);
 }
 

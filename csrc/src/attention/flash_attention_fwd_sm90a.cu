@@ -61,14 +61,17 @@ void launch_mask(int64_t head_dim, ka::Mask mask, const ka::FwdParams& p,
 
 // ---- the warp-specialized kernel ----
 
-// The tile per head dim: 128 query rows (two consumer warpgroups) and as many ring stages of
-// K/V tiles as shared memory holds beside Q and the O buffer: 128 keys a tile up to D = 128;
-// at D = 256, 64 keys, with O staged in Q's buffer.
-template <int kHeadDim>
+// The tile per head dims: 128 query rows (two consumer warpgroups) and as many ring stages
+// of K/V tiles as shared memory holds beside Q and the O buffer: 128 keys a tile up to
+// D = 128; 64 keys at D = 192 (192 / 128: three stages) and D = 256 (O staged in Q's buffer).
+template <int kHeadDim, int kHeadDimV>
 using WsTileFor = std::conditional_t<
     kHeadDim == 64, ka::ws::Tile<64, 128, 4>,
-    std::conditional_t<kHeadDim == 256, ka::ws::Tile<256, 64, 2, /*kOAliasQ=*/true>,
-                       ka::ws::Tile<kHeadDim, 128, 2>>>;
+    std::conditional_t<
+        kHeadDim == 256, ka::ws::Tile<256, 64, 2, /*kOAliasQ=*/true>,
+        std::conditional_t<kHeadDim == 192,
+                           ka::ws::Tile<192, 64, kHeadDimV == 128 ? 3 : 2, false, kHeadDimV>,
+                           ka::ws::Tile<kHeadDim, 128, 2>>>>;
 
 // A 4-D tensor map over t [B, H, S, D] (dims innermost first: D, S, H, B) in boxes of
 // [box_rows, 64] elements. A dim of size 1 is never stepped over: its stride is given a
@@ -85,10 +88,10 @@ bool attention_map(CUtensorMap* map, const TensorRef& t, int box_rows) {
   return encode_tensor_map(map, t.dtype, 4, t.data, dims, strides, box) == CUDA_SUCCESS;
 }
 
-template <typename T, int kHeadDim, ka::Mask kMask>
+template <typename T, int kHeadDim, ka::Mask kMask, int kHeadDimV = kHeadDim>
 bool launch_ws(const ka::FwdParams& p, const AttentionTensors& t, int device,
                cudaStream_t stream) {
-  using Tile = WsTileFor<kHeadDim>;
+  using Tile = WsTileFor<kHeadDim, kHeadDimV>;
   CUtensorMap map_q, map_k, map_v, map_o;
   if (!attention_map(&map_q, t.q, 64) || !attention_map(&map_k, t.k, Tile::kBN) ||
       !attention_map(&map_v, t.v, Tile::kBN) || !attention_map(&map_o, t.o, 64))
@@ -106,23 +109,29 @@ bool launch_ws(const ka::FwdParams& p, const AttentionTensors& t, int device,
 }
 
 template <typename T, ka::Mask kMask>
-bool ws_head_dim(int64_t head_dim, const ka::FwdParams& p, const AttentionTensors& t, int device,
-                 cudaStream_t stream) {
+bool ws_head_dim(int64_t head_dim, int64_t head_dim_v, const ka::FwdParams& p,
+                 const AttentionTensors& t, int device, cudaStream_t stream) {
   switch (head_dim) {
     case 64: return launch_ws<T, 64, kMask>(p, t, device, stream);
     case 96: return launch_ws<T, 96, kMask>(p, t, device, stream);
     case 128: return launch_ws<T, 128, kMask>(p, t, device, stream);
+    case 192:
+      if (head_dim_v == 128) return launch_ws<T, 192, kMask, 128>(p, t, device, stream);
+      return launch_ws<T, 192, kMask>(p, t, device, stream);
     default: return launch_ws<T, 256, kMask>(p, t, device, stream);
   }
 }
 
 template <typename T>
-bool ws_mask(int64_t head_dim, ka::Mask mask, const ka::FwdParams& p, const AttentionTensors& t,
-             int device, cudaStream_t stream) {
+bool ws_mask(int64_t head_dim, int64_t head_dim_v, ka::Mask mask, const ka::FwdParams& p,
+             const AttentionTensors& t, int device, cudaStream_t stream) {
   switch (mask) {
-    case ka::Mask::kNone: return ws_head_dim<T, ka::Mask::kNone>(head_dim, p, t, device, stream);
-    case ka::Mask::kRight: return ws_head_dim<T, ka::Mask::kRight>(head_dim, p, t, device, stream);
-    default: return ws_head_dim<T, ka::Mask::kLocal>(head_dim, p, t, device, stream);
+    case ka::Mask::kNone:
+      return ws_head_dim<T, ka::Mask::kNone>(head_dim, head_dim_v, p, t, device, stream);
+    case ka::Mask::kRight:
+      return ws_head_dim<T, ka::Mask::kRight>(head_dim, head_dim_v, p, t, device, stream);
+    default:
+      return ws_head_dim<T, ka::Mask::kLocal>(head_dim, head_dim_v, p, t, device, stream);
   }
 }
 
@@ -135,11 +144,11 @@ bool flash_attention_fwd_ws_layouts(const AttentionTensors& t) {
          attention_map(&map, t.v, 64) && attention_map(&map, t.o, 64);
 }
 
-bool launch_flash_attention_fwd_ws(bool bf16, int64_t head_dim, ka::Mask mask,
-                                   const ka::FwdParams& p, const AttentionTensors& t, int device,
-                                   cudaStream_t stream) {
-  if (bf16) return ws_mask<__nv_bfloat16>(head_dim, mask, p, t, device, stream);
-  return ws_mask<__half>(head_dim, mask, p, t, device, stream);
+bool launch_flash_attention_fwd_ws(bool bf16, int64_t head_dim, int64_t head_dim_v,
+                                   ka::Mask mask, const ka::FwdParams& p,
+                                   const AttentionTensors& t, int device, cudaStream_t stream) {
+  if (bf16) return ws_mask<__nv_bfloat16>(head_dim, head_dim_v, mask, p, t, device, stream);
+  return ws_mask<__half>(head_dim, head_dim_v, mask, p, t, device, stream);
 }
 
 void launch_flash_attention_fwd_wgmma(bool bf16, int64_t head_dim, ka::Mask mask,

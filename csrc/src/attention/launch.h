@@ -24,13 +24,14 @@ struct AttentionTensors {
 // Whether TMA can address all four tensors (tensor maps encode for them).
 bool flash_attention_fwd_ws_layouts(const AttentionTensors& t);
 
-// The warp-specialized kernel (config "wgmma.ws"); head_dim 64 or 128, Sq and Sk > 0.
-// Launches nothing and returns false where TMA cannot address a tensor's layout.
-bool launch_flash_attention_fwd_ws(bool bf16, int64_t head_dim, kernels::attention::Mask mask,
+// The warp-specialized kernel (config "wgmma.ws"): head dims ws_flash_head_dims serves, Sq
+// and Sk > 0. Launches nothing and returns false where TMA cannot address a tensor's layout.
+bool launch_flash_attention_fwd_ws(bool bf16, int64_t head_dim, int64_t head_dim_v,
+                                   kernels::attention::Mask mask,
                                    const kernels::attention::FwdParams& p,
                                    const AttentionTensors& t, int device, cudaStream_t stream);
 
-// head_dim: one of wgmma_flash_head_dim's (64, 128).
+// head_dim: one wgmma_flash_head_dims serves (64 or 128, v's the same).
 void launch_flash_attention_fwd_wgmma(bool bf16, int64_t head_dim, kernels::attention::Mask mask,
                                       const kernels::attention::FwdParams& p, int64_t batch,
                                       int64_t heads_q, int device, cudaStream_t stream);

@@ -35,10 +35,12 @@ namespace gks::kernels::attention {
 // memory traffic per flop (and more registers per thread). kRescaleVotePerTile: O's
 // rescale (when a row's max moved) is decided by one warp vote a tile after all rows, not
 // one vote and branch a row pair; which is faster depends on the tile (see FlashFwdConfig).
+// kHeadDimV: v's (and o's) head dim, q's and k's unless given (DeepSeek's 192 / 128).
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, bool kQInRegisters_,
-          bool kRescaleVotePerTile_ = false>
+          bool kRescaleVotePerTile_ = false, int kHeadDimV_ = kHeadDim_>
 struct FlashFwdTile {
   static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kHeadDimV = kHeadDimV_;
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kWarps = kWarps_;
@@ -47,15 +49,20 @@ struct FlashFwdTile {
   static constexpr int kMTiles = kWarpRows / 16;
   static constexpr bool kQInRegisters = kQInRegisters_;
   static constexpr bool kRescaleVotePerTile = kRescaleVotePerTile_;
-  static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
+  static constexpr int kChunks = kHeadDim / 8;    // 16-byte chunks per row of Q and K
+  static constexpr int kChunksV = kHeadDimV / 8;  // ... of V and O
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
-  static constexpr int kKVBytes = kBlockN * kHeadDim * 2;
-  static constexpr int kSmemBytes = kQBytes + 4 * kKVBytes;  // Q + 2 stages x (K, V)
-  static_assert(kHeadDim % 16 == 0, "head dim: k-steps of 16");
+  static constexpr int kKBytes = kBlockN * kHeadDim * 2;
+  static constexpr int kVBytes = kBlockN * kHeadDimV * 2;
+  static constexpr int kSmemBytes = kQBytes + 2 * (kKBytes + kVBytes);  // Q + 2 stages x (K, V)
+  static_assert(kHeadDim % 16 == 0 && kHeadDimV % 16 == 0, "head dims: k-steps of 16");
+  static_assert(kHeadDimV <= kHeadDim, "O is staged in Q's tile");
   static_assert(kBlockM % (16 * kWarps) == 0 && kMTiles >= 1, "whole 16-row m-tiles per warp");
   static_assert(kBlockN % 16 == 0, "keys: pairs of 8-wide n-tiles");
-  static_assert(kChunks % 4 == 0, "the swizzle needs a multiple of 4 chunks per row");
-  static_assert((kBlockM * kChunks) % kThreads == 0 && (kBlockN * kChunks) % kThreads == 0,
+  static_assert(kChunks % 4 == 0 && kChunksV % 4 == 0,
+                "the swizzle needs a multiple of 4 chunks per row");
+  static_assert((kBlockM * kChunks) % kThreads == 0 && (kBlockN * kChunks) % kThreads == 0 &&
+                    (kBlockN * kChunksV) % kThreads == 0,
                 "tile copies: whole 16-byte chunks per thread");
 };
 
@@ -66,8 +73,9 @@ struct FlashFwdTile {
 // few spilled loop invariants (ptxas -v: 24 bytes) and is still faster than 32-key tiles,
 // as at D = 96. D = 64 takes 128-key tiles with Q in shared memory: non-causal with one
 // rescale vote a tile, causal with a vote a row pair. D = 32 keeps Q's fragments in
-// registers unless causal. (docs/perf/attention.md has what these were measured against.)
-template <int kHeadDim, bool kCausal> struct FlashFwdConfig;
+// registers unless causal. D = 192 takes D = 256's shape (64 rows of 16 a warp, 32-key tiles),
+// with v's head dim 192 or 128. (docs/perf/attention.md has what these were measured against.)
+template <int kHeadDim, bool kCausal, int kHeadDimV = kHeadDim> struct FlashFwdConfig;
 template <bool kCausal> struct FlashFwdConfig<32, kCausal> {
   using Tile = FlashFwdTile<32, 128, 64, 4, !kCausal>;
 };
@@ -79,6 +87,9 @@ template <bool kCausal> struct FlashFwdConfig<96, kCausal> {
 };
 template <bool kCausal> struct FlashFwdConfig<128, kCausal> {
   using Tile = FlashFwdTile<128, 128, 64, 4, false>;
+};
+template <bool kCausal, int kHeadDimV> struct FlashFwdConfig<192, kCausal, kHeadDimV> {
+  using Tile = FlashFwdTile<192, 64, 32, 4, false, false, kHeadDimV>;
 };
 template <bool kCausal> struct FlashFwdConfig<256, kCausal> {
   using Tile = FlashFwdTile<256, 64, 32, 4, false>;
@@ -193,16 +204,17 @@ __global__ void __launch_bounds__(Tile::kThreads)
   using namespace sm80;
   constexpr int kD = Tile::kHeadDim, kBM = Tile::kBlockM, kBN = Tile::kBlockN;
   constexpr int kThreads = Tile::kThreads, kChunks = Tile::kChunks, kMT = Tile::kMTiles;
+  constexpr int kChunksV = Tile::kChunksV;
   constexpr int kKSteps = kD / 16;    // k-steps of S = Q K^T
   constexpr int kNTiles = kBN / 8;    // 8-key column tiles of S
-  constexpr int kDTiles = kD / 8;     // 8-wide column tiles of O
+  constexpr int kDTiles = Tile::kHeadDimV / 8;  // 8-wide column tiles of O
   constexpr int kPVSteps = kBN / 16;  // k-steps of O += P V
 
   extern __shared__ __align__(128) unsigned char smem[];
   // Layout: Q tile, K stage 0, K stage 1, V stage 0, V stage 1.
   const uint32_t sQ = ptx::smem_addr(smem);
   const uint32_t sK0 = sQ + Tile::kQBytes;
-  const uint32_t sV0 = sK0 + 2 * Tile::kKVBytes;
+  const uint32_t sV0 = sK0 + 2 * Tile::kKBytes;
 
   const BlockHeads<T, kMask> heads(p);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -215,17 +227,23 @@ __global__ void __launch_bounds__(Tile::kThreads)
   const BlockWalk walk = block_walk<kBM, kBN, kMask>(m0, p);
   const int n_blocks = walk.blocks();
   if (n_blocks == 0) {
-    write_unseen_rows<kBM, kChunks, kThreads>(heads.o(p), heads.lse(p), p, m0, tid);
+    write_unseen_rows<kBM, kChunksV, kThreads>(heads.o(p), heads.lse(p), p, m0, tid);
     return;
   }
 
   // Prologue: Q, then the first (highest) K/V tile into stage 0; one commit group each.
   const TileCopy<kChunks, kThreads> copy(tid);
+  // V's copier: Q and K's where the rows are as wide.
+  const TileCopy<kChunksV, kThreads> copy_v_own(tid);
+  const TileCopy<kChunksV, kThreads>& copy_v = [&]() -> const TileCopy<kChunksV, kThreads>& {
+    if constexpr (kChunksV == kChunks) return copy;
+    else return copy_v_own;
+  }();
   copy.template operator()<kBM>(sQ, q, p.q_row, m0, seqlen_q, tid);
   ptx::cp_async_commit();
   copy.template operator()<kBN>(sK0, k, p.k_row, (walk.n_max - 1) * kBN, seqlen_k, tid);
   ptx::cp_async_commit();
-  copy.template operator()<kBN>(sV0, v, p.v_row, (walk.n_max - 1) * kBN, seqlen_k, tid);
+  copy_v.template operator()<kBN>(sV0, v, p.v_row, (walk.n_max - 1) * kBN, seqlen_k, tid);
   ptx::cp_async_commit();
 
   // This thread's place in the mma fragments: in m-tile mt, rows g and g + 8 of its 16,
@@ -257,7 +275,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
   // (l / 16) * 8 + l % 8, chunk (l / 8) % 2.
   const LaneChunks<kChunks> q_lane(warp_row0 + lane % 16, lane / 16);
   const LaneChunks<kChunks> k_lane((lane / 16) * 8 + lane % 8, (lane / 8) % 2);
-  const LaneChunks<kChunks> v_lane(lane % 16, lane / 16);
+  const LaneChunks<kChunksV> v_lane(lane % 16, lane / 16);
 
   uint32_t q_frag[Tile::kQInRegisters ? kMT : 1][Tile::kQInRegisters ? kKSteps : 1][4];
   if constexpr (Tile::kQInRegisters) {
@@ -275,9 +293,14 @@ __global__ void __launch_bounds__(Tile::kThreads)
   auto pass = [&](const int it, auto masked) {
     constexpr bool kMasked = decltype(masked)::value;
     const int n_block = walk.n_max - 1 - it;
-    const uint32_t stage_bytes = (it & 1) * Tile::kKVBytes;
-    const uint32_t sK = sK0 + stage_bytes, sV = sV0 + stage_bytes;
-    const uint32_t next_stage_bytes = Tile::kKVBytes - stage_bytes;
+    // V's stages are K's where they are as large (the same values, the same instructions).
+    constexpr bool kSameStages = Tile::kVBytes == Tile::kKBytes;
+    const uint32_t stage_bytes = (it & 1) * Tile::kKBytes;
+    const uint32_t v_stage_bytes = kSameStages ? stage_bytes : (it & 1) * Tile::kVBytes;
+    const uint32_t sK = sK0 + stage_bytes, sV = sV0 + v_stage_bytes;
+    const uint32_t next_stage_bytes = Tile::kKBytes - stage_bytes;
+    const uint32_t next_v_stage_bytes =
+        kSameStages ? next_stage_bytes : Tile::kVBytes - v_stage_bytes;
     // One barrier per pass: the K and V copies of this tile were issued a whole pass ago.
     ptx::cp_async_wait<0>();  // this K and V tile (and Q) are in ...
     __syncthreads();     // ... for every thread; and every warp is done with tile it - 1
@@ -286,8 +309,8 @@ __global__ void __launch_bounds__(Tile::kThreads)
     if (n_block > walk.n_min) {
       copy.template operator()<kBN>(sK0 + next_stage_bytes, k, p.k_row, (n_block - 1) * kBN,
                                     seqlen_k, tid);
-      copy.template operator()<kBN>(sV0 + next_stage_bytes, v, p.v_row, (n_block - 1) * kBN,
-                                    seqlen_k, tid);
+      copy_v.template operator()<kBN>(sV0 + next_v_stage_bytes, v, p.v_row, (n_block - 1) * kBN,
+                                      seqlen_k, tid);
       ptx::cp_async_commit();
     }
 
@@ -422,20 +445,20 @@ __global__ void __launch_bounds__(Tile::kThreads)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = warp_row0 + 16 * mt + g + 8 * h;
-        *reinterpret_cast<uint32_t*>(smem + tile_offset<kChunks>(r, j) + t * 4) =
+        *reinterpret_cast<uint32_t*>(smem + tile_offset<kChunksV>(r, j) + t * 4) =
             pack2<T>(acc_o[mt][j][2 * h] * row_sum[mt][h], acc_o[mt][j][2 * h + 1] * row_sum[mt][h]);
       }
     }
   }
   __syncwarp();
-  static_assert((Tile::kWarpRows * kChunks) % 32 == 0, "O rows: whole chunks per lane");
+  static_assert((Tile::kWarpRows * kChunksV) % 32 == 0, "O rows: whole chunks per lane");
 #pragma unroll
-  for (int i = 0; i < Tile::kWarpRows * kChunks / 32; ++i) {
+  for (int i = 0; i < Tile::kWarpRows * kChunksV / 32; ++i) {
     const int idx = lane + i * 32;
-    const int r = warp_row0 + idx / kChunks, c = idx % kChunks;
+    const int r = warp_row0 + idx / kChunksV, c = idx % kChunksV;
     if (m0 + r < seqlen_q) {
       *reinterpret_cast<uint4*>(o + int64_t(m0 + r) * p.o_row + c * 8) =
-          *reinterpret_cast<const uint4*>(smem + tile_offset<kChunks>(r, c));
+          *reinterpret_cast<const uint4*>(smem + tile_offset<kChunksV>(r, c));
     }
   }
 }

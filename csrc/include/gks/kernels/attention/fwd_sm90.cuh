@@ -301,25 +301,32 @@ enum NamedBarrier : int {
 };
 
 // kOAliasQ: O is staged in Q's buffer (where shared memory has no room for its own); Q is
-// then handed back only once the epilogue's TMA stores have read it.
-template <int kHeadDim, int kBlockN, int kStages_, bool kOAliasQ_ = false>
+// then handed back only once the epilogue's TMA stores have read it. kHeadDimV: v's and o's
+// head dim (q's and k's unless given: DeepSeek's 192 / 128).
+template <int kHeadDim, int kBlockN, int kStages_, bool kOAliasQ_ = false,
+          int kHeadDimV = kHeadDim>
 struct Tile {
-  static_assert(kHeadDim % 32 == 0 && kHeadDim >= 64, "D: 64 or more, whole k-steps and wgmma N");
+  static_assert(kHeadDim % 32 == 0 && kHeadDim >= 64 && kHeadDimV % 32 == 0 && kHeadDimV >= 64,
+                "head dims: 64 or more, whole k-steps and wgmma N");
   static_assert(kBlockN == 64 || kBlockN == 128, "keys per tile: wgmma N of 64 or 128");
+  static_assert(kHeadDimV <= kHeadDim || !kOAliasQ_, "O staged in Q's buffer fits it");
   static constexpr int kD = kHeadDim;
+  static constexpr int kDV = kHeadDimV;
   static constexpr int kBN = kBlockN;
   static constexpr int kStages = kStages_;
   static constexpr bool kOAliasQ = kOAliasQ_;
   // Rows are kept in whole 128-byte swizzle blocks of 64 columns; the columns past D (D = 96)
   // are TMA's zero fill, never read by a wgmma and never stored.
-  static constexpr int kColBlocks = (kHeadDim + 63) / 64;
+  static constexpr int kColBlocks = (kHeadDim + 63) / 64;    // of Q and K rows
+  static constexpr int kColBlocksV = (kHeadDimV + 63) / 64;  // of V and O rows
   static constexpr int kQBytes = kBlockM * kColBlocks * 128;
-  static constexpr int kKVBytes = kBlockN * kColBlocks * 128;
-  static constexpr int kOBytes = kOAliasQ ? 0 : kQBytes;
+  static constexpr int kKBytes = kBlockN * kColBlocks * 128;
+  static constexpr int kVBytes = kBlockN * kColBlocksV * 128;
+  static constexpr int kOBytes = kOAliasQ ? 0 : kBlockM * kColBlocksV * 128;
   // Q, O, the K and V rings, their barriers; + 1024: the window is re-aligned in the kernel.
   static constexpr int kBarrierBytes = (2 + 4 * kStages) * 8;
   static constexpr int kSmemBytes =
-      kQBytes + kOBytes + 2 * kStages * kKVBytes + kBarrierBytes + 1024;
+      kQBytes + kOBytes + kStages * (kKBytes + kVBytes) + kBarrierBytes + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 };
 
@@ -360,18 +367,22 @@ __device__ __forceinline__ void produce(const CUtensorMap* map_q, const CUtensor
                                         uint32_t sQ, uint32_t sK, uint32_t sV, const Barriers& bar,
                                         const Schedule& sched) {
   constexpr int kBN = Cfg::kBN, kColBlocks = Cfg::kColBlocks;
+  using KRing = std::integral_constant<int, Cfg::kColBlocks>;
+  using VRing = std::integral_constant<int, Cfg::kColBlocksV>;
   ptx::prefetch_tensor_map(map_q);
   ptx::prefetch_tensor_map(map_k);
   ptx::prefetch_tensor_map(map_v);
   RingPos kpos, vpos;
   uint32_t q_phase = 0;
-  auto load_kv = [&](const CUtensorMap* map, uint32_t ring, uint32_t full, uint32_t empty,
-                     RingPos& pos, int n_block, int kv_head, int batch) {
+  // One K or V tile (kCols column blocks) into its ring's next slot.
+  auto load_kv = [&](auto cols, const CUtensorMap* map, uint32_t ring, uint32_t full,
+                     uint32_t empty, RingPos& pos, int n_block, int kv_head, int batch) {
+    constexpr int kCols = decltype(cols)::value, kSlotBytes = kBN * kCols * 128;
     ptx::mbar_wait(empty + 8 * pos.slot, pos.phase ^ 1u);
-    ptx::mbar_arrive_expect_tx(full + 8 * pos.slot, Cfg::kKVBytes);
+    ptx::mbar_arrive_expect_tx(full + 8 * pos.slot, kSlotBytes);
 #pragma unroll
-    for (int cb = 0; cb < kColBlocks; ++cb)
-      ptx::tma_load_4d(ring + pos.slot * Cfg::kKVBytes + cb * kBN * 128, map, full + 8 * pos.slot,
+    for (int cb = 0; cb < kCols; ++cb)
+      ptx::tma_load_4d(ring + pos.slot * kSlotBytes + cb * kBN * 128, map, full + 8 * pos.slot,
                        cb * 64, n_block * kBN, kv_head, batch);
     pos.template advance<Cfg::kStages>();
   };
@@ -396,12 +407,13 @@ __device__ __forceinline__ void produce(const CUtensorMap* map_q, const CUtensor
           ptx::tma_load_4d(sQ + cb * kBlockM * 128 + half * 64 * 128, map_q, bar.q_full, cb * 64,
                            m0 + half * 64, c.head, c.batch);
     q_phase ^= 1u;
-    load_kv(map_k, sK, bar.k_full, bar.k_empty, kpos, walk.n_max - 1, kv_head, c.batch);
+    load_kv(KRing{}, map_k, sK, bar.k_full, bar.k_empty, kpos, walk.n_max - 1, kv_head, c.batch);
     for (int i = 1; i < n; ++i) {
-      load_kv(map_k, sK, bar.k_full, bar.k_empty, kpos, walk.n_max - 1 - i, kv_head, c.batch);
-      load_kv(map_v, sV, bar.v_full, bar.v_empty, vpos, walk.n_max - i, kv_head, c.batch);
+      load_kv(KRing{}, map_k, sK, bar.k_full, bar.k_empty, kpos, walk.n_max - 1 - i, kv_head,
+              c.batch);
+      load_kv(VRing{}, map_v, sV, bar.v_full, bar.v_empty, vpos, walk.n_max - i, kv_head, c.batch);
     }
-    load_kv(map_v, sV, bar.v_full, bar.v_empty, vpos, walk.n_min, kv_head, c.batch);
+    load_kv(VRing{}, map_v, sV, bar.v_full, bar.v_empty, vpos, walk.n_min, kv_head, c.batch);
   }
 }
 
@@ -418,10 +430,10 @@ template <typename T, class Cfg, Mask kMask>
 __device__ __forceinline__ void consume(const CUtensorMap* map_o, const FwdParams& p,
                                         uint8_t* smem_o, uint32_t sQ, uint32_t sK, uint32_t sV,
                                         const Barriers& bar, const Schedule& sched) {
-  constexpr int kD = Cfg::kD, kBN = Cfg::kBN, kColBlocks = Cfg::kColBlocks;
+  constexpr int kD = Cfg::kD, kDV = Cfg::kDV, kBN = Cfg::kBN, kColBlocksV = Cfg::kColBlocksV;
   constexpr int kKSteps = kD / 16;    // k-steps of S = Q K^T
   constexpr int kNTiles = kBN / 8;    // 8-key column groups of S
-  constexpr int kDTiles = kD / 8;     // 8-wide column groups of O
+  constexpr int kDTiles = kDV / 8;    // 8-wide column groups of O
   constexpr int kPVSteps = kBN / 16;  // k-steps of O += P V
   const int wg = int(threadIdx.x) / 128 - 1;
   const int wg_tid = int(threadIdx.x) % 128, warp = wg_tid / 32, lane = wg_tid % 32;
@@ -448,21 +460,21 @@ __device__ __forceinline__ void consume(const CUtensorMap* map_o, const FwdParam
     T* o = static_cast<T*>(p.o) + c.batch * p.o_batch + c.head * p.o_head;
     float* lse = p.lse + c.batch * p.lse_batch + c.head * p.lse_head;
     if (n == 0) {
-      write_unseen_rows<64, kD / 8, 128>(o, lse, p, m0 + wg_row0, wg_tid);
+      write_unseen_rows<64, kDV / 8, 128>(o, lse, p, m0 + wg_row0, wg_tid);
       continue;
     }
     const int row_mine = m0 + wg_row0 + warp * 16 + g;  // + 8 * h
     const int2 keys[2] = {key_range<kMask>(row_mine, p), key_range<kMask>(row_mine + 8, p)};
 
-    float acc_o[kD / 2];
+    float acc_o[kDV / 2];
 #pragma unroll
-    for (int i = 0; i < kD / 2; ++i) acc_o[i] = 0.f;
+    for (int i = 0; i < kDV / 2; ++i) acc_o[i] = 0.f;
     float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
     float s[kBN / 2];
     uint32_t p_frag[kPVSteps][4];
 
     auto issue_s = [&] {  // S = Q K^T of this warpgroup's 64 rows and K slot kpos
-      const uint32_t k_slot = sK + kpos.slot * Cfg::kKVBytes;
+      const uint32_t k_slot = sK + kpos.slot * Cfg::kKBytes;
 #pragma unroll
       for (int ks = 0; ks < kKSteps; ++ks) {
         const uint32_t col_bytes = (ks % 4) * 32;  // 16 elements of a 64-element block
@@ -474,12 +486,12 @@ __device__ __forceinline__ void consume(const CUtensorMap* map_o, const FwdParam
       }
     };
     auto issue_pv = [&] {  // O += P V with V slot vpos
-      const uint32_t v_slot = sV + vpos.slot * Cfg::kKVBytes;
+      const uint32_t v_slot = sV + vpos.slot * Cfg::kVBytes;
 #pragma unroll
       for (int kk = 0; kk < kPVSteps; ++kk) {
         // 16 keys = 16 V rows of 128 bytes; the D columns are blocks of 64, kBN * 128 apart.
         const uint64_t desc_v = ptx::smem_descriptor(v_slot + kk * 2048, kBN * 128, 1024);
-        ptx::wgmma_rs<T, kD>(acc_o, p_frag[kk], desc_v);
+        ptx::wgmma_rs<T, kDV>(acc_o, p_frag[kk], desc_v);
       }
     };
     // The softmax of S (tile n_block): cap, masks, the online step; returns each row's
@@ -595,7 +607,7 @@ __device__ __forceinline__ void consume(const CUtensorMap* map_o, const FwdParam
     ptx::named_barrier_sync<128>(kEpilogue + wg);
     const bool store = leader && m0 + wg_row0 < p.seqlen_q;
 #pragma unroll
-    for (int cb = 0; cb < kColBlocks; ++cb)
+    for (int cb = 0; cb < kColBlocksV; ++cb)
       ptx::tma_store_4d_if(map_o, sO + cb * kBlockM * 128 + wg_row0 * 128, cb * 64, m0 + wg_row0,
                            c.head, c.batch, store);
     if constexpr (Cfg::kOAliasQ) {  // the next Q may land once the stores have read O
@@ -625,8 +637,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t sQ = ptx::smem_addr(smem);
   uint8_t* const smem_o = smem + (Cfg::kOAliasQ ? 0 : Cfg::kQBytes);
   const uint32_t sK = sQ + Cfg::kQBytes + Cfg::kOBytes;
-  const uint32_t sV = sK + Cfg::kStages * Cfg::kKVBytes;
-  const uint32_t bars = sV + Cfg::kStages * Cfg::kKVBytes;
+  const uint32_t sV = sK + Cfg::kStages * Cfg::kKBytes;
+  const uint32_t bars = sV + Cfg::kStages * Cfg::kVBytes;
   const Barriers bar{bars, bars + 8, bars + 16, bars + 16 + 8 * Cfg::kStages,
                      bars + 16 + 16 * Cfg::kStages, bars + 16 + 24 * Cfg::kStages};
   if (threadIdx.x == 0) {
