@@ -10,11 +10,12 @@
 //                              memory round trip), B = V via ldmatrix.trans
 // K/V tiles are double buffered: the cp.async copies of tile n+1 run during the math on
 // tile n (one barrier per tile). Tiles that need masks (the last one past Sk, those that
-// cross the causal diagonal) run in a separate loop; the others carry no mask code. O is
-// rescaled only when some row's running max moved. Shared tiles use an XOR swizzle of their 16-byte chunks, so the 8 rows an
+// cross a window bound or the causal diagonal) run in separate loops at the two ends of the
+// walk; the others carry no mask code. O is rescaled only when some row's running max
+// moved. Shared tiles use an XOR swizzle of their 16-byte chunks, so the 8 rows an
 // ldmatrix phase reads (and the cp.async writes) fall in 8 different bank groups.
-// Tiles past Sq/Sk are zero-filled (cp.async src-size 0) and masked to -inf; causal CTAs
-// skip the K tiles wholly above their diagonal and mask only the tiles that cross it.
+// Tiles past Sq/Sk are zero-filled (cp.async src-size 0) and masked to -inf; CTAs skip the
+// K tiles wholly outside their rows' windows (causal: above the diagonal).
 #pragma once
 
 #include <cuda_bf16.h>

@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-// FlashAttention forward on Hopper Tensor Cores (sm_90a only): the algorithm of
-// fwd_sm80.cuh (K/V tiles walked last to first, online softmax in fp32
-// registers, masks only on the tiles that need them), with both matmuls on wgmma instead
-// of mma.sync. Include only from *_sm90a.cu sources.
+// FlashAttention forward on Hopper Tensor Cores (sm_90a only), two kernels: the wgmma kernel
+// (config "wgmma", below) and the warp-specialized one (config "wgmma.ws", namespace ws at
+// the end of the file). Include only from *_sm90a.cu sources.
+//
+// The wgmma kernel: the algorithm of fwd_sm80.cuh (K/V tiles walked last to first, online
+// softmax in fp32 registers, masks only on the tiles that need them), with both matmuls on
+// wgmma instead of mma.sync.
 //
 //  * A CTA owns 128 query rows of one (batch, head): two warpgroups of 64 rows each. Both
 //    read the same K/V tiles, double buffered in shared memory: every thread issues cp.async
