@@ -25,7 +25,7 @@
 # list, default every tunable kernel; the cache goes to OUTDIR/autotune.json, which is what
 # gks/runtime/tuned/nvidia-h200.json is made of).
 # Wheels in .whl/ (apache-tvm-ffi and the server extra, absent from the GPU image; made by
-# scripts/gpu_wheels.sh) are installed first.
+# scripts/gpu_wheels.sh) are installed first, and the peers' halves in .peers/ unpacked.
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_check.sh OUTDIR [bench args...]}
 shift
@@ -47,6 +47,13 @@ if compgen -G ".whl/*.whl" > /dev/null; then
     && export PYTHONPATH=/tmp/gks-site:$ROOT${PYTHONPATH:+:$PYTHONPATH}
 fi
 export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
+# The peers ../shared/tools/peer-wheels.sh packs (FA4, FA3, QuACK, Liger) travel in two halves,
+# one a call (carry .peers/a, then .peers/b within the machine's warm time): each call unpacks
+# the half it carries, and every call of the lease then sees what is installed.
+for half in a b; do
+  [ -x ".peers/$half/unpack.sh" ] && { bash ".peers/$half/unpack.sh" > "$OUT/peers-$half.log" 2>&1 || tail -3 "$OUT/peers-$half.log"; }
+done
+[ -d /tmp/peer-site ] && export PYTHONPATH=/tmp/peer-site:/tmp/peer-site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH
 
 declare -a SUMMARY
 run_step() {  # name, command...: runs it, logs to $OUT/name.log, records status and time
