@@ -90,17 +90,10 @@ template <typename T>
 void dispatch_mask(ka::Mask mask, int64_t head_dim, int64_t head_dim_v,
                    const FlashAttentionFwdParams& p, int64_t batch, int64_t heads_q, int device,
                    cudaStream_t stream) {
-  switch (mask) {
-    case ka::Mask::kNone:
-      return dispatch_head_dim<T, ka::Mask::kNone>(head_dim, head_dim_v, p, batch, heads_q,
-                                                   device, stream);
-    case ka::Mask::kRight:
-      return dispatch_head_dim<T, ka::Mask::kRight>(head_dim, head_dim_v, p, batch, heads_q,
-                                                    device, stream);
-    default:
-      return dispatch_head_dim<T, ka::Mask::kLocal>(head_dim, head_dim_v, p, batch, heads_q,
-                                                    device, stream);
-  }
+  with_mask(mask, [&](auto m) {
+    dispatch_head_dim<T, decltype(m)::value>(head_dim, head_dim_v, p, batch, heads_q, device,
+                                             stream);
+  });
 }
 
 void check_attention_tensor(const TensorRef& t, const char* op, const char* arg) {

@@ -49,14 +49,9 @@ void launch_head_dim(int64_t head_dim, const ka::FwdParams& p, int64_t batch,
 template <typename T>
 void launch_mask(int64_t head_dim, ka::Mask mask, const ka::FwdParams& p,
                  int64_t batch, int64_t heads_q, int device, cudaStream_t stream) {
-  switch (mask) {
-    case ka::Mask::kNone:
-      return launch_head_dim<T, ka::Mask::kNone>(head_dim, p, batch, heads_q, device, stream);
-    case ka::Mask::kRight:
-      return launch_head_dim<T, ka::Mask::kRight>(head_dim, p, batch, heads_q, device, stream);
-    default:
-      return launch_head_dim<T, ka::Mask::kLocal>(head_dim, p, batch, heads_q, device, stream);
-  }
+  with_mask(mask, [&](auto m) {
+    launch_head_dim<T, decltype(m)::value>(head_dim, p, batch, heads_q, device, stream);
+  });
 }
 
 // ---- the warp-specialized kernel ----
@@ -125,14 +120,9 @@ bool ws_head_dim(int64_t head_dim, int64_t head_dim_v, const ka::FwdParams& p,
 template <typename T>
 bool ws_mask(int64_t head_dim, int64_t head_dim_v, ka::Mask mask, const ka::FwdParams& p,
              const AttentionTensors& t, int device, cudaStream_t stream) {
-  switch (mask) {
-    case ka::Mask::kNone:
-      return ws_head_dim<T, ka::Mask::kNone>(head_dim, head_dim_v, p, t, device, stream);
-    case ka::Mask::kRight:
-      return ws_head_dim<T, ka::Mask::kRight>(head_dim, head_dim_v, p, t, device, stream);
-    default:
-      return ws_head_dim<T, ka::Mask::kLocal>(head_dim, head_dim_v, p, t, device, stream);
-  }
+  return with_mask(mask, [&](auto m) {
+    return ws_head_dim<T, decltype(m)::value>(head_dim, head_dim_v, p, t, device, stream);
+  });
 }
 
 }  // namespace

@@ -7,11 +7,24 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "gks/kernels/attention/common.cuh"
 #include "gks/tensor.h"
 
 namespace gks::detail {
+
+// f(std::integral_constant<Mask, M>{}) for the runtime mask: the one place a mask becomes
+// a kernel's template argument.
+template <class F>
+decltype(auto) with_mask(kernels::attention::Mask mask, F&& f) {
+  using M = kernels::attention::Mask;
+  switch (mask) {
+    case M::kNone: return f(std::integral_constant<M, M::kNone>{});
+    case M::kRight: return f(std::integral_constant<M, M::kRight>{});
+    default: return f(std::integral_constant<M, M::kLocal>{});
+  }
+}
 
 // The tensors the warp-specialized kernel's tensor maps are made over.
 struct AttentionTensors {
