@@ -186,6 +186,9 @@ class OpSpec:
     # output that repeats an element or shares memory with an argument is refused.
     outputs: tuple[str, ...] = ()
     in_place: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # Inputs the op documents as dense only (refused as strided views, in every backend):
+    # scripts/sanitize_cases.py's strided layout leaves them dense.
+    contiguous_inputs: tuple[str, ...] = ()
     # Shape dims the autotuner's shape bucket keeps exact instead of rounding them up to a
     # power of two: flags, and dims that pick another kernel.
     bucket_exact: tuple[str, ...] = ()

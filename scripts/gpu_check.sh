@@ -44,14 +44,16 @@ export XLA_PYTHON_CLIENT_PREALLOCATE=${XLA_PYTHON_CLIENT_PREALLOCATE:-false}
 
 if compgen -G ".whl/*.whl" > /dev/null; then
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/gks-site .whl/*.whl \
-    && export PYTHONPATH=/tmp/gks-site:$ROOT${PYTHONPATH:+:$PYTHONPATH}
+    || echo "gpu_check: installing .whl/ failed (above)"
 fi
+# Installed by an earlier call of the same lease too.
+[ -d /tmp/gks-site ] && export PYTHONPATH=/tmp/gks-site${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
 # The peers ../shared/tools/peer-wheels.sh packs (FA4, FA3, QuACK, Liger) travel in two halves,
 # one a call (carry .peers/a, then .peers/b within the machine's warm time): each call unpacks
 # the half it carries, and every call of the lease then sees what is installed.
 for half in a b; do
-  [ -x ".peers/$half/unpack.sh" ] && { bash ".peers/$half/unpack.sh" > "$OUT/peers-$half.log" 2>&1 || tail -3 "$OUT/peers-$half.log"; }
+  [ -f ".peers/$half/unpack.sh" ] && { bash ".peers/$half/unpack.sh" > "$OUT/peers-$half.log" 2>&1 || tail -3 "$OUT/peers-$half.log"; }
 done
 [ -d /tmp/peer-site ] && export PYTHONPATH=/tmp/peer-site:/tmp/peer-site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH
 
@@ -73,6 +75,9 @@ run_step() {  # name, command...: runs it, logs to $OUT/name.log, records status
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$OUT/gpu.txt" 2>&1
 GTEST_ARG=()
 [ -d .gtest ] && GTEST_ARG=(-DGKS_GTEST_SOURCE_DIR="$ROOT/.gtest")
+$PY -c "import tvm_ffi" 2> /dev/null || echo "gpu_check: apache-tvm-ffi is not importable: carry .whl (scripts/gpu_wheels.sh)"
+# A configure that failed (tvm-ffi missing) leaves a cache that fails the next one too.
+[ -f "$BUILD/CMakeCache.txt" ] && [ ! -f "$BUILD/build.ninja" ] && rm -f "$BUILD/CMakeCache.txt"
 run_step build bash -c "cmake -S . -B '$BUILD' -G Ninja -DGKS_CUDA_ARCHS='$ARCHS' -DGKS_FAMILIES='${GKS_FAMILIES:-}' -DPython_EXECUTABLE=\$(command -v $PY) ${GTEST_ARG[*]} && cmake --build '$BUILD' -j 16" || { printf '%s\n' "${SUMMARY[@]}"; exit 1; }
 run_step ctest ctest --test-dir "$BUILD" --output-on-failure
 run_step example "$BUILD/examples/cpp/rmsnorm_example"

@@ -59,7 +59,8 @@ def main() -> int:
                 base = spec.make_inputs(shape, dtype, "cuda", 7)
                 for layout, transform in (("dense", lambda t: t), ("misaligned", lambda t: _shifted(t, 1)),
                                           ("strided", _row_strided)):
-                    inputs = {k: transform(v) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+                    inputs = {k: transform(v) if isinstance(v, torch.Tensor) and v.is_floating_point()
+                              and not (layout == "strided" and k in spec.contiguous_inputs) else v
                               for k, v in base.items()}
                     configs = [None] + (list(range(len(spec.configs))) if args.each_config else [])
                     for config in configs:

@@ -183,6 +183,7 @@ APPLY_ROPE = register(
                                                         o[0], o[1], i["is_neox"]),
         outputs=("q_out", "k_out"),
         in_place={"q_out": "q", "k_out": "k"},
+        contiguous_inputs=("cos_sin_cache",),
         sass_kernels=(r"rows::\w+_kernel<gks::kernels::rows::RopeRow<",),
     )
 )

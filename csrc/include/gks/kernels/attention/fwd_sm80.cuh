@@ -429,7 +429,9 @@ __global__ void __launch_bounds__(Tile::kThreads)
   for (; it < n_blocks; ++it) pass(it, std::true_type{});
 
   // Epilogue: normalize, write lse, stage O through this warp's own rows of the Q tile
-  // (read only by this warp) and store it as 16-byte row chunks.
+  // (read only by this warp) and store it as 16-byte row chunks. O row r sits in Q row r,
+  // at Q's pitch: at O's (narrower when Dv < D) it would reach into rows that other warps
+  // may still be reading.
   T* o = heads.o(p);
   float* lse = heads.lse(p);
 #pragma unroll
@@ -446,7 +448,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = warp_row0 + 16 * mt + g + 8 * h;
-        *reinterpret_cast<uint32_t*>(smem + tile_offset<kChunksV>(r, j) + t * 4) =
+        *reinterpret_cast<uint32_t*>(smem + tile_offset<kChunks>(r, j) + t * 4) =
             pack2<T>(acc_o[mt][j][2 * h] * row_sum[mt][h], acc_o[mt][j][2 * h + 1] * row_sum[mt][h]);
       }
     }
@@ -459,7 +461,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
     const int r = warp_row0 + idx / kChunksV, c = idx % kChunksV;
     if (m0 + r < seqlen_q) {
       *reinterpret_cast<uint4*>(o + int64_t(m0 + r) * p.o_row + c * 8) =
-          *reinterpret_cast<const uint4*>(smem + tile_offset<kChunksV>(r, c));
+          *reinterpret_cast<const uint4*>(smem + tile_offset<kChunks>(r, c));
     }
   }
 }
