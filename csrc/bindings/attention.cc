@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The attention family's entry points.
+// The attention family's entry points: flash_attention_fwd (and its path query), merge_state(s).
 #include <tvm/ffi/optional.h>
 
 #include "common.h"
@@ -64,3 +64,28 @@ tvm::ffi::String flash_attention_fwd_configs() {
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(flash_attention_fwd, flash_attention_fwd);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(flash_attention_fwd_configs, flash_attention_fwd_configs);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(flash_attention_fwd_path, flash_attention_fwd_path);
+
+namespace {
+
+void merge_state(tvm::ffi::TensorView v_a, tvm::ffi::TensorView s_a, tvm::ffi::TensorView v_b,
+                 tvm::ffi::TensorView s_b, tvm::ffi::TensorView v, tvm::ffi::TensorView s) {
+  using namespace gks::ffi;
+  translate_errors([&] {
+    const gks::MergeStateArgs args{to_ref(v_a), to_ref(s_a), to_ref(v_b), to_ref(s_b), to_ref(v), to_ref(s)};
+    gks::merge_state(args, stream_for(args.v_a));
+  });
+}
+
+void merge_states(tvm::ffi::TensorView v, tvm::ffi::TensorView s, tvm::ffi::TensorView v_out,
+                  tvm::ffi::TensorView s_out) {
+  using namespace gks::ffi;
+  translate_errors([&] {
+    const gks::MergeStatesArgs args{to_ref(v), to_ref(s), to_ref(v_out), to_ref(s_out)};
+    gks::merge_states(args, stream_for(args.v));
+  });
+}
+
+}  // namespace
+
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(merge_state, merge_state);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(merge_states, merge_states);

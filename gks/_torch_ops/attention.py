@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The attention family's torch op: gks::flash_attention_fwd (see gks._torch_ops for what every
-custom op guarantees)."""
+"""The attention family's torch ops: gks::flash_attention_fwd, gks::merge_state (and its in-place
+form gks::merge_state_) and gks::merge_states (see gks._torch_ops for what every custom op
+guarantees)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from gks._torch_ops._fake import validate
 from gks.runtime.dims import attention_dims
 from gks.runtime.tables import resolve_config
 
-__all__ = ["flash_attention_fwd"]
+__all__ = ["flash_attention_fwd", "merge_state", "merge_state_", "merge_states"]
 
 
 def _aligned16(t: torch.Tensor, fake: bool) -> bool:
@@ -96,3 +97,75 @@ def _(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0
     validate(cuda.flash_attention_fwd_out, q, k, v, o, lse, causal, softmax_scale, window_size,
              softcap, config)
     return o, lse
+
+
+def _merge_state_outputs(v_a: torch.Tensor, s_a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.empty(v_a.shape, dtype=v_a.dtype, device=v_a.device), torch.empty(
+        s_a.shape, dtype=torch.float32, device=v_a.device)
+
+
+def _merge_state(v_a: torch.Tensor, s_a: torch.Tensor, v_b: torch.Tensor,
+                 s_b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The merge of two partial attention states of the same rows (split-KV decode, cascade
+    attention): (v_a, s_a) over some keys and (v_b, s_b) over others give (v, s) over all.
+    v_a, v_b [..., D] (fp32/fp16/bf16, last dim contiguous), s_a, s_b [...] float32, the lse
+    of each part's scores (natural log, as gks.flash_attention_fwd returns it):
+    s = log(exp(s_a) + exp(s_b)), v = (exp(s_a - s) v_a + exp(s_b - s) v_b), in fp32. A part
+    with s = -inf saw no key and contributes nothing (its v is not read); a row whose parts
+    both saw nothing gives v = 0, s = -inf; a NaN or +inf s gives NaN. Returns v (v_a's
+    dtype) and s (float32); gks.merge_state_ writes them into v_a and s_a."""
+    v, s = _merge_state_outputs(v_a, s_a)
+    cuda.merge_state_out(v_a, s_a, v_b, s_b, v, s)
+    return v, s
+
+
+merge_state = gks_op("merge_state", _merge_state)
+
+
+@merge_state.op.register_fake
+def _(v_a, s_a, v_b, s_b):
+    v, s = _merge_state_outputs(v_a, s_a)
+    validate(cuda.merge_state_out, v_a, s_a, v_b, s_b, v, s)
+    return v, s
+
+
+def _merge_state_(v_a: torch.Tensor, s_a: torch.Tensor, v_b: torch.Tensor, s_b: torch.Tensor) -> None:
+    """gks.merge_state in place: (v_a, s_a) becomes the merged state."""
+    cuda.merge_state_out(v_a, s_a, v_b, s_b, v_a, s_a)
+
+
+merge_state_ = gks_op("merge_state_", _merge_state_, mutates_args=("v_a", "s_a"))
+
+
+@merge_state_.op.register_fake
+def _(v_a, s_a, v_b, s_b):
+    validate(cuda.merge_state_out, v_a, s_a, v_b, s_b, v_a, s_a)
+
+
+def _merge_states_outputs(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """v_out [..., D] and s_out [...] for v [..., K, D]; for a v of fewer than two dims, which
+    the library refuses naming it, v-shaped ones."""
+    lead = v.shape[:-2] if v.dim() >= 2 else v.shape
+    d = v.shape[-1:] if v.dim() >= 2 else ()
+    return (torch.empty((*lead, *d), dtype=v.dtype, device=v.device),
+            torch.empty(lead, dtype=torch.float32, device=v.device))
+
+
+def _merge_states(v: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The merge of K partial attention states of each row: v [..., K, D] (fp32/fp16/bf16,
+    last dim contiguous, other strides free: FlashInfer's [T, K, H, D] passes as
+    .transpose(1, 2)), s [..., K] float32 -> v [..., D] (v's dtype), s [...] (float32), as
+    gks.merge_state merges two. K = 0 gives v = 0, s = -inf."""
+    v_out, s_out = _merge_states_outputs(v)
+    cuda.merge_states_out(v, s, v_out, s_out)
+    return v_out, s_out
+
+
+merge_states = gks_op("merge_states", _merge_states)
+
+
+@merge_states.op.register_fake
+def _(v, s):
+    v_out, s_out = _merge_states_outputs(v)
+    validate(cuda.merge_states_out, v, s, v_out, s_out)
+    return v_out, s_out

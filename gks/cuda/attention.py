@@ -1,12 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The attention family's DLPack entry points: FlashAttention forward and its path query. See gks.cuda."""
+"""The attention family's DLPack entry points: FlashAttention forward and its path query, and the
+merge of partial attention states. See gks.cuda."""
 
 from __future__ import annotations
 
 from gks import _native
 from gks.specs.attention import SOFTCAP_ERROR, window_pair
 
-__all__ = ["flash_attention_fwd_out", "flash_attention_fwd_path"]
+__all__ = ["flash_attention_fwd_out", "flash_attention_fwd_path", "merge_state_out", "merge_states_out"]
 
 _OP = "gks.flash_attention_fwd"
 
@@ -47,3 +48,16 @@ def flash_attention_fwd_path(q, k, v, o, lse, causal: bool = False, softmax_scal
     argument checks)."""
     return str(_native.module().flash_attention_fwd_path(
         q, k, v, o, lse, *_args(causal, softmax_scale, window_size, softcap, config)))
+
+
+def merge_state_out(v_a, s_a, v_b, s_b, v, s) -> None:
+    """(v, s) = merge_state(v_a, s_a, v_b, s_b) (see gks.merge_state), written into v (v_a's
+    shape and dtype, last dim contiguous) and s (s_a's shape, float32). v may be exactly v_a
+    and s exactly s_a: the in-place form."""
+    _native.module().merge_state(v_a, s_a, v_b, s_b, v, s)
+
+
+def merge_states_out(v, s, v_out, s_out) -> None:
+    """(v_out, s_out) = merge_states(v, s) (see gks.merge_states): v [..., K, D], s [..., K]
+    into v_out [..., D] (v's dtype) and s_out [...] (float32), apart from the inputs."""
+    _native.module().merge_states(v, s, v_out, s_out)

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The attention family: FlashAttention forward with lse, (o, lse) = attention(q, k, v,
-causal, softmax_scale, window_size, softcap).
+causal, softmax_scale, window_size, softcap); and the merge of partial attention states
+(merge_state, merge_states: split-KV decode and cascade attention combine their parts so).
 
 A shape is (B, Hq, Hkv, Sq, Sk, D, causal) or (B, Hq, Hkv, Sq, Sk, D, causal, Dv): q
 [B, Hq, Sq, D], k [B, Hkv, Sk, D], v [B, Hkv, Sk, Dv], causal 0 or 1. Dv, v's (and o's)
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING
 import math
 import operator
 
-from gks.registry import Backend, BadInput, ELEM_BYTES, OpSpec, Peer, register
+from gks.registry import Backend, BadInput, ELEM_BYTES, OpSpec, Peer, reference_peer, register
 from gks.runtime.args import float32_scalar
 
 if TYPE_CHECKING:  # annotations only: the module loads without torch
@@ -28,7 +29,7 @@ if TYPE_CHECKING:  # annotations only: the module loads without torch
 # ---- the reference: the op's meaning in plain PyTorch (gks.reference.<op>). torch is
 # imported where it is used, so the registry loads without it.
 
-__all__ = ["flash_attention_fwd"]
+__all__ = ["flash_attention_fwd", "merge_state", "merge_states"]
 
 
 HEAD_DIMS = (32, 64, 96, 128, 192, 256)  # the q/k head dims every backend compiles
@@ -605,5 +606,222 @@ FLASH_ATTENTION_FWD = register(
             i.get("window_size", (-1, -1)), i.get("softcap", 0.0), **kw),
         outputs=("o", "lse"),
         sass_kernels=(r"attention::(ws::)?flash_attention_fwd(_wgmma|_ws)?_kernel<",),
+    )
+)
+
+
+# ---- merge_state / merge_states: partial attention states (v, s), s the lse of the scores
+# a part saw (natural log, fp32), merged into the state over all of them. A part that saw no
+# key (s = -inf) contributes nothing and its v is not read; a row of such parts only gives
+# v = 0, s = -inf; a NaN or +inf s gives a NaN row.
+
+
+def merge_states(v: torch.Tensor, s: torch.Tensor, *, precise: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """The merge of the K states of each row: v [..., K, D], s [..., K] -> v [..., D] (v's
+    dtype), s [...] (float32)."""
+    import torch
+
+    compute = torch.float64 if precise else torch.float32
+    vc, sc = v.to(compute), s.to(compute)
+    lead = v.shape[:-2]
+    if v.shape[-2] == 0:  # no states: nothing seen
+        out_v = torch.zeros((*lead, v.shape[-1]), dtype=compute, device=v.device)
+        out_s = torch.full(lead, -math.inf, dtype=compute, device=v.device)
+    else:
+        invalid = (torch.isnan(sc) | (sc == math.inf)).any(-1)
+        m = sc.amax(-1)
+        empty = m == -math.inf
+        m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+        w = torch.exp(sc - m.unsqueeze(-1))
+        total = w.sum(-1)
+        # A weight of 0 (a state that saw no key) skips the state's v, whatever it holds.
+        parts = torch.where(w.unsqueeze(-1) > 0, w.unsqueeze(-1) * vc, torch.zeros_like(vc))
+        out_v = parts.sum(-2) / total.unsqueeze(-1)
+        out_s = m + torch.log(total)
+        out_v = torch.where(empty.unsqueeze(-1), torch.zeros_like(out_v), out_v)
+        out_s = torch.where(empty, torch.full_like(out_s, -math.inf), out_s)
+        out_v = torch.where(invalid.unsqueeze(-1), torch.full_like(out_v, math.nan), out_v)
+        out_s = torch.where(invalid, torch.full_like(out_s, math.nan), out_s)
+    if precise:
+        return out_v, out_s
+    return out_v.to(v.dtype), out_s.to(torch.float32)
+
+
+def merge_state(v_a: torch.Tensor, s_a: torch.Tensor, v_b: torch.Tensor, s_b: torch.Tensor, *,
+                precise: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """The merge of two states: v_a, v_b [..., D], s_a, s_b [...] -> (v [..., D], s [...])."""
+    import torch
+
+    return merge_states(torch.stack([v_a, v_b], -2), torch.stack([s_a, s_b], -1), precise=precise)
+
+
+def _poison_unseen(v: torch.Tensor, s: torch.Tensor) -> None:
+    """NaN in the v of every state whose s is -inf: an op that reads what it must skip shows."""
+    v.masked_fill_((s == -math.inf).unsqueeze(-1), math.nan)
+
+
+def _unseen(s: torch.Tensor, every: int, offset: int) -> None:
+    """Sets every `every`-th score (from `offset`) to -inf: states that saw no key."""
+    flat = s.view(-1)
+    flat[offset::every] = -math.inf
+
+
+def _merge_state_inputs(shape, dtype, device, seed):
+    """v_a, v_b [T, H, D] ~ N(0, 1) and s_a, s_b [T, H] ~ 4 N(0, 1) (weights from 1 to e^-20),
+    with states that saw no key (s = -inf, their v NaN): every 5th of a's, every 3rd of b's,
+    so some rows have both."""
+    import torch
+
+    gen = torch.Generator(device=device).manual_seed(seed)
+    dt = getattr(torch, dtype)
+    t, h, d = shape
+    v_a = torch.randn((t, h, d), generator=gen, device=device).to(dt)
+    v_b = torch.randn((t, h, d), generator=gen, device=device).to(dt)
+    s_a = 4.0 * torch.randn((t, h), generator=gen, device=device)
+    s_b = 4.0 * torch.randn((t, h), generator=gen, device=device)
+    _unseen(s_a, 5, 1)
+    _unseen(s_b, 3, 1)
+    _poison_unseen(v_a, s_a)
+    _poison_unseen(v_b, s_b)
+    return {"v_a": v_a, "s_a": s_a, "v_b": v_b, "s_b": s_b}
+
+
+def _merge_states_inputs(shape, dtype, device, seed):
+    """v [T, H, K, D] ~ N(0, 1), s [T, H, K] ~ 4 N(0, 1), every 4th state unseen (s = -inf,
+    its v NaN)."""
+    import torch
+
+    gen = torch.Generator(device=device).manual_seed(seed)
+    t, h, k, d = shape
+    v = torch.randn((t, h, k, d), generator=gen, device=device).to(getattr(torch, dtype))
+    s = 4.0 * torch.randn((t, h, k), generator=gen, device=device)
+    _unseen(s, 4, 2)
+    _poison_unseen(v, s)
+    return {"v": v, "s": s}
+
+
+def check_merged(out, ref, dtype, inputs, what: str = "merge_state") -> None:
+    """v in the op's dtype within its tolerance; s float32 within a few fp32 ulps (it is m +
+    log of a sum of at most K terms); -inf and NaN where the reference has them."""
+    from gks.testing import assert_matches
+
+    assert_matches(out[0], ref[0], dtype, MERGE_TOLERANCE, f"{what} v")
+    assert_matches(out[1], ref[1], "float32", MERGE_TOLERANCE, f"{what} s")
+
+
+# v: a weighted mean of values of the dtype, rounded once; s: fp32 exp / log.
+MERGE_TOLERANCE = {"float32": (2e-5, 2e-5), "float16": (1e-3, 2e-3), "bfloat16": (8e-3, 1.6e-2)}
+
+
+def _merge_bytes(stacked: bool):
+    """Each state's v and s read once, v and s written once: (T, H, D) with two states, or
+    (T, H, K, D)."""
+    def bytes_moved(shape, dtype):
+        rows, k = (math.prod(shape[:-2]), shape[-2]) if stacked else (math.prod(shape[:-1]), 2)
+        return rows * (k + 1) * (ELEM_BYTES[dtype] * shape[-1] + 4)
+    return bytes_moved
+
+
+def _merge_bad_inputs() -> tuple[BadInput, ...]:
+    def call(t, d, **over):
+        args = {"v_a": t.randn(3, 2, 8, device=d), "s_a": t.randn(3, 2, device=d),
+                "v_b": t.randn(3, 2, 8, device=d), "s_b": t.randn(3, 2, device=d)}
+        args.update({k: v(t, d) for k, v in over.items()})
+        return args
+
+    return (
+        BadInput("v_a-int", lambda t, d: call(t, d, v_a=lambda t, d: t.ones(3, 2, 8, device=d, dtype=t.int32)),
+                 TypeError, "argument 'v_a'"),
+        BadInput("v_b-dtype", lambda t, d: call(t, d, v_b=lambda t, d: t.randn(3, 2, 8, device=d).half()),
+                 TypeError, "argument 'v_b' must have the dtype of 'v_a'"),
+        BadInput("v_b-shape", lambda t, d: call(t, d, v_b=lambda t, d: t.randn(3, 2, 4, device=d)),
+                 ValueError, "argument 'v_b' must have the shape of 'v_a'"),
+        BadInput("s_a-half", lambda t, d: call(t, d, s_a=lambda t, d: t.randn(3, 2, device=d).half()),
+                 TypeError, "argument 's_a' must be float32"),
+        BadInput("s_b-shape", lambda t, d: call(t, d, s_b=lambda t, d: t.randn(3, 2, 8, device=d)),
+                 ValueError, "argument 's_b' must be [3, 2]"),
+        BadInput("v_a-last-dim-strided", lambda t, d: call(
+            t, d, v_a=lambda t, d: t.randn(3, 8, 2, device=d).transpose(1, 2),
+            v_b=lambda t, d: t.randn(3, 8, 2, device=d).transpose(1, 2)), ValueError, "argument 'v_a'", jax=False),
+    )
+
+
+def _merge_states_bad_inputs() -> tuple[BadInput, ...]:
+    def call(t, d, v=None, s=None):
+        return {"v": t.randn(3, 2, 4, 8, device=d) if v is None else v(t, d),
+                "s": t.randn(3, 2, 4, device=d) if s is None else s(t, d)}
+
+    return (
+        BadInput("v-1d", lambda t, d: call(t, d, v=lambda t, d: t.randn(8, device=d),
+                                           s=lambda t, d: t.randn(1, device=d)),
+                 ValueError, "argument 'v' must be [..., K, D]"),
+        BadInput("v-int", lambda t, d: call(t, d, v=lambda t, d: t.ones(3, 2, 4, 8, device=d, dtype=t.int32)),
+                 TypeError, "argument 'v'"),
+        BadInput("s-half", lambda t, d: call(t, d, s=lambda t, d: t.randn(3, 2, 4, device=d).half()),
+                 TypeError, "argument 's' must be float32"),
+        BadInput("s-shape", lambda t, d: call(t, d, s=lambda t, d: t.randn(3, 2, 5, device=d)),
+                 ValueError, "argument 's' must be [3, 2, 4]"),
+    )
+
+
+MERGE_STATE = register(
+    OpSpec(
+        name="merge_state",
+        family="attention",
+        summary="merge two partial attention states (v, lse) into one, in place allowed",
+        signature="merge_state(v_a[..., D], s_a[...], v_b, s_b) -> (v[..., D], s[...] float32)",
+        shape_names=("T", "H", "D"),
+        dtypes=("float32", "float16", "bfloat16"),
+        make_inputs=_merge_state_inputs,
+        reference=merge_state,
+        tolerance=MERGE_TOLERANCE,
+        # per value: two weights' products and the sum; per row: exps and a log
+        flops=lambda s: 4.0 * s[0] * s[1] * s[2],
+        bytes_moved=_merge_bytes(False),
+        backends=(
+            Backend("cuda", archs=("sm_80", "sm_90a")),
+            Backend("triton", archs=("sm_80", "sm_90"), interpreted=True),
+        ),
+        test_shapes=((1, 1, 1), (7, 3, 64), (5, 4, 128), (33, 2, 256), (2, 3, 96), (3, 5, 7), (0, 4, 64),
+                     (4, 2, 0), (129, 1, 8)),
+        bench_shapes=((64, 32, 128), (1024, 32, 128), (16384, 32, 128), (32768, 16, 256)),
+        peers=(reference_peer("merge_state", compiled=False), reference_peer("merge_state", compiled=True)),
+        check=check_merged,
+        example_shape=(7, 3, 64),
+        bad_inputs=_merge_bad_inputs(),
+        cuda_out=lambda cuda, i, o: cuda.merge_state_out(i["v_a"], i["s_a"], i["v_b"], i["s_b"], o[0], o[1]),
+        outputs=("v", "s"),
+        in_place={"v": "v_a", "s": "s_a"},
+        sass_kernels=(r"attention::merge_state_kernel<[^>]*(false|\(bool\)0)>",),
+    )
+)
+
+MERGE_STATES = register(
+    OpSpec(
+        name="merge_states",
+        family="attention",
+        summary="merge K partial attention states (v, lse) of each row into one",
+        signature="merge_states(v[..., K, D], s[..., K]) -> (v[..., D], s[...] float32)",
+        shape_names=("T", "H", "K", "D"),
+        dtypes=("float32", "float16", "bfloat16"),
+        make_inputs=_merge_states_inputs,
+        reference=merge_states,
+        tolerance=MERGE_TOLERANCE,
+        flops=lambda s: 2.0 * s[0] * s[1] * s[2] * s[3],
+        bytes_moved=_merge_bytes(True),
+        backends=(
+            Backend("cuda", archs=("sm_80", "sm_90a")),
+            Backend("triton", archs=("sm_80", "sm_90"), interpreted=True),
+        ),
+        test_shapes=((1, 1, 1, 1), (7, 3, 4, 64), (5, 2, 16, 128), (3, 2, 3, 256), (2, 3, 1, 96), (3, 2, 5, 7),
+                     (0, 2, 4, 64), (3, 2, 0, 64), (4, 1, 2, 0)),
+        bench_shapes=((1, 32, 64, 128), (64, 32, 16, 128), (256, 32, 8, 128), (4096, 32, 4, 128)),
+        peers=(reference_peer("merge_states", compiled=False), reference_peer("merge_states", compiled=True)),
+        check=lambda out, ref, dtype, inputs: check_merged(out, ref, dtype, inputs, "merge_states"),
+        example_shape=(7, 3, 4, 64),
+        bad_inputs=_merge_states_bad_inputs(),
+        cuda_out=lambda cuda, i, o: cuda.merge_states_out(i["v"], i["s"], o[0], o[1]),
+        outputs=("v_out", "s_out"),
+        sass_kernels=(r"attention::merge_state_kernel<[^>]*(true|\(bool\)1)>",),
     )
 )

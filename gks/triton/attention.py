@@ -31,13 +31,17 @@ from gks.specs.attention import (
 )
 from gks.triton._common import (
     check_device,
+    check_float,
     check_same,
+    check_same_device,
     interpreter_variant,
     next_pow2,
     on_tensor_device,
+    row_layout,
+    row_start,
 )
 
-__all__ = ["flash_attention_fwd", "flash_attention_fwd_config_names"]
+__all__ = ["flash_attention_fwd", "flash_attention_fwd_config_names", "merge_state", "merge_states"]
 
 LOG2E = 1.4426950408889634
 
@@ -342,3 +346,131 @@ def flash_attention_fwd(
         UPCAST=q.dtype == torch.bfloat16 and interpreter_variant(), **cfg,
     )
     return o, lse
+
+
+# ---- merge_state / merge_states (see gks.specs.attention): BLOCK_R rows a program, their
+# states' scores read first (max, then the sum of weights), then v in BLOCK_D columns at a
+# time; a state whose weight is 0 (it saw no key) is masked out of the loads, so its v is
+# never read. Pairwise (STACKED false) the two states are two tensors; stacked, state k of
+# a row is k strides further.
+
+@triton.jit
+def _state(k, row0, row1, k_stride, STACKED: tl.constexpr):
+    if STACKED:
+        return row0 + k * k_stride
+    return tl.where(k == 0, row0, row1)
+
+
+@triton.jit
+def _merge_state_kernel(
+    v0_ptr, v1_ptr, s0_ptr, s1_ptr, vo_ptr, so_ptr, ROWS, D, K, v_kstride, s_kstride,
+    v0_inner, v0_outer, v0_in, v1_inner, v1_outer, v1_in,
+    s0_inner, s0_outer, s0_in, s1_inner, s1_outer, s1_in,
+    vo_inner, vo_outer, vo_in, so_inner, so_outer, so_in,
+    BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, STACKED: tl.constexpr,
+):
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    live = rows < ROWS
+    rows = tl.where(live, rows, 0)
+    s0 = row_start(s0_ptr, rows, s0_inner, s0_outer, s0_in)
+    s1 = row_start(s1_ptr, rows, s1_inner, s1_outer, s1_in)
+    v0 = row_start(v0_ptr, rows, v0_inner, v0_outer, v0_in)
+    v1 = row_start(v1_ptr, rows, v1_inner, v1_outer, v1_in)
+    m = tl.full([BLOCK_R], float("-inf"), tl.float32)
+    invalid = tl.zeros([BLOCK_R], tl.int1)
+    for k in range(0, K):
+        s = tl.load(_state(k, s0, s1, s_kstride, STACKED), mask=live, other=float("-inf"))
+        invalid = invalid | (s != s) | (s == float("inf"))
+        m = tl.maximum(m, tl.where(s != s, float("-inf"), s))
+    seen = (m != float("-inf")) & ~invalid
+    m = tl.where(seen, m, 0.0)
+    total = tl.zeros([BLOCK_R], tl.float32)
+    for k in range(0, K):
+        s = tl.load(_state(k, s0, s1, s_kstride, STACKED), mask=live, other=float("-inf"))
+        total += tl.where(seen, tl.exp(s - m), 0.0)
+    inv = tl.where(invalid, float("nan"), tl.where(seen, 1.0 / tl.where(seen, total, 1.0), 0.0))
+    vo = row_start(vo_ptr, rows, vo_inner, vo_outer, vo_in)
+    for d0 in range(0, D, BLOCK_D):
+        cols = d0 + tl.arange(0, BLOCK_D)
+        cmask = cols < D
+        acc = tl.zeros([BLOCK_R, BLOCK_D], tl.float32)
+        for k in range(0, K):
+            s = tl.load(_state(k, s0, s1, s_kstride, STACKED), mask=live, other=float("-inf"))
+            w = tl.where(seen, tl.exp(s - m), 0.0)
+            v = _state(k, v0, v1, v_kstride, STACKED)
+            x = tl.load(v[:, None] + cols[None, :], mask=(live & (w > 0))[:, None] & cmask[None, :], other=0.0)
+            acc += w[:, None] * x.to(tl.float32)
+        tl.store(vo[:, None] + cols[None, :], (acc * inv[:, None]).to(vo_ptr.dtype.element_ty),
+                 mask=live[:, None] & cmask[None, :])
+    lse = tl.where(invalid, float("nan"), tl.where(seen, m + tl.log(tl.where(seen, total, 1.0)), float("-inf")))
+    tl.store(row_start(so_ptr, rows, so_inner, so_outer, so_in), lse, mask=live)
+
+
+def _check_scores(s: torch.Tensor, v: torch.Tensor, v_name: str, op: str, name: str, want, what: str) -> None:
+    check_same_device(v, v_name, s, name, op)
+    if s.dtype != torch.float32:
+        raise TypeError(f"{op}: argument '{name}' must be float32, got {s.dtype}")
+    if tuple(s.shape) != tuple(want):
+        raise ValueError(f"{op}: argument '{name}' must be {list(want)} ({what}), got {list(s.shape)}")
+
+
+def _score_rows(s: torch.Tensor, op: str, name: str):
+    return row_layout(s.unsqueeze(-1), op, name)
+
+
+def _launch_merge(v0, v1, s0, s1, v_out, s_out, rows, d, k, v_kstride, s_kstride, layouts, stacked: bool):
+    if rows == 0:
+        return
+    block_d = min(next_pow2(max(d, 1)), 128)
+    block_r = max(1, min(64, 2048 // block_d))
+    args = []
+    for r in layouts:
+        args += [r.inner, r.outer_stride, r.inner_stride]
+    _merge_state_kernel[(triton.cdiv(rows, block_r),)](
+        v0, v1, s0, s1, v_out, s_out, rows, d, k, v_kstride, s_kstride, *args,
+        BLOCK_R=block_r, BLOCK_D=block_d, STACKED=stacked, num_warps=4,
+    )
+
+
+@on_tensor_device
+def merge_state(v_a: torch.Tensor, s_a: torch.Tensor, v_b: torch.Tensor,
+                s_b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """gks.merge_state's meaning: (v_a, s_a) and (v_b, s_b) merged into (v, s)."""
+    op = "gks.triton.merge_state"
+    check_device(v_a, op, "v_a")
+    check_float(v_a, op, "v_a")
+    ar = row_layout(v_a, op, "v_a")
+    check_same(v_a, "v_a", v_b, "v_b", op)
+    if v_b.shape != v_a.shape:
+        raise ValueError(f"{op}: argument 'v_b' must have the shape of 'v_a' {list(v_a.shape)}, got {list(v_b.shape)}")
+    br = row_layout(v_b, op, "v_b")
+    lead = tuple(v_a.shape[:-1])
+    for s, name in ((s_a, "s_a"), (s_b, "s_b")):
+        _check_scores(s, v_a, "v_a", op, name, lead, "v_a's shape without its last dim")
+    v = torch.empty_like(v_a, memory_format=torch.contiguous_format)
+    s = torch.empty(lead, dtype=torch.float32, device=v_a.device)
+    layouts = (ar, br, _score_rows(s_a, op, "s_a"), _score_rows(s_b, op, "s_b"), row_layout(v, op, "v"),
+               _score_rows(s, op, "s"))
+    _launch_merge(v_a, v_b, s_a, s_b, v, s, ar.rows, ar.cols, 2, 0, 0, layouts, stacked=False)
+    return v, s
+
+
+@on_tensor_device
+def merge_states(v: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """gks.merge_states's meaning: the K states of each row, v [..., K, D], s [..., K], merged."""
+    op = "gks.triton.merge_states"
+    check_device(v, op, "v")
+    check_float(v, op, "v")
+    if v.dim() < 2:
+        raise ValueError(f"{op}: argument 'v' must be [..., K, D] (2 to 8 dims), got {list(v.shape)}")
+    _check_scores(s, v, "v", op, "s", tuple(v.shape[:-1]), "v's shape without its last dim")
+    lead, k = tuple(v.shape[:-2]), v.shape[-2]
+    v_out = torch.empty((*lead, v.shape[-1]), dtype=v.dtype, device=v.device)
+    s_out = torch.empty(lead, dtype=torch.float32, device=v.device)
+    # The rows are state 0's: [..., D] at v's strides (with no states, the output's rows).
+    vr = row_layout(v.select(-2, 0) if k else v_out, op, "v")
+    s_rows = _score_rows(s.select(-1, 0) if k else s_out, op, "s")
+    layouts = (vr, vr, s_rows, s_rows, row_layout(v_out, op, "v_out"), _score_rows(s_out, op, "s_out"))
+    k = v.shape[-2]
+    _launch_merge(v, v, s, s, v_out, s_out, vr.rows, vr.cols, k, v.stride(-2), s.stride(-1), layouts, stacked=True)
+    return v_out, s_out

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Host-side logic of gks::flash_attention_fwd: validation messages and the tile plan. No
-// GPU is touched (every case is refused, or empty, before a launch).
+// Host-side logic of gks::flash_attention_fwd (validation messages and the tile plan) and of
+// gks::merge_state / merge_states (validation). No GPU is touched (every case is refused, or empty, before a launch).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -270,6 +270,73 @@ TEST(FlashAttentionFwdPlan, RejectsOtherHeadDims) {
                "head dims (100, 100) have no kernel");
   expect_error([] { gks::detail::plan_flash_attention_fwd(128, false, 64); },
                ErrorKind::kInvalidArgument, "head dims (128, 64) have no kernel");
+}
+
+// ---- merge_state / merge_states: checked under ValidateOnly (shapes, dtypes, strides only).
+
+gks::MergeStateArgs merge_args() {
+  gks::MergeStateArgs a;
+  const auto f16 = gks::DType::kFloat16, f32 = gks::DType::kFloat32;
+  a.v_a = gks::TensorRef::make(gks_test::fake_address(1), f16, {7, 4, 128}, kGpu);
+  a.s_a = gks::TensorRef::make(gks_test::fake_address(2), f32, {7, 4}, kGpu);
+  a.v_b = gks::TensorRef::make(gks_test::fake_address(3), f16, {7, 4, 128}, kGpu);
+  a.s_b = gks::TensorRef::make(gks_test::fake_address(4), f32, {7, 4}, kGpu);
+  a.v = gks::TensorRef::make(gks_test::fake_address(5), f16, {7, 4, 128}, kGpu);
+  a.s = gks::TensorRef::make(gks_test::fake_address(6), f32, {7, 4}, kGpu);
+  return a;
+}
+
+void validate(const gks::MergeStateArgs& a) {
+  const gks::ValidateOnly only;
+  gks::merge_state(a, nullptr);
+}
+
+TEST(MergeState, AcceptsValidAndInPlace) {
+  auto a = merge_args();
+  validate(a);
+  a.v = a.v_a;
+  a.s = a.s_a;
+  validate(a);  // the documented in-place form
+}
+
+TEST(MergeState, RejectsBadArguments) {
+  auto a = merge_args();
+  a.s_a.dtype = gks::DType::kFloat16;
+  expect_error([&] { validate(a); }, ErrorKind::kUnsupportedDtype, "argument 's_a' must be float32");
+  a = merge_args();
+  a.s_b = gks::TensorRef::make(gks_test::fake_address(4), gks::DType::kFloat32, {7, 5}, kGpu);
+  expect_error([&] { validate(a); }, ErrorKind::kInvalidArgument, "argument 's_b' must be [7, 4]");
+  a = merge_args();
+  a.v_b = gks::TensorRef::make(gks_test::fake_address(3), gks::DType::kFloat16, {7, 4, 64}, kGpu);
+  expect_error([&] { validate(a); }, ErrorKind::kInvalidArgument, "argument 'v_b' must have the shape of 'v_a'");
+  a = merge_args();
+  a.v = a.v_b;  // in place over the other input: refused
+  expect_error([&] { validate(a); }, ErrorKind::kInvalidArgument, "'v'");
+  a = merge_args();
+  a.v_a.strides[2] = 2;
+  expect_error([&] { validate(a); }, ErrorKind::kInvalidArgument, "argument 'v_a' must be contiguous in its last dim");
+}
+
+TEST(MergeStates, ChecksTheStackedLayout) {
+  gks::MergeStatesArgs a;
+  const auto f16 = gks::DType::kFloat16, f32 = gks::DType::kFloat32;
+  // FlashInfer's [T, K, H, D] read as [T, H, K, D]: strides (K H D, D, H D, 1).
+  a.v = gks::TensorRef::make(gks_test::fake_address(1), f16, {5, 4, 3, 64}, kGpu, {3 * 4 * 64, 64, 4 * 64, 1});
+  a.s = gks::TensorRef::make(gks_test::fake_address(2), f32, {5, 4, 3}, kGpu, {12, 1, 4});
+  a.v_out = gks::TensorRef::make(gks_test::fake_address(3), f16, {5, 4, 64}, kGpu);
+  a.s_out = gks::TensorRef::make(gks_test::fake_address(4), f32, {5, 4}, kGpu);
+  const auto check = [&] {
+    const gks::ValidateOnly only;
+    gks::merge_states(a, nullptr);
+  };
+  check();
+  auto bad = a;
+  bad.v_out = gks::TensorRef::make(gks_test::fake_address(3), f16, {5, 4, 32}, kGpu);
+  std::swap(a, bad);
+  expect_error(check, ErrorKind::kInvalidArgument, "argument 'v_out' must be [5, 4, 64]");
+  std::swap(a, bad);
+  a.v = gks::TensorRef::make(gks_test::fake_address(1), f16, {64}, kGpu);
+  expect_error(check, ErrorKind::kInvalidArgument, "argument 'v' must be [..., K, D]");
 }
 
 }  // namespace

@@ -75,6 +75,32 @@ inline constexpr int kFlashAttentionHeadDims[] = {32, 64, 96, 128, 192, 256};
 // (after the same validation).
 const char* flash_attention_fwd_path(const FlashAttentionFwdArgs& args);
 
+// ---- merging partial attention states (split-KV decode, cascade attention) ----
+// A state (v, s) is the attention output of a row over some of its keys and the lse of
+// those scores (natural log, fp32, as flash_attention_fwd writes them). Merged:
+//   m = max_k s_k,  s = m + log(sum_k exp(s_k - m)),  v = sum_k exp(s_k - m) v_k / sum_k exp(s_k - m).
+// A state with s = -inf saw no key and contributes nothing (its v is not read); a row
+// whose states all saw nothing gets v = 0 and s = -inf; a NaN or +inf s gives a NaN row.
+
+struct MergeStateArgs {
+  TensorRef v_a;  // [..., D], fp32/fp16/bf16, last dim contiguous, other strides free
+  TensorRef s_a;  // [...] (v_a's leading dims), float32, any strides
+  TensorRef v_b;  // v_a's shape and dtype
+  TensorRef s_b;  // s_a's shape
+  TensorRef v;    // v_a's shape and dtype; may be exactly v_a (in place)
+  TensorRef s;    // s_a's shape, float32; may be exactly s_a (in place)
+};
+// Validates the arguments (throws gks::Error) and launches on `stream`.
+void merge_state(const MergeStateArgs& args, cudaStream_t stream);
+
+struct MergeStatesArgs {
+  TensorRef v;      // [..., K, D]: K states of each row, fp32/fp16/bf16, last dim contiguous
+  TensorRef s;      // [..., K], float32, any strides; K may be 0 (v_out = 0, s_out = -inf)
+  TensorRef v_out;  // [..., D], v's dtype, last dim contiguous, apart from the inputs
+  TensorRef s_out;  // [...], float32, apart from the inputs
+};
+void merge_states(const MergeStatesArgs& args, cudaStream_t stream);
+
 namespace detail {
 // The tile a launch uses, chosen from the head dim and the mask alone (a pure function host
 // tests check).
