@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// The norms family's entry points: rmsnorm, fused_add_rmsnorm, layernorm and the fused
-// softmax(rmsnorm).
+// The norms family's entry points: rmsnorm, fused_add_rmsnorm, layernorm, the fused
+// softmax(rmsnorm), and rmsnorm / fused_add_rmsnorm with a quantized output.
+#include <string>
+
 #include "common.h"
 
 namespace {
@@ -70,8 +72,56 @@ tvm::ffi::String softmax_rmsnorm_configs() {
   return gks::ffi::softmax_config_table(gks::kSoftmaxRmsNormConfigs);
 }
 
+gks::Fp8Granularity quant_granularity(const std::string& name, const char* op) {
+  if (name == "token") return gks::Fp8Granularity::kToken;
+  if (name == "group") return gks::Fp8Granularity::kGroup;
+  GKS_CHECK(false, kInvalidArgument) << op << ": argument 'granularity' must be 'token' or 'group', got '" << name
+                                     << "'";
+  return gks::Fp8Granularity::kToken;
+}
+
+// The quantized-output ops: q's dtype (int8 or float8_e4m3fn) picks the format.
+void rmsnorm_quant(tvm::ffi::TensorView x, tvm::ffi::TensorView weight, tvm::ffi::TensorView q,
+                   tvm::ffi::TensorView scale, double eps, tvm::ffi::String granularity, bool scale_ue8m0) {
+  using namespace gks::ffi;
+  constexpr const char* kOp = "gks.rmsnorm_quant";
+  translate_errors([&] {
+    gks::RmsNormQuantArgs args;
+    args.x = to_ref(x);
+    args.weight = to_ref(weight);
+    args.q = to_ref(q);
+    args.scale = to_ref(scale);
+    args.eps = float32_arg(eps, "eps", kOp);
+    args.granularity = quant_granularity(std::string(granularity), kOp);
+    args.scale_ue8m0 = scale_ue8m0;
+    gks::rmsnorm_quant(args, stream_for(args.x));
+  });
+}
+
+void fused_add_rmsnorm_quant(tvm::ffi::TensorView x, tvm::ffi::TensorView residual, tvm::ffi::TensorView weight,
+                             tvm::ffi::TensorView q, tvm::ffi::TensorView scale, tvm::ffi::TensorView residual_out,
+                             double eps, tvm::ffi::String granularity, bool scale_ue8m0) {
+  using namespace gks::ffi;
+  constexpr const char* kOp = "gks.fused_add_rmsnorm_quant";
+  translate_errors([&] {
+    gks::RmsNormQuantArgs args;
+    args.x = to_ref(x);
+    args.residual = to_ref(residual);
+    args.residual_out = to_ref(residual_out);
+    args.weight = to_ref(weight);
+    args.q = to_ref(q);
+    args.scale = to_ref(scale);
+    args.eps = float32_arg(eps, "eps", kOp);
+    args.granularity = quant_granularity(std::string(granularity), kOp);
+    args.scale_ue8m0 = scale_ue8m0;
+    gks::fused_add_rmsnorm_quant(args, stream_for(args.x));
+  });
+}
+
 }  // namespace
 
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(rmsnorm_quant, rmsnorm_quant);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(fused_add_rmsnorm_quant, fused_add_rmsnorm_quant);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(rmsnorm, rmsnorm);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(fused_add_rmsnorm, fused_add_rmsnorm);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(layernorm, layernorm);

@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """The norms family's torch ops: gks::rmsnorm (and its in-place form gks::rmsnorm_),
 gks::fused_add_rmsnorm (and its in-place form
-gks::fused_add_rmsnorm_), gks::layernorm and gks::softmax_rmsnorm (softmax's row kernel with the norm folded
-in). See gks._torch_ops for what every custom op guarantees."""
+gks::fused_add_rmsnorm_), gks::layernorm, gks::softmax_rmsnorm (softmax's row kernel with the norm folded
+in), and gks::rmsnorm_quant / gks::fused_add_rmsnorm_quant (the norm with an int8 or fp8 output). See gks._torch_ops for what every custom op guarantees."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from gks._torch_ops._fake import validate
 from gks.runtime.dims import row_dims
 from gks.runtime.tables import resolve_config
 
-__all__ = ["rmsnorm", "rmsnorm_", "fused_add_rmsnorm", "fused_add_rmsnorm_", "layernorm", "softmax_rmsnorm"]
+__all__ = ["rmsnorm", "rmsnorm_", "fused_add_rmsnorm", "fused_add_rmsnorm_", "layernorm", "softmax_rmsnorm",
+           "rmsnorm_quant", "fused_add_rmsnorm_quant"]
 
 
 def _rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, config: int = -1) -> torch.Tensor:
@@ -151,3 +152,63 @@ def _(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, config: int = -1
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     validate(cuda.softmax_rmsnorm_out, x, weight, y, eps, config)
     return y
+
+
+def _quant_outputs(x: torch.Tensor, quant_dtype: torch.dtype, granularity: str, op: str):
+    """q and scale for a quantized-output norm (the option checks every backend makes)."""
+    from gks.specs.norms import norm_quant_check_args
+
+    scale_shape = norm_quant_check_args(x.shape, quant_dtype, granularity, op) if x.dim() >= 1 else (1,)
+    if x.dim() < 1:  # the C++ API names the input itself
+        return torch.empty((), dtype=quant_dtype, device=x.device), x.new_empty(scale_shape, dtype=torch.float32)
+    q = torch.empty(x.shape, dtype=quant_dtype, device=x.device)
+    return q, torch.empty(scale_shape, dtype=torch.float32, device=x.device)
+
+
+def _rmsnorm_quant(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
+                   quant_dtype: torch.dtype = torch.float8_e4m3fn, granularity: str = "token",
+                   scale_ue8m0: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q, scale): y = rmsnorm(x, weight, eps) in fp32 (never rounded to x's dtype),
+    quantized in the same kernel: quant_dtype int8 per token (scale = absmax / 127), or
+    float8_e4m3fn per token or per 1 x 128 group (scale = absmax / 448, UE8M0 with
+    scale_ue8m0; the last dim a multiple of 128 for groups). scale: fp32 [..., 1] or
+    [..., N / 128]. Runs on the current CUDA stream."""
+    q, scale = _quant_outputs(x, quant_dtype, granularity, "gks.rmsnorm_quant")
+    cuda.rmsnorm_quant_out(x, weight, q, scale, eps, granularity, scale_ue8m0)
+    return q, scale
+
+
+rmsnorm_quant = gks_op("rmsnorm_quant", _rmsnorm_quant)
+
+
+@rmsnorm_quant.op.register_fake
+def _(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, quant_dtype: torch.dtype = torch.float8_e4m3fn,
+      granularity: str = "token", scale_ue8m0: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    q, scale = _quant_outputs(x, quant_dtype, granularity, "gks.rmsnorm_quant")
+    validate(cuda.rmsnorm_quant_out, x, weight, q, scale, eps, granularity, scale_ue8m0)
+    return q, scale
+
+
+def _fused_add_rmsnorm_quant(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
+                             quant_dtype: torch.dtype = torch.float8_e4m3fn, granularity: str = "token",
+                             scale_ue8m0: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(q, scale, residual_out): residual_out = x + residual (fp32 add, rounded to x's
+    dtype), then rmsnorm_quant of it, in one kernel."""
+    q, scale = _quant_outputs(x, quant_dtype, granularity, "gks.fused_add_rmsnorm_quant")
+    residual_out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    cuda.fused_add_rmsnorm_quant_out(x, residual, weight, q, scale, residual_out, eps, granularity, scale_ue8m0)
+    return q, scale, residual_out
+
+
+fused_add_rmsnorm_quant = gks_op("fused_add_rmsnorm_quant", _fused_add_rmsnorm_quant)
+
+
+@fused_add_rmsnorm_quant.op.register_fake
+def _(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
+      quant_dtype: torch.dtype = torch.float8_e4m3fn, granularity: str = "token",
+      scale_ue8m0: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    q, scale = _quant_outputs(x, quant_dtype, granularity, "gks.fused_add_rmsnorm_quant")
+    residual_out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    validate(cuda.fused_add_rmsnorm_quant_out, x, residual, weight, q, scale, residual_out, eps, granularity,
+             scale_ue8m0)
+    return q, scale, residual_out

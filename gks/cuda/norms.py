@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from gks import _native
 
-__all__ = ["rmsnorm_out", "fused_add_rmsnorm_out", "layernorm_out", "softmax_rmsnorm_out"]
+__all__ = ["rmsnorm_out", "fused_add_rmsnorm_out", "layernorm_out", "softmax_rmsnorm_out", "rmsnorm_quant_out",
+           "fused_add_rmsnorm_quant_out"]
 
 
 def rmsnorm_out(x, weight, y, eps: float = 1e-6, config: int = -1) -> None:
@@ -43,3 +44,19 @@ def softmax_rmsnorm_out(x, weight, y, eps: float = 1e-6, config: int = -1) -> No
     "staged", persistent blocks that fetch their next row into shared memory while they work
     on the current one; csrc/include/gks/norms.h says more)."""
     _native.module().softmax_rmsnorm(x, weight, y, float(eps), int(config))
+
+
+def rmsnorm_quant_out(x, weight, q, scale, eps: float = 1e-6, granularity: str = "token",
+                      scale_ue8m0: bool = False) -> None:
+    """rmsnorm(x, weight, eps) in fp32, quantized into q (int8: per token; float8_e4m3fn:
+    per token or per 1 x 128 group) and scale (fp32 [..., 1] or [..., N / 128]); see
+    gks.reference.rmsnorm_quant."""
+    _native.module().rmsnorm_quant(x, weight, q, scale, eps, granularity, bool(scale_ue8m0))
+
+
+def fused_add_rmsnorm_quant_out(x, residual, weight, q, scale, residual_out, eps: float = 1e-6,
+                                granularity: str = "token", scale_ue8m0: bool = False) -> None:
+    """residual_out = x + residual (rounded to x's dtype; residual_out may be residual), then
+    rmsnorm_quant_out of it into q and scale."""
+    _native.module().fused_add_rmsnorm_quant(x, residual, weight, q, scale, residual_out, eps, granularity,
+                                             bool(scale_ue8m0))

@@ -32,7 +32,7 @@ from jax.experimental.pallas import triton as plgpu
 
 from gks.pallas._common import check_float, check_int8_offsets, default_interpret, next_pow2, takes_arrays
 
-__all__ = ["quantize_int8", "dequantize_int8"]
+__all__ = ["quantize_int8", "dequantize_int8", "quantize_fp8", "dequantize_fp8"]
 
 MAX_ONE_PASS = 32768
 CHUNK = 4096
@@ -228,3 +228,237 @@ def dequantize_int8(q: jax.Array, scale: jax.Array, dtype=jnp.float16, *, interp
     n = q.shape[-1]
     out = _dequantize_2d(q.reshape(-1, n), scale.reshape(-1, 1), dtype=dt, interpret=interpret)
     return out.reshape(q.shape)
+
+
+# ---- FP8 e4m3 quantization (gks.reference.quantize_fp8's contract, bit for bit) ----
+#
+# The kernels write e4m3 bits as uint8 (rounded to nearest even on the integer bits, as the
+# Triton port does) and the result is bitcast to float8_e4m3fn outside them, so no kernel
+# holds an fp8 type (the Triton lowering has none below sm_89). Divisions as above (IEEE).
+# Per token and per tensor rows are held whole (padded to a power of two) or walked in
+# chunks; groups are (1, 128) blocks and 128 x 128 blocks (128, 128) blocks of the padded x.
+
+
+def _fp8_scale(abs_bits_max, ue8m0: bool, interpret: bool):
+    absmax = jax.lax.bitcast_convert_type(abs_bits_max, jnp.float32)
+    scale = _div_rn(absmax, jnp.full(absmax.shape, 448.0, jnp.float32), interpret)
+    if ue8m0:
+        bits = jax.lax.bitcast_convert_type(scale, jnp.int32)
+        up = jax.lax.bitcast_convert_type((bits + 0x7FFFFF) & -8388608, jnp.float32)
+        keep = (scale == 0) | ((bits & 0x7FFFFFFF) >= 0x7F800000)
+        scale = jnp.where(keep, scale, up)
+    return scale
+
+
+def _e4m3_bits(x, scale, interpret: bool):
+    """uint8 e4m3fn bits of clamp(x / scale, -448, 448), 0 where scale is 0 (scale broadcast
+    to x)."""
+    s = jnp.broadcast_to(scale, x.shape)
+    v = _div_rn(x, s, interpret)
+    v = jnp.where(s == 0, 0.0, v)
+    v = jnp.where(v != v, v, jnp.minimum(jnp.maximum(v, -448.0), 448.0))
+    a = jnp.abs(v)
+    u = jax.lax.bitcast_convert_type(a, jnp.int32)
+    normal = ((u + 0x7FFFF + ((u >> 20) & 1)) >> 20) - 960
+    sub = jax.lax.bitcast_convert_type(a * 512.0 + jnp.float32(_MAGIC), jnp.int32) - _MAGIC_BITS
+    mag = jnp.where(a >= 0.015625, normal, sub)
+    mag = jnp.where(v != v, 0x7F, mag)
+    sign = (jax.lax.bitcast_convert_type(v, jnp.int32) >> 24) & 0x80
+    return (mag | sign).astype(jnp.uint8)
+
+
+def _fp8_rows_kernel(x_ref, s_in_ref, q_ref, s_ref, *, ue8m0, tensor, interpret):
+    """One row held whole: its own scale, or (tensor) the given one."""
+    x = x_ref[...].astype(jnp.float32)
+    if tensor:
+        scale = s_in_ref[...]
+    else:
+        scale = _fp8_scale(jnp.max(_abs_bits(x), axis=-1, keepdims=True), ue8m0, interpret)
+    s_ref[...] = scale
+    q_ref[...] = _e4m3_bits(x, scale, interpret)
+
+
+def _fp8_rows_chunked_kernel(x_ref, s_in_ref, q_ref, s_ref, *, chunk, ue8m0, tensor, interpret):
+    rows = x_ref.shape[0]
+    steps = x_ref.shape[-1] // chunk
+    if tensor:
+        scale = s_in_ref[...]
+    else:
+        def absmax(i, acc):
+            x = x_ref[:, pl.ds(i * chunk, chunk)].astype(jnp.float32)
+            return jnp.maximum(acc, jnp.max(_abs_bits(x), axis=-1, keepdims=True))
+
+        scale = _fp8_scale(jax.lax.fori_loop(0, steps, absmax, jnp.zeros((rows, 1), jnp.int32)), ue8m0, interpret)
+    s_ref[...] = scale
+
+    def quantize(i, carry):
+        x = x_ref[:, pl.ds(i * chunk, chunk)].astype(jnp.float32)
+        q_ref[:, pl.ds(i * chunk, chunk)] = _e4m3_bits(x, scale, interpret)
+        return carry
+
+    jax.lax.fori_loop(0, steps, quantize, 0)
+
+
+def _row_absmax_kernel(x_ref, a_ref):
+    a_ref[...] = jnp.max(_abs_bits(x_ref[...].astype(jnp.float32)), axis=-1, keepdims=True)
+
+
+def _fp8_tile_kernel(x_ref, q_ref, s_ref, *, ue8m0, interpret):
+    """One group (1 x 128) or block (128 x 128): one scale."""
+    x = x_ref[...].astype(jnp.float32)
+    bits = jnp.max(jnp.max(_abs_bits(x), axis=-1, keepdims=True), axis=0, keepdims=True)
+    scale = _fp8_scale(bits, ue8m0, interpret)
+    s_ref[...] = scale
+    q_ref[...] = _e4m3_bits(x, scale, interpret)
+
+
+def _pad_cols(n: int) -> int:
+    return max(next_pow2(n), MIN_BLOCK_N) if n <= MAX_ONE_PASS else -(-n // CHUNK) * CHUNK
+
+
+@functools.partial(jax.jit, static_argnames=("granularity", "ue8m0", "interpret"))
+def _quantize_fp8_2d(x, *, granularity, ue8m0, interpret):
+    m, n = x.shape
+    params = plgpu.CompilerParams(num_warps=4)
+    if granularity in ("group", "block"):
+        rows = 128 if granularity == "block" else 1
+        mp, kp = -(-m // rows) * rows, -(-n // 128) * 128
+        xp = jnp.pad(x, ((0, mp - m), (0, kp - n))) if (mp, kp) != (m, n) else x
+        q, scale = pl.pallas_call(
+            functools.partial(_fp8_tile_kernel, ue8m0=ue8m0, interpret=interpret),
+            out_shape=(jax.ShapeDtypeStruct((mp, kp), jnp.uint8),
+                       jax.ShapeDtypeStruct((mp // rows, kp // 128), jnp.float32)),
+            grid=(mp // rows, kp // 128),
+            in_specs=[pl.BlockSpec((rows, 128), lambda i, j: (i, j))],
+            out_specs=(pl.BlockSpec((rows, 128), lambda i, j: (i, j)), pl.BlockSpec((1, 1), lambda i, j: (i, j))),
+            interpret=interpret,
+            compiler_params=plgpu.CompilerParams(num_warps=8 if rows > 1 else 1),
+        )(xp)
+        return q[:m, :n], scale
+    n_pad = _pad_cols(n)
+    xp = jnp.pad(x, ((0, 0), (0, n_pad - n))) if n_pad != n else x
+    tensor = granularity == "tensor"
+    if tensor:
+        # The first pass: each row's absmax bits; their max is the tensor's.
+        row_bits = pl.pallas_call(
+            _row_absmax_kernel,
+            out_shape=jax.ShapeDtypeStruct((m, 1), jnp.int32),
+            grid=(m,),
+            in_specs=[pl.BlockSpec((1, n_pad), lambda i: (i, 0))],
+            out_specs=pl.BlockSpec((1, 1), lambda i: (i, 0)),
+            interpret=interpret,
+            compiler_params=params,
+        )(xp)
+        given = _fp8_scale(jnp.max(row_bits, axis=0, keepdims=True), ue8m0, interpret)  # [1, 1]
+        given = jnp.broadcast_to(given, (m, 1))
+    else:
+        given = jnp.zeros((m, 1), jnp.float32)
+    if n_pad <= MAX_ONE_PASS:
+        kernel = functools.partial(_fp8_rows_kernel, ue8m0=ue8m0, tensor=tensor, interpret=interpret)
+    else:
+        kernel = functools.partial(_fp8_rows_chunked_kernel, chunk=CHUNK, ue8m0=ue8m0, tensor=tensor,
+                                   interpret=interpret)
+    q, scale = pl.pallas_call(
+        kernel,
+        out_shape=(jax.ShapeDtypeStruct((m, n_pad), jnp.uint8), jax.ShapeDtypeStruct((m, 1), jnp.float32)),
+        grid=(m,),
+        in_specs=[pl.BlockSpec((1, n_pad), lambda i: (i, 0)), pl.BlockSpec((1, 1), lambda i: (i, 0))],
+        out_specs=(pl.BlockSpec((1, n_pad), lambda i: (i, 0)), pl.BlockSpec((1, 1), lambda i: (i, 0))),
+        interpret=interpret,
+        compiler_params=plgpu.CompilerParams(num_warps=_num_warps(1, min(n_pad, MAX_ONE_PASS), x.dtype.itemsize)),
+    )(xp, given)
+    return (q[:, :n] if n_pad != n else q), (scale[:1] if tensor else scale)
+
+
+@takes_arrays("x")
+def quantize_fp8(x: jax.Array, granularity: str = "token", group_size: int = 128, scale_ue8m0: bool = False, *,
+                 interpret: bool | None = None):
+    """(q float8_e4m3fn, scale fp32) of x (JAX arrays); see gks.reference.quantize_fp8."""
+    from gks.specs.quantize import fp8_check_granularity, fp8_scale_shape
+
+    op = "gks.pallas.quantize_fp8"
+    check_float(x, op, "x")
+    fp8_check_granularity(granularity, group_size, op)
+    scale_shape = fp8_scale_shape(x.shape, granularity, op)
+    if x.size == 0:
+        return jnp.zeros(x.shape, jnp.float8_e4m3fn), jnp.zeros(scale_shape, jnp.float32)
+    check_int8_offsets(x.size, op, "x")  # q, a byte an element, has x's size
+    if interpret is None:
+        interpret = default_interpret(x)
+    n = x.shape[-1]
+    x2 = x if granularity == "block" else x.reshape(-1, n)
+    q, scale = _quantize_fp8_2d(x2, granularity=granularity, ue8m0=bool(scale_ue8m0), interpret=interpret)
+    q = jax.lax.bitcast_convert_type(q, jnp.float8_e4m3fn)
+    return q.reshape(x.shape), scale.reshape(scale_shape)
+
+
+def _e4m3_value(b):
+    """fp32 of e4m3fn bits b (uint8), on the integer bits."""
+    b = b.astype(jnp.int32) & 0xFF
+    mag = b & 0x7F
+    e, m = mag >> 3, mag & 7
+    normal = jax.lax.bitcast_convert_type(((e + 120) << 23) | (m << 20), jnp.float32)
+    v = jnp.where(e == 0, m.astype(jnp.float32) * 0.001953125, normal)  # subnormals: m * 2^-9
+    v = jnp.where(mag == 0x7F, jnp.float32(jnp.nan), v)
+    return jnp.where(b >= 0x80, -v, v)
+
+
+def _fp8_dequantize_kernel(q_ref, s_ref, o_ref):
+    o_ref[...] = (_e4m3_value(q_ref[...]) * s_ref[...]).astype(o_ref.dtype)
+
+
+@functools.partial(jax.jit, static_argnames=("dtype", "interpret"))
+def _dequantize_fp8_2d(q, scale, *, dtype, interpret):
+    """q [m, n] (uint8 bits, n a multiple of 128) times scale [m, n / 128], one (1, 128)
+    block a program."""
+    m, n = q.shape
+    return pl.pallas_call(
+        _fp8_dequantize_kernel,
+        out_shape=jax.ShapeDtypeStruct((m, n), dtype),
+        grid=(m, n // 128),
+        in_specs=[pl.BlockSpec((1, 128), lambda i, j: (i, j)), pl.BlockSpec((1, 1), lambda i, j: (i, j))],
+        out_specs=pl.BlockSpec((1, 128), lambda i, j: (i, j)),
+        interpret=interpret,
+        compiler_params=plgpu.CompilerParams(num_warps=1),
+    )(q, scale)
+
+
+@takes_arrays("q", "scale")
+def dequantize_fp8(q: jax.Array, scale: jax.Array, granularity: str = "token", group_size: int = 128,
+                   dtype=jnp.bfloat16, *, interpret: bool | None = None):
+    """q * scale (fp32 product) in ``dtype``, scale laid out as quantize_fp8 gives it. Each
+    scale is first spread to one a 128 columns of the rows (an XLA broadcast), then one
+    kernel multiplies."""
+    from gks.specs.quantize import fp8_check_granularity, fp8_scale_shape
+
+    op = "gks.pallas.dequantize_fp8"
+    if q.dtype != jnp.float8_e4m3fn:
+        raise TypeError(f"{op}: argument 'q' must be float8_e4m3fn, got {q.dtype}")
+    if scale.dtype != jnp.float32:
+        raise TypeError(f"{op}: argument 'scale' must be float32, got {scale.dtype}")
+    dt = _float_dtype(dtype, op)
+    fp8_check_granularity(granularity, group_size, op)
+    want = fp8_scale_shape(q.shape, granularity, op)
+    if tuple(scale.shape) != want:
+        raise ValueError(f"{op}: argument 'scale' must have shape {list(want)} for granularity "
+                         f"'{granularity}', got {list(scale.shape)}")
+    if q.size == 0:
+        return jnp.zeros(q.shape, dt)
+    if interpret is None:
+        interpret = default_interpret(q)
+    n = q.shape[-1]
+    groups = -(-n // 128)
+    q2 = jax.lax.bitcast_convert_type(q, jnp.uint8).reshape(-1, n)
+    m = q2.shape[0]
+    if granularity == "tensor":
+        s2 = jnp.broadcast_to(scale.reshape(1, 1), (m, groups))
+    elif granularity == "token":
+        s2 = jnp.broadcast_to(scale.reshape(m, 1), (m, groups))
+    elif granularity == "group":
+        s2 = scale.reshape(m, groups)
+    else:
+        s2 = jnp.repeat(scale, 128, axis=0)[:m]
+    if groups * 128 != n:
+        q2 = jnp.pad(q2, ((0, 0), (0, groups * 128 - n)))
+    out = _dequantize_fp8_2d(q2, s2, dtype=dt, interpret=interpret)
+    return out[:, :n].reshape(q.shape)

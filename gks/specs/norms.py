@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # annotations only: the module loads without torch
 # ---- the reference: the op's meaning in plain PyTorch (gks.reference.<op>). torch is
 # imported where it is used, so the registry loads without it.
 
-__all__ = ["rmsnorm", "fused_add_rmsnorm", "layernorm", "softmax_rmsnorm"]
+__all__ = ["rmsnorm", "fused_add_rmsnorm", "layernorm", "softmax_rmsnorm", "rmsnorm_quant", "fused_add_rmsnorm_quant"]
 
 
 def rmsnorm(
@@ -415,5 +415,240 @@ SOFTMAX_RMSNORM = register(
             r"rows::\w+_kernel<gks::kernels::rows::SoftmaxRmsNormRow<",
             r"rows::softmax_rmsnorm_staged_kernel<",
         ),
+    )
+)
+
+
+# ---- rmsnorm / fused_add_rmsnorm with a quantized output (issue 33 item 4) ----
+#
+# y = x * rsqrt(mean(x^2) + eps) * weight in fp32, never rounded to x's dtype, then quantized:
+# quant_dtype int8 per token (quantize_int8's contract on y), or float8_e4m3fn per token or
+# per 1 x 128 group (quantize_fp8's, the last dim a multiple of 128 for groups). The kernels'
+# y differs from the fp32 formula's in its last bits (their rsqrt is approximate, their sums
+# run in another order), so q and the scales are held to a bound, not to bits (see
+# _norm_quant_check).
+
+
+def norm_quant_check_args(x_shape, quant_dtype, granularity, op: str) -> tuple[int, ...]:
+    """The checks every backend makes of the quantized output's options; returns the scale's
+    shape."""
+    import torch
+
+    if quant_dtype not in (torch.int8, torch.float8_e4m3fn):
+        raise TypeError(f"{op}: argument 'quant_dtype' must be torch.int8 or torch.float8_e4m3fn, got {quant_dtype}")
+    if granularity not in ("token", "group"):
+        raise ValueError(f"{op}: argument 'granularity' must be 'token' or 'group', got '{granularity}'")
+    if granularity == "group" and quant_dtype == torch.int8:
+        raise ValueError(f"{op}: argument 'granularity' must be 'token' for int8 output, got 'group'")
+    if len(x_shape) < 1:
+        raise ValueError(f"{op}: argument 'x' must have 1 to 8 dims, got 0")
+    n = int(x_shape[-1])
+    if granularity == "group" and n % 128 != 0:
+        raise ValueError(f"{op}: argument 'x' must have a last dim that is a multiple of 128 for granularity "
+                         f"'group', got {list(x_shape)}")
+    return (*x_shape[:-1], 1 if granularity == "token" else n // 128)
+
+
+def _quantize_y(y32: torch.Tensor, quant_dtype, granularity: str, scale_ue8m0: bool, precise: bool):
+    import torch
+
+    from gks.specs.quantize import quantize_fp8, quantize_int8
+
+    if quant_dtype == torch.int8:
+        return quantize_int8(y32, precise=precise)
+    return quantize_fp8(y32, granularity, 128, scale_ue8m0, precise=precise)
+
+
+def rmsnorm_quant(
+    x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, quant_dtype: torch.dtype | None = None,
+    granularity: str = "token", scale_ue8m0: bool = False, *, precise: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q, scale): y = rmsnorm(x, weight, eps) in fp32 (float64 rounded once to fp32 when
+    precise), quantized per token (int8 or float8_e4m3fn, scale [..., 1]) or per 1 x 128
+    group (float8_e4m3fn, scale [..., N / 128]). quant_dtype: float8_e4m3fn when None."""
+    import torch
+
+    quant_dtype = torch.float8_e4m3fn if quant_dtype is None else quant_dtype
+    norm_quant_check_args(x.shape, quant_dtype, granularity, "gks.reference.rmsnorm_quant")
+    y = rmsnorm(x, weight, eps, precise=True).float() if precise else _rmsnorm_fp32(x, weight, eps)
+    return _quantize_y(y, quant_dtype, granularity, scale_ue8m0, precise)
+
+
+def _rmsnorm_fp32(x, weight, eps):
+    import torch
+
+    xc = x.to(torch.float32)
+    return xc * torch.rsqrt(xc.square().mean(dim=-1, keepdim=True) + eps) * weight.to(torch.float32)
+
+
+def fused_add_rmsnorm_quant(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
+    quant_dtype: torch.dtype | None = None, granularity: str = "token", scale_ue8m0: bool = False, *,
+    precise: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(q, scale, residual_out): residual_out = x + residual (fp32 add, rounded to x's dtype),
+    then rmsnorm_quant of it."""
+    import torch
+
+    residual_out = (x.to(torch.float32) + residual.to(torch.float32)).to(x.dtype)
+    q, scale = rmsnorm_quant(residual_out, weight, eps, quant_dtype, granularity, scale_ue8m0, precise=precise)
+    return q, scale, residual_out
+
+
+# Shapes (M, N, format): format 0 int8 per token, 1 e4m3 per token, 2 e4m3 per 1 x 128 group,
+# 3 e4m3 per group with UE8M0 scales. Groups need N % 128 == 0.
+NORM_QUANT_FORMATS = ((0, "token", False), (1, "token", False), (1, "group", False), (1, "group", True))
+_NQ_TOKEN = ((1, 1), (3, 7), (5, 129), (2, 4097), (33, 1000), (4, 8192), (0, 64), (3, 0))
+_NQ_GROUP = ((1, 128), (5, 384), (2, 4096), (33, 1024), (3, 7168), (0, 128), (3, 0))
+NORM_QUANT_TEST_SHAPES = (tuple((m, n, f) for f in (0, 1) for m, n in _NQ_TOKEN)
+                          + tuple((m, n, f) for f in (2, 3) for m, n in _NQ_GROUP))
+NORM_QUANT_BENCH_SHAPES = tuple((m, n, f) for f in (0, 1, 2) for m in (1, 16, 256, 4096, 16384) for n in (4096, 7168))
+
+
+def _norm_quant_options(fmt: int) -> dict:
+    import torch
+
+    dt, granularity, ue8m0 = NORM_QUANT_FORMATS[fmt]
+    return {"quant_dtype": (torch.int8, torch.float8_e4m3fn)[dt], "granularity": granularity, "scale_ue8m0": ue8m0}
+
+
+def _rmsnorm_quant_inputs(shape, dtype, device, seed):
+    m, n, fmt = shape
+    return {**_rmsnorm_inputs((m, n), dtype, device, seed), **_norm_quant_options(fmt)}
+
+
+def _fused_add_rmsnorm_quant_inputs(shape, dtype, device, seed):
+    m, n, fmt = shape
+    return {**_fused_add_rmsnorm_inputs((m, n), dtype, device, seed), **_norm_quant_options(fmt)}
+
+
+def _norm_quant_check(out, ref, dtype, inputs) -> None:
+    """The scales within 2^-18 (relative) of the reference's (quantizing float64 y rounded to
+    fp32), NaN where it has NaN; q NaN (fp8) where the reference's is; and the dequantized
+    q * scale within half a step of float64 y, with 2^-10 of it to spare: for int8
+    scale * (0.5 + 2^-10); for e4m3 2^-4 |y| (1 + 2^-10) + 2^-10 scale. With the fused add,
+    residual_out equal to the fp32 sum rounded to x's dtype."""
+    import torch
+
+    from gks.specs.quantize import check_quantized_close
+
+    x, quant_dtype, granularity = inputs["x"], inputs["quant_dtype"], inputs["granularity"]
+    fused = "residual" in inputs
+    what = f"{'fused_add_' if fused else ''}rmsnorm_quant/{quant_dtype}/{granularity}/{dtype}/{tuple(x.shape)}"
+    assert isinstance(out, tuple) and len(out) == len(ref), f"{what}: returned {type(out)}"
+    q, scale = out[0], out[1]
+    ref_q, ref_scale = ref[0], ref[1]
+    assert q.dtype == quant_dtype and q.shape == x.shape, f"{what}: q {q.dtype} {tuple(q.shape)}"
+    if fused:
+        got, want = out[2].cpu(), ref[2].cpu()
+        assert bool(((got == want) | (got.isnan() & want.isnan())).all()), f"{what}: residual_out differs"
+        src = want
+    else:
+        src = x.cpu()
+    y = rmsnorm(src, inputs["weight"].cpu(), inputs["eps"], precise=True)
+    check_quantized_close(what, q, scale, ref_q, ref_scale, y, quant_dtype,
+                          "token" if quant_dtype == torch.int8 else granularity)
+
+
+def _norm_quant_bad_inputs(op: str, residual: bool):
+    def call(t, d, **change):
+        args = {"x": t.ones(4, 256, device=d), "weight": t.ones(256, device=d), "eps": 1e-6,
+                "quant_dtype": t.float8_e4m3fn, "granularity": "group"}
+        if residual:
+            args["residual"] = t.ones(4, 256, device=d)
+        args.update(change)
+        if residual:  # the call's order: x, residual, weight, ...
+            args = {"x": args.pop("x"), "residual": args.pop("residual"), **args}
+        return args
+
+    return (
+        BadInput("x-int", lambda t, d: call(t, d, x=t.ones(4, 256, device=d, dtype=t.int32)), TypeError,
+                 "argument 'x' must be float32, float16 or bfloat16, got"),
+        BadInput("weight-length", lambda t, d: call(t, d, weight=t.ones(128, device=d)), ValueError,
+                 "argument 'weight'"),
+        BadInput("quant-dtype-float16", lambda t, d: call(t, d, quant_dtype=t.float16), TypeError,
+                 "argument 'quant_dtype' must be torch.int8 or torch.float8_e4m3fn"),
+        BadInput("granularity-block", lambda t, d: call(t, d, granularity="block"), ValueError,
+                 "argument 'granularity' must be 'token' or 'group'"),
+        BadInput("int8-group", lambda t, d: call(t, d, quant_dtype=t.int8), ValueError,
+                 "argument 'granularity' must be 'token' for int8 output"),
+        BadInput("group-width", lambda t, d: call(t, d, x=t.ones(4, 200, device=d), weight=t.ones(200, device=d),
+                                                  **({"residual": t.ones(4, 200, device=d)} if residual else {})),
+                 ValueError, "argument 'x' must have a last dim that is a multiple of 128 for granularity 'group'"),
+        BadInput("eps-negative", lambda t, d: call(t, d, eps=-1.0), ValueError, "argument 'eps'"),
+    )
+
+
+_NORM_QUANT_BACKENDS = (
+    Backend("cuda", archs=("sm_80", "sm_90a")),
+    Backend("triton", archs=("sm_80", "sm_90"), interpreted=True),
+)
+
+
+def _norm_quant_out_bytes(s) -> float:
+    m, n, fmt = s
+    return 1.0 * m * n + 4.0 * m * (1 if fmt < 2 else max(n // 128, 1))
+
+
+RMSNORM_QUANT = register(
+    OpSpec(
+        name="rmsnorm_quant",
+        family="norms",
+        summary="RMSNorm with an int8 or fp8 e4m3 output and its scales (per token or 1x128 group) in one pass",
+        signature=("rmsnorm_quant(x[..., N], weight[N], eps=1e-6, quant_dtype=float8_e4m3fn, granularity='token', "
+                   "scale_ue8m0=False) -> (q[..., N], scale[..., 1 | N/128] fp32)"),
+        shape_names=("M", "N", "format"),
+        dtypes=("float32", "float16", "bfloat16"),
+        make_inputs=_rmsnorm_quant_inputs,
+        reference=rmsnorm_quant,
+        tolerance={"float32": (0.0, 0.0), "float16": (0.0, 0.0), "bfloat16": (0.0, 0.0)},  # see the check
+        check=_norm_quant_check,
+        flops=lambda s: 6.0 * s[0] * s[1],
+        # read x once, write q (a byte an element) and the scales; the weight counted once.
+        bytes_moved=lambda s, dt: ELEM_BYTES[dt] * (1.0 * s[0] * s[1] + s[1]) + _norm_quant_out_bytes(s),
+        backends=_NORM_QUANT_BACKENDS,
+        test_shapes=NORM_QUANT_TEST_SHAPES,
+        bench_shapes=NORM_QUANT_BENCH_SHAPES,
+        peers=(reference_peer("rmsnorm_quant", compiled=False), reference_peer("rmsnorm_quant", compiled=True)),
+        example_shape=(33, 1024, 2),
+        bucket_exact=("format",),
+        bad_inputs=_norm_quant_bad_inputs("rmsnorm_quant", residual=False),
+        cuda_out=lambda cuda, i, o: cuda.rmsnorm_quant_out(i["x"], i["weight"], o[0], o[1], i["eps"],
+                                                           i["granularity"], i["scale_ue8m0"]),
+        outputs=("q", "scale"),
+        sass_kernels=(r"rows::\w+_kernel<gks::kernels::rows::RmsNormQuantRow<[^<>]*, false,",),
+    )
+)
+
+FUSED_ADD_RMSNORM_QUANT = register(
+    OpSpec(
+        name="fused_add_rmsnorm_quant",
+        family="norms",
+        summary="residual add and RMSNorm with an int8 or fp8 e4m3 output and its scales in one pass",
+        signature=("fused_add_rmsnorm_quant(x[..., N], residual[..., N], weight[N], eps=1e-6, "
+                   "quant_dtype=float8_e4m3fn, granularity='token', scale_ue8m0=False) -> "
+                   "(q[..., N], scale[..., 1 | N/128] fp32, residual_out[..., N] (x's dtype))"),
+        shape_names=("M", "N", "format"),
+        dtypes=("float32", "float16", "bfloat16"),
+        make_inputs=_fused_add_rmsnorm_quant_inputs,
+        reference=fused_add_rmsnorm_quant,
+        tolerance={"float32": (0.0, 0.0), "float16": (0.0, 0.0), "bfloat16": (0.0, 0.0)},  # see the check
+        check=_norm_quant_check,
+        flops=lambda s: 7.0 * s[0] * s[1],
+        # read x and residual, write residual_out, q and the scales; the weight counted once.
+        bytes_moved=lambda s, dt: ELEM_BYTES[dt] * (3.0 * s[0] * s[1] + s[1]) + _norm_quant_out_bytes(s),
+        backends=_NORM_QUANT_BACKENDS,
+        test_shapes=NORM_QUANT_TEST_SHAPES,
+        bench_shapes=NORM_QUANT_BENCH_SHAPES,
+        peers=(reference_peer("fused_add_rmsnorm_quant", compiled=False),
+               reference_peer("fused_add_rmsnorm_quant", compiled=True)),
+        example_shape=(33, 1024, 2),
+        bucket_exact=("format",),
+        bad_inputs=_norm_quant_bad_inputs("fused_add_rmsnorm_quant", residual=True),
+        cuda_out=lambda cuda, i, o: cuda.fused_add_rmsnorm_quant_out(
+            i["x"], i["residual"], i["weight"], o[0], o[1], o[2], i["eps"], i["granularity"], i["scale_ue8m0"]),
+        outputs=("q", "scale", "residual_out"),
+        in_place={"residual_out": "residual"},
+        sass_kernels=(r"rows::\w+_kernel<gks::kernels::rows::RmsNormQuantRow<[^<>]*, true,",),
     )
 )

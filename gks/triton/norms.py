@@ -33,9 +33,11 @@ from gks.triton._common import (
     row_num_warps,
     row_start,
 )
+from gks.triton.quantize import _abs_bits, _e4m3_bits, _fp8_scale, _quantize_values
 from gks.triton.softmax import _launch as _softmax_launch
 
-__all__ = ["rmsnorm", "rmsnorm_", "fused_add_rmsnorm", "fused_add_rmsnorm_", "layernorm", "softmax_rmsnorm"]
+__all__ = ["rmsnorm", "rmsnorm_", "fused_add_rmsnorm", "fused_add_rmsnorm_", "layernorm", "softmax_rmsnorm",
+           "rmsnorm_quant", "fused_add_rmsnorm_quant"]
 
 # Rows up to this many elements are held whole in one program (one read of the row).
 MAX_ONE_PASS = 32768
@@ -284,3 +286,111 @@ def softmax_rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) ->
     op = "gks.triton.softmax_rmsnorm"
     xr, eps = _check_norm_args(x, weight, eps, op)
     return _softmax_launch(op, x, xr, weight, eps)
+
+
+# ---- rmsnorm / fused_add_rmsnorm with a quantized output (gks.reference.rmsnorm_quant) ----
+# One program a row, held whole: y = x * inv_rms * w stays fp32 and is quantized by
+# quantize_int8's or quantize_fp8's arithmetic (gks.triton.quantize), per token or per
+# 1 x 128 group (the row viewed as [N / 128, 128]).
+
+NORM_QUANT_MAX = 65536  # rows held in one program
+
+
+@triton.jit
+def _norm_quant_kernel(
+    x_ptr, r_ptr, ro_ptr, w_ptr, q_ptr, s_ptr, N, eps,
+    x_inner, x_outer_stride, x_inner_stride,
+    r_inner, r_outer_stride, r_inner_stride,
+    ro_inner, ro_outer_stride, ro_inner_stride,
+    q_inner, q_outer_stride, q_inner_stride,
+    s_inner, s_outer_stride, s_inner_stride,
+    BLOCK_N: tl.constexpr, ADD: tl.constexpr, INT8: tl.constexpr, GROUP: tl.constexpr,
+    UE8M0: tl.constexpr, INTERPRETED: tl.constexpr, BF16_BY_HAND: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK_N)
+    mask = offs < N
+    x_row = row_start(x_ptr, row, x_inner, x_outer_stride, x_inner_stride)
+    r_row = row_start(r_ptr, row, r_inner, r_outer_stride, r_inner_stride)
+    ro_row = row_start(ro_ptr, row, ro_inner, ro_outer_stride, ro_inner_stride)
+    x = _load_row_part(x_row, r_row, ro_row, offs, mask, ADD, BF16_BY_HAND)
+    inv_rms = tl.rsqrt(tl.sum(x * x, axis=0) / N + eps)
+    w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    y = tl.where(mask, x * inv_rms * w, 0.0)
+    q_row = row_start(q_ptr, row, q_inner, q_outer_stride, q_inner_stride)
+    s_row = row_start(s_ptr, row, s_inner, s_outer_stride, s_inner_stride)
+    if INT8:
+        absmax = tl.max(_abs_bits(y), axis=0).to(tl.float32, bitcast=True)
+        scale = tl.math.div_rn(absmax, 127.0)
+        tl.store(s_row, scale)
+        tl.store(q_row + offs, _quantize_values(y, scale, tl.math.div_rn(1.0, scale), INTERPRETED), mask=mask)
+    elif GROUP:
+        g = tl.reshape(y, [BLOCK_N // 128, 128])
+        scale = _fp8_scale(tl.max(_abs_bits(g), axis=1).to(tl.float32, bitcast=True), UE8M0)
+        gi = tl.arange(0, BLOCK_N // 128)
+        tl.store(s_row + gi, scale, mask=gi < N // 128)
+        q = tl.reshape(_e4m3_bits(g, scale[:, None], INTERPRETED), [BLOCK_N])
+        tl.store(q_row + offs, q, mask=mask)
+    else:
+        scale = _fp8_scale(tl.max(_abs_bits(y), axis=0).to(tl.float32, bitcast=True), UE8M0)
+        tl.store(s_row, scale)
+        tl.store(q_row + offs, _e4m3_bits(y, scale, INTERPRETED), mask=mask)
+
+
+def _norm_quant(x, weight, eps, quant_dtype, granularity, scale_ue8m0, op, residual=None):
+    from gks.specs.norms import norm_quant_check_args
+
+    check_device(x, op, "x")
+    check_float(x, op, "x")
+    scale_shape = norm_quant_check_args(x.shape, quant_dtype, granularity, op)
+    rr = _check_residual(x, residual, op) if residual is not None else None
+    xr, eps = _check_norm_args(x, weight, eps, op)
+    if xr.cols > NORM_QUANT_MAX:
+        raise ValueError(f"{op}: argument 'x' has rows of {xr.cols} elements; this backend holds a row in one "
+                         f"program, at most {NORM_QUANT_MAX}")
+    q = torch.empty(x.shape, dtype=quant_dtype, device=x.device)
+    scale = torch.empty(scale_shape, dtype=torch.float32, device=x.device)
+    residual_out = torch.empty(x.shape, dtype=x.dtype, device=x.device) if residual is not None else None
+    if xr.rows == 0:
+        return q, scale, residual_out
+    if xr.cols == 0:  # rows of nothing: absmax 0, scale 0
+        scale.zero_()
+        return q, scale, residual_out
+    qv = q if quant_dtype == torch.int8 else q.view(torch.uint8)
+    qr = row_layout(qv, op, "q")
+    sr = row_layout(scale, op, "scale")
+    add = residual is not None
+    ror = row_layout(residual_out, op, "residual_out") if add else xr
+    rr = rr if add else xr
+    block_n = max(next_pow2(xr.cols), 128 if granularity == "group" else 16)
+    _norm_quant_kernel[(xr.rows,)](
+        x, residual if add else x, residual_out if add else x, weight, qv, scale, xr.cols, eps,
+        xr.inner, xr.outer_stride, xr.inner_stride,
+        rr.inner, rr.outer_stride, rr.inner_stride,
+        ror.inner, ror.outer_stride, ror.inner_stride,
+        qr.inner, qr.outer_stride, qr.inner_stride,
+        sr.inner, sr.outer_stride, sr.inner_stride,
+        BLOCK_N=block_n, ADD=add, INT8=quant_dtype == torch.int8, GROUP=granularity == "group",
+        UE8M0=bool(scale_ue8m0), INTERPRETED=interpreter_variant(),
+        BF16_BY_HAND=interpreter_variant() and x.dtype == torch.bfloat16,
+        num_warps=row_num_warps(block_n, 4, 16),
+    )
+    return q, scale, residual_out
+
+
+@on_tensor_device
+def rmsnorm_quant(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
+                  quant_dtype: torch.dtype = torch.float8_e4m3fn, granularity: str = "token",
+                  scale_ue8m0: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q, scale): rmsnorm(x) in fp32 quantized (see gks.reference.rmsnorm_quant)."""
+    q, scale, _ = _norm_quant(x, weight, eps, quant_dtype, granularity, scale_ue8m0, "gks.triton.rmsnorm_quant")
+    return q, scale
+
+
+@on_tensor_device
+def fused_add_rmsnorm_quant(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
+                            quant_dtype: torch.dtype = torch.float8_e4m3fn, granularity: str = "token",
+                            scale_ue8m0: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(q, scale, residual_out): residual_out = x + residual, then rmsnorm_quant of it."""
+    return _norm_quant(x, weight, eps, quant_dtype, granularity, scale_ue8m0, "gks.triton.fused_add_rmsnorm_quant",
+                       residual=residual)

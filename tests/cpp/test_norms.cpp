@@ -7,6 +7,7 @@
 #include <functional>
 #include <iterator>
 #include <utility>
+#include <vector>
 #include <string>
 
 #include "gks/gks.h"
@@ -402,6 +403,104 @@ TEST(NormsPlan, EveryPlanHasAKernel) {
             ASSERT_TRUE(gks::detail::softmax_rmsnorm_plan_has_kernel(p, dtype, cols))
                 << cols << " " << config;
           }
+        }
+      }
+    }
+  }
+}
+
+// ---- rmsnorm_quant / fused_add_rmsnorm_quant ----
+
+gks::RmsNormQuantArgs norm_quant_args(void* p, bool group) {
+  gks::RmsNormQuantArgs a;
+  a.x = gks::TensorRef::make(p, DType::kBFloat16, {4, 256}, kGpu);
+  a.weight = gks::TensorRef::make(gks_test::fake_address(2), DType::kBFloat16, {256}, kGpu);
+  a.q = gks::TensorRef::make(gks_test::fake_address(3), DType::kFloat8E4M3, {4, 256}, kGpu);
+  a.scale = gks::TensorRef::make(gks_test::fake_address(4), DType::kFloat32, {4, group ? 2 : 1}, kGpu);
+  a.granularity = group ? gks::Fp8Granularity::kGroup : gks::Fp8Granularity::kToken;
+  return a;
+}
+
+TEST(RmsNormQuant, RejectsBadOptions) {
+  alignas(16) char buf[64];
+  auto a = norm_quant_args(buf, true);
+  a.q.dtype = DType::kFloat16;
+  expect_error([&] { gks::rmsnorm_quant(a, nullptr); }, ErrorKind::kUnsupportedDtype,
+               "gks.rmsnorm_quant: argument 'q' must be int8 or float8_e4m3fn, got float16");
+  a = norm_quant_args(buf, true);
+  a.q.dtype = DType::kInt8;
+  expect_error([&] { gks::rmsnorm_quant(a, nullptr); }, ErrorKind::kInvalidArgument,
+               "argument 'granularity' must be 'token' for int8 output, got 'group'");
+  a = norm_quant_args(buf, true);
+  a.granularity = gks::Fp8Granularity::kBlock;
+  expect_error([&] { gks::rmsnorm_quant(a, nullptr); }, ErrorKind::kInvalidArgument,
+               "argument 'granularity' must be 'token' or 'group', got 'block'");
+  a = norm_quant_args(buf, true);
+  a.x = gks::TensorRef::make(buf, DType::kBFloat16, {4, 200}, kGpu);
+  a.q = gks::TensorRef::make(gks_test::fake_address(3), DType::kFloat8E4M3, {4, 200}, kGpu);
+  a.weight = gks::TensorRef::make(gks_test::fake_address(2), DType::kBFloat16, {200}, kGpu);
+  expect_error([&] { gks::rmsnorm_quant(a, nullptr); }, ErrorKind::kInvalidArgument,
+               "argument 'x' must have a last dim that is a multiple of 128 for granularity 'group', got [4, 200]");
+  a = norm_quant_args(buf, true);
+  a.scale.shape[1] = 1;
+  expect_error([&] { gks::rmsnorm_quant(a, nullptr); }, ErrorKind::kInvalidArgument,
+               "argument 'scale' must have shape [4, 2] for granularity 'group', got [4, 1]");
+  a = norm_quant_args(buf, false);
+  a.weight.shape[0] = 128;
+  expect_error([&] { gks::rmsnorm_quant(a, nullptr); }, ErrorKind::kInvalidArgument, "argument 'weight'");
+  a = norm_quant_args(buf, false);
+  a.eps = -1.f;
+  expect_error([&] { gks::rmsnorm_quant(a, nullptr); }, ErrorKind::kInvalidArgument, "argument 'eps'");
+}
+
+TEST(RmsNormQuant, FusedAddChecksTheResidual) {
+  alignas(16) char buf[64];
+  auto a = norm_quant_args(buf, false);
+  a.residual = gks::TensorRef::make(gks_test::fake_address(5), DType::kBFloat16, {4, 256}, kGpu);
+  a.residual_out = gks::TensorRef::make(gks_test::fake_address(6), DType::kBFloat16, {4, 256}, kGpu);
+  auto b = a;
+  b.residual.dtype = DType::kFloat32;
+  expect_error([&] { gks::fused_add_rmsnorm_quant(b, nullptr); }, ErrorKind::kUnsupportedDtype,
+               "gks.fused_add_rmsnorm_quant: argument 'residual' must have the dtype of 'x'");
+  b = a;
+  b.residual_out.shape[0] = 3;
+  expect_error([&] { gks::fused_add_rmsnorm_quant(b, nullptr); }, ErrorKind::kInvalidArgument,
+               "argument 'residual_out' must have the shape of 'x'");
+  b = a;
+  b.q.data = b.residual_out.data;
+  expect_error([&] { gks::fused_add_rmsnorm_quant(b, nullptr); }, ErrorKind::kInvalidArgument, "'q'");
+  // Valid and empty: returns before touching the device (this machine may have none).
+  b = a;
+  b.x.shape[0] = b.q.shape[0] = b.scale.shape[0] = b.residual.shape[0] = b.residual_out.shape[0] = 0;
+  EXPECT_NO_THROW(gks::fused_add_rmsnorm_quant(b, nullptr));
+}
+
+TEST(RmsNormQuant, RefusesRowsPastTheRegisters) {
+  alignas(16) char buf[64];
+  auto a = norm_quant_args(buf, false);
+  a.x = gks::TensorRef::make(buf, DType::kBFloat16, {4, 65544}, kGpu);
+  a.weight = gks::TensorRef::make(gks_test::fake_address(2), DType::kBFloat16, {65544}, kGpu);
+  a.q = gks::TensorRef::make(gks_test::fake_address(3), DType::kFloat8E4M3, {4, 65544}, kGpu);
+  expect_error([&] { gks::rmsnorm_quant(a, nullptr); }, ErrorKind::kInvalidArgument,
+               "argument 'x' has rows of 65544 elements; the CUDA kernel holds a row in registers, at most 65536");
+}
+
+TEST(RmsNormQuantPlan, EveryPlanHasAKernel) {
+  std::vector<int64_t> lengths;
+  for (int64_t cols = 1; cols <= 70000; cols += cols < 2100 ? 1 : 37) lengths.push_back(cols);
+  for (int64_t cols = 128; cols <= 70000; cols += 128) lengths.push_back(cols);  // whole groups
+  for (int64_t cols : lengths) {
+    for (auto dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+      for (bool aligned : {true, false}) {
+        for (bool group : {false, true}) {
+          if (group && cols % 128 != 0) continue;
+          gks::detail::RowPlan plan;
+          if (!gks::detail::plan_rmsnorm_quant(cols, dtype, aligned, group, plan)) {
+            EXPECT_GT(cols, 1024 * 8 * plan.vec) << cols;
+            continue;
+          }
+          ASSERT_TRUE(gks::detail::rmsnorm_quant_plan_has_kernel(plan, dtype, group))
+              << cols << " " << aligned << " " << group;
         }
       }
     }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Host-side logic of gks::quantize_int8 / gks::dequantize_int8: validation (which throws
-// before anything touches a GPU) and the launch plans.
+// Host-side logic of gks::quantize_int8 / gks::dequantize_int8 and gks::quantize_fp8 /
+// gks::dequantize_fp8: validation (which throws before anything touches a GPU) and the
+// launch plans.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -266,6 +267,162 @@ TEST(QuantizePlan, EveryPlanHasAKernel) {
         ASSERT_TRUE(gks::detail::quantize_int8_plan_has_kernel(
             gks::detail::plan_quantize_int8(cols, dtype, aligned), dtype)) << cols;
         ASSERT_TRUE(gks::detail::dequantize_int8_plan_has_kernel(
+            gks::detail::plan_dequantize_int8(cols, dtype, aligned), dtype)) << cols;
+      }
+    }
+  }
+}
+
+// ---- quantize_fp8 / dequantize_fp8 ----
+
+gks::QuantizeFp8Args fp8_args(void* p, gks::Fp8Granularity g) {
+  gks::QuantizeFp8Args a;
+  a.x = gks::TensorRef::make(p, gks::DType::kBFloat16, {130, 300}, kGpu);
+  a.q = gks::TensorRef::make(gks_test::fake_address(2), gks::DType::kFloat8E4M3, {130, 300}, kGpu);
+  const auto scale = [&](std::initializer_list<int64_t> shape) {
+    return gks::TensorRef::make(gks_test::fake_address(3), gks::DType::kFloat32, shape, kGpu);
+  };
+  switch (g) {
+    case gks::Fp8Granularity::kTensor: a.scale = scale({1}); break;
+    case gks::Fp8Granularity::kToken: a.scale = scale({130, 1}); break;
+    case gks::Fp8Granularity::kGroup: a.scale = scale({130, 3}); break;
+    case gks::Fp8Granularity::kBlock: a.scale = scale({2, 3}); break;
+  }
+  a.granularity = g;
+  return a;
+}
+
+constexpr gks::Fp8Granularity kFp8Granularities[] = {gks::Fp8Granularity::kTensor, gks::Fp8Granularity::kToken,
+                                                     gks::Fp8Granularity::kGroup, gks::Fp8Granularity::kBlock};
+
+TEST(QuantizeFp8, DTypeTable) {
+  EXPECT_STREQ(gks::dtype_name(gks::DType::kFloat8E4M3), "float8_e4m3fn");
+  EXPECT_EQ(gks::dtype_size(gks::DType::kFloat8E4M3), 1);
+}
+
+TEST(QuantizeFp8, NoRowsReturnsWithoutLaunching) {
+  // Valid and empty: returns before touching the device (this machine may have none). Per
+  // tensor is left out: its empty call still zeroes the one scale.
+  for (auto g : kFp8Granularities) {
+    if (g == gks::Fp8Granularity::kTensor) continue;
+    auto a = fp8_args(nullptr, g);
+    a.x.shape[0] = a.q.shape[0] = 0;
+    a.scale.shape[0] = 0;
+    EXPECT_NO_THROW(gks::quantize_fp8(a, nullptr)) << gks::fp8_granularity_name(g);
+  }
+}
+
+TEST(QuantizeFp8, RejectsCpuAndIntegerInput) {
+  alignas(16) char buf[64];
+  auto a = fp8_args(buf, gks::Fp8Granularity::kGroup);
+  a.x.device = a.q.device = a.scale.device = kCpu;
+  expect_error([&] { gks::quantize_fp8(a, nullptr); }, ErrorKind::kInvalidArgument,
+               "gks.quantize_fp8: argument 'x' must be a CUDA tensor, got a tensor on cpu");
+  a = fp8_args(buf, gks::Fp8Granularity::kGroup);
+  a.x.dtype = gks::DType::kInt32;
+  expect_error([&] { gks::quantize_fp8(a, nullptr); }, ErrorKind::kUnsupportedDtype,
+               "argument 'x' must be float32, float16 or bfloat16, got int32");
+}
+
+TEST(QuantizeFp8, RejectsWrongOutputDtypes) {
+  alignas(16) char buf[64];
+  auto a = fp8_args(buf, gks::Fp8Granularity::kGroup);
+  a.q.dtype = gks::DType::kInt8;
+  expect_error([&] { gks::quantize_fp8(a, nullptr); }, ErrorKind::kUnsupportedDtype,
+               "argument 'q' must be float8_e4m3fn, got int8");
+  a = fp8_args(buf, gks::Fp8Granularity::kGroup);
+  a.scale.dtype = gks::DType::kFloat16;
+  expect_error([&] { gks::quantize_fp8(a, nullptr); }, ErrorKind::kUnsupportedDtype,
+               "argument 'scale' must be float32, got float16");
+}
+
+TEST(QuantizeFp8, RejectsGroupSizesOtherThan128) {
+  alignas(16) char buf[64];
+  auto a = fp8_args(buf, gks::Fp8Granularity::kGroup);
+  a.group_size = 64;
+  expect_error([&] { gks::quantize_fp8(a, nullptr); }, ErrorKind::kInvalidArgument,
+               "argument 'group_size' must be 128 (1 x 128 groups, 128 x 128 blocks), got 64");
+}
+
+TEST(QuantizeFp8, ScaleShapePerGranularity) {
+  alignas(16) char buf[64];
+  const char* want[] = {"[1]", "[130, 1]", "[130, 3]", "[2, 3]"};
+  int i = 0;
+  for (auto g : kFp8Granularities) {
+    auto a = fp8_args(buf, g);
+    a.scale.shape[0] += 1;
+    expect_error([&] { gks::quantize_fp8(a, nullptr); }, ErrorKind::kInvalidArgument,
+                 std::string("argument 'scale' must have shape ") + want[i] + " for granularity '" +
+                     gks::fp8_granularity_name(g) + "'");
+    ++i;
+  }
+}
+
+TEST(QuantizeFp8, BlockNeedsTwoDims) {
+  alignas(16) char buf[64];
+  auto a = fp8_args(buf, gks::Fp8Granularity::kBlock);
+  a.x = gks::TensorRef::make(buf, gks::DType::kBFloat16, {2, 65, 300}, kGpu);
+  a.q = gks::TensorRef::make(gks_test::fake_address(2), gks::DType::kFloat8E4M3, {2, 65, 300}, kGpu);
+  expect_error([&] { gks::quantize_fp8(a, nullptr); }, ErrorKind::kInvalidArgument,
+               "argument 'x' must be 2-D [M, K] for granularity 'block', got 3 dims");
+}
+
+TEST(QuantizeFp8, RejectsOverlappingOutputs) {
+  alignas(16) char buf[64];
+  auto a = fp8_args(buf, gks::Fp8Granularity::kToken);
+  a.scale.data = a.q.data;
+  expect_error([&] { gks::quantize_fp8(a, nullptr); }, ErrorKind::kInvalidArgument, "'scale'");
+}
+
+TEST(DequantizeFp8, RejectsWrongDtypesAndShapes) {
+  alignas(16) char buf[64];
+  gks::DequantizeFp8Args a;
+  const auto reset = [&] {
+    a.q = gks::TensorRef::make(buf, gks::DType::kFloat8E4M3, {4, 256}, kGpu);
+    a.scale = gks::TensorRef::make(gks_test::fake_address(2), gks::DType::kFloat32, {4, 2}, kGpu);
+    a.out = gks::TensorRef::make(gks_test::fake_address(3), gks::DType::kBFloat16, {4, 256}, kGpu);
+    a.granularity = gks::Fp8Granularity::kGroup;
+  };
+  reset();
+  a.q.dtype = gks::DType::kInt8;
+  expect_error([&] { gks::dequantize_fp8(a, nullptr); }, ErrorKind::kUnsupportedDtype,
+               "gks.dequantize_fp8: argument 'q' must be float8_e4m3fn, got int8");
+  reset();
+  a.out.dtype = gks::DType::kInt32;
+  expect_error([&] { gks::dequantize_fp8(a, nullptr); }, ErrorKind::kUnsupportedDtype,
+               "argument 'out' must be float32, float16 or bfloat16, got int32");
+  reset();
+  a.granularity = gks::Fp8Granularity::kBlock;
+  expect_error([&] { gks::dequantize_fp8(a, nullptr); }, ErrorKind::kInvalidArgument,
+               "argument 'scale' must have shape [1, 2] for granularity 'block', got [4, 2]");
+  reset();
+  a.out.shape[1] = 128;
+  expect_error([&] { gks::dequantize_fp8(a, nullptr); }, ErrorKind::kInvalidArgument,
+               "argument 'out' must have the shape of 'q' [4, 256], got [4, 128]");
+}
+
+TEST(QuantizeFp8Plan, GroupsTileInWarps) {
+  for (int64_t cols : {1, 7, 128, 129, 4096, 4097, 7168, 32768}) {
+    const auto p = gks::detail::plan_quantize_fp8_groups(cols);
+    EXPECT_EQ(p.vec, 16);
+    EXPECT_EQ(p.threads_per_row * p.rows_per_block, 256) << cols;
+    EXPECT_GE(p.threads_per_row, 32) << cols;  // a group's 8 lanes lie in one warp of one row
+    EXPECT_TRUE(p.vecs_per_thread == 1 || p.vecs_per_thread == 2);
+  }
+  const auto p = gks::detail::plan_quantize_fp8_groups(7168);  // 448 chunks
+  EXPECT_EQ(p.threads_per_row, 256);
+  EXPECT_EQ(p.vecs_per_thread, 2);
+}
+
+TEST(QuantizeFp8Plan, EveryPlanHasAKernel) {
+  for (int64_t cols = 0; cols <= 70000; cols += cols < 2100 ? 1 : 37) {
+    for (auto dtype : {gks::DType::kFloat32, gks::DType::kFloat16, gks::DType::kBFloat16}) {
+      ASSERT_TRUE(gks::detail::quantize_fp8_groups_plan_has_kernel(gks::detail::plan_quantize_fp8_groups(cols), dtype))
+          << cols;
+      for (bool aligned : {true, false}) {
+        ASSERT_TRUE(gks::detail::quantize_fp8_token_plan_has_kernel(
+            gks::detail::plan_quantize_int8(cols, dtype, aligned), dtype)) << cols;
+        ASSERT_TRUE(gks::detail::dequantize_fp8_plan_has_kernel(
             gks::detail::plan_dequantize_int8(cols, dtype, aligned), dtype)) << cols;
       }
     }

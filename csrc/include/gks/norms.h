@@ -13,7 +13,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "gks/softmax.h"  // SoftmaxConfig
+#include "gks/quantize.h"  // Fp8Granularity
+#include "gks/softmax.h"   // SoftmaxConfig
 #include "gks/tensor.h"
 
 namespace gks {
@@ -123,5 +124,33 @@ struct SoftmaxRmsNormArgs {
 
 // Validates the arguments (throws gks::Error) and launches on `stream`.
 void softmax_rmsnorm(const SoftmaxRmsNormArgs& args, cudaStream_t stream);
+
+// rmsnorm_quant / fused_add_rmsnorm_quant: RMSNorm (after the residual add, as
+// fused_add_rmsnorm's) with a quantized output, in one pass: y = x * inv_rms * weight in
+// fp32 (not rounded to x's dtype) is quantized as gks/quantize.h says, with q's dtype
+// picking the format:
+//   q int8:           per token (granularity kToken): scale = absmax(y) / 127, quantize_int8's
+//                     contract on y;
+//   q float8_e4m3fn:  per token (kToken), or per 1 x 128 group (kGroup; the last dim must be a
+//                     multiple of 128), quantize_fp8's contract on y (scale_ue8m0 as there).
+// scale: [..., 1] (token) or [..., N / 128] (group), fp32. residual and residual_out (the
+// fused add only): x's shape and dtype; residual_out = x + residual (fp32 add, rounded to x's
+// dtype), then normalized. The CUDA kernel holds a row in registers: rows of up to 65536
+// (fp16/bf16) or 32768 (fp32) elements when 16-byte aligned, 8192 otherwise; longer ones are
+// refused (argument 'x').
+struct RmsNormQuantArgs {
+  TensorRef x;             // [..., N], fp32/fp16/bf16, last dim contiguous, any row strides
+  TensorRef residual;      // fused add only: x's shape and dtype
+  TensorRef residual_out;  // fused add only: x's shape and dtype
+  TensorRef weight;        // [N], x's dtype, contiguous
+  TensorRef q;             // x's shape, int8 or float8_e4m3fn, last dim contiguous
+  TensorRef scale;         // fp32, [..., 1] or [..., N / 128]
+  float eps = 1e-6f;
+  Fp8Granularity granularity = Fp8Granularity::kToken;  // kToken or kGroup
+  bool scale_ue8m0 = false;
+};
+
+void rmsnorm_quant(const RmsNormQuantArgs& args, cudaStream_t stream);
+void fused_add_rmsnorm_quant(const RmsNormQuantArgs& args, cudaStream_t stream);
 
 }  // namespace gks

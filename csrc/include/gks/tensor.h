@@ -21,7 +21,8 @@ namespace gks {
 
 constexpr int kMaxDims = 8;
 
-enum class DType : uint8_t { kFloat32, kFloat16, kBFloat16, kInt8, kInt32, kInt64, kUnsupported };
+// kFloat8E4M3: OCP fp8 e4m3 with no infinities (torch.float8_e4m3fn), max 448.
+enum class DType : uint8_t { kFloat32, kFloat16, kBFloat16, kInt8, kInt32, kInt64, kFloat8E4M3, kUnsupported };
 enum class DeviceType : uint8_t { kCPU, kCUDA, kOther };
 
 struct Device {

@@ -18,6 +18,7 @@ const char* dtype_name(DType dtype) {
     case DType::kInt8: return "int8";
     case DType::kInt32: return "int32";
     case DType::kInt64: return "int64";
+    case DType::kFloat8E4M3: return "float8_e4m3fn";
     default: return "an unsupported dtype";
   }
 }
@@ -26,7 +27,7 @@ int64_t dtype_size(DType dtype) {
   switch (dtype) {
     case DType::kFloat32: case DType::kInt32: return 4;
     case DType::kFloat16: case DType::kBFloat16: return 2;
-    case DType::kInt8: return 1;
+    case DType::kInt8: case DType::kFloat8E4M3: return 1;
     case DType::kInt64: return 8;
     default: return 0;
   }

@@ -85,4 +85,19 @@ RowPlan plan_softmax_rmsnorm(int64_t cols, DType dtype, bool aligned16, int conf
   return plan_softmax_rows(cols, dtype, aligned16, c, true, clusters, smem_per_block);
 }
 
+bool plan_rmsnorm_quant(int64_t cols, DType dtype, bool aligned16, bool group, RowPlan& plan) {
+  plan = RowPlan{};
+  plan.vec = aligned16 ? int(16 / dtype_size(dtype)) : 1;
+  const int64_t accesses = ceil_div(std::max<int64_t>(cols, 1), plan.vec);
+  const bool block_rows = group && plan.vec == 1;  // a group is 128 one-element lanes
+  if (!block_rows && accesses <= 32 * 8) {
+    plan = warp_per_row(plan, accesses);
+    return true;
+  }
+  // Up to 4 accesses a thread first (the fp32 results sit beside the row in registers), then 8.
+  if (!fit_registers(accesses, accesses <= 64 * 4 ? 1 : 4, 8, 1024, 1, plan)) return false;
+  if (block_rows && plan.threads_per_row < 128) plan.threads_per_row = 128;
+  return true;
+}
+
 }  // namespace gks::detail

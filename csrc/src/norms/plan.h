@@ -21,8 +21,14 @@ RowPlan plan_rmsnorm(int64_t cols, DType dtype, bool aligned16, int config = -1,
 RowPlan plan_softmax_rmsnorm(int64_t cols, DType dtype, bool aligned16, int config = -1,
                              bool clusters = false, int64_t smem_per_block = 0);
 
+// rmsnorm_quant / fused_add_rmsnorm_quant: registers only; false when the row does not fit
+// (more than 1024 threads x 8 accesses). group: per 1 x 128 group output (one-element
+// accesses then need 128+ threads a row).
+bool plan_rmsnorm_quant(int64_t cols, DType dtype, bool aligned16, bool group, RowPlan& plan);
+
 // True when the library compiled the op's kernel for the plan (host tests check every plan).
 bool rmsnorm_plan_has_kernel(const RowPlan& plan, DType dtype);
+bool rmsnorm_quant_plan_has_kernel(const RowPlan& plan, DType dtype, bool group);
 bool softmax_rmsnorm_plan_has_kernel(const RowPlan& plan, DType dtype, int64_t cols);
 
 }  // namespace gks::detail

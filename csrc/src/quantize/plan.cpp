@@ -57,4 +57,21 @@ RowPlan plan_dequantize_int8(int64_t cols, DType out_dtype, bool aligned) {
   return plan;
 }
 
+RowPlan plan_quantize_fp8_groups(int64_t cols) {
+  RowPlan plan;
+  plan.kind = RowPlan::Kind::kTiled;
+  plan.vec = 16;
+  const int64_t chunks = ceil_div(std::max<int64_t>(cols, 1), plan.vec);
+  // As dequantize's: up to 2 chunks a thread, then threads along the row (a warp at least,
+  // so that a group's 8 lanes are one warp's and a warp is one row's).
+  int per_thread = 1;
+  while (per_thread < 2 && 32 * int64_t(per_thread) < chunks) per_thread *= 2;
+  int threads = 32;
+  while (threads < 256 && int64_t(threads) * per_thread < chunks) threads *= 2;
+  plan.vecs_per_thread = per_thread;
+  plan.threads_per_row = threads;
+  plan.rows_per_block = 256 / threads;
+  return plan;
+}
+
 }  // namespace gks::detail

@@ -19,8 +19,16 @@ RowPlan plan_quantize_int8(int64_t cols, DType dtype, bool aligned);
 // chunks a thread.
 RowPlan plan_dequantize_int8(int64_t cols, DType out_dtype, bool aligned);
 
+// quantize_fp8 per 1 x 128 group / per tensor (kTiled): chunks of 16 elements (8 lanes a
+// group), 256-thread blocks of threads_per_row x rows_per_block, 1 or 2 chunks a thread.
+// vec is 16 whether or not the rows are aligned (the kernel's kVector says how it accesses).
+RowPlan plan_quantize_fp8_groups(int64_t cols);
+
 // True when the library compiled the op's kernel for the plan (host tests check every plan).
 bool quantize_int8_plan_has_kernel(const RowPlan& plan, DType dtype);
 bool dequantize_int8_plan_has_kernel(const RowPlan& plan, DType out_dtype);
+bool quantize_fp8_token_plan_has_kernel(const RowPlan& plan, DType dtype);
+bool quantize_fp8_groups_plan_has_kernel(const RowPlan& plan, DType dtype);
+bool dequantize_fp8_plan_has_kernel(const RowPlan& plan, DType out_dtype);
 
 }  // namespace gks::detail

@@ -266,18 +266,6 @@ __device__ __forceinline__ void quantize_store_chunk(const Chunk<T, kN>& c, cons
     if (col + j < cols) q_row[col + j] = low_byte_q(quantize_bits<kFast>(chunk_value(c, j), s));
 }
 
-template <bool kFast, typename T, int kChunk, int kThreadsPerRow, int kChunksPerThread>
-__device__ __forceinline__ void quantize_row_from_registers(
-    const Chunk<T, kChunk> (&c)[kChunksPerThread], const RowScale& s, int8_t* q_row, int tid,
-    int64_t cols) {
-#pragma unroll
-  for (int i = 0; i < kChunksPerThread; ++i) {
-    const int64_t col = (int64_t(i) * kThreadsPerRow + tid) * kChunk;
-    if (col >= cols) break;
-    quantize_store_chunk<kFast>(c[i], s, q_row, col, cols);
-  }
-}
-
 // ---- dequantize helpers ----
 
 __device__ __forceinline__ uint32_t pack2(float a, float b, __half*) {
@@ -336,9 +324,36 @@ __device__ __forceinline__ void store_out_chunk(T* row, int64_t col, int64_t col
 template <int kThreads>
 inline constexpr int kMinBlocksFor64Regs = kThreads >= 1024 ? 1 : 1024 / kThreads;
 
-template <typename T, int kChunk>
-struct QuantizeRow {
+// What a per-row quantizer's format gives QuantizeRowOf (Int8Format below; FP8 e4m3 in
+// quantize_fp8.cuh): Params (x, q, scale, their RowLayouts, rows, cols), a Scale made from
+// the row's absmax (make_scale) and written to p.scale (scale_value), and with_store(s, body),
+// which calls body(store) with store(chunk, q_row, col, cols) quantizing one chunk of the
+// row (a call per row, so that a format may pick its per-row path once: int8's fast path).
+struct Int8Format {
   using Params = QuantizeInt8Params;
+  using Scale = int8q::RowScale;
+  static __device__ __forceinline__ Scale make_scale(float absmax, const Params&) {
+    return int8q::row_scale(absmax);
+  }
+  static __device__ __forceinline__ float scale_value(const Scale& s) { return s.scale; }
+  template <class Body>
+  static __device__ __forceinline__ void with_store(const Scale& s, Body&& body) {
+    if (s.fast) {
+      body([&](const auto& c, int8_t* q_row, int64_t col, int64_t cols) {
+        int8q::quantize_store_chunk<true>(c, s, q_row, col, cols);
+      });
+    } else {
+      body([&](const auto& c, int8_t* q_row, int64_t col, int64_t cols) {
+        int8q::quantize_store_chunk<false>(c, s, q_row, col, cols);
+      });
+    }
+  }
+};
+
+// The per-row quantizer's body, over a Format; QuantizeRow (int8) is it with Int8Format.
+template <typename T, int kChunk, class Format>
+struct QuantizeRowOf {
+  using Params = typename Format::Params;
   // Chunks a thread holds in registers: 128 bytes of raw x (2 aligned chunks of fp32, 4 of
   // fp16/bf16), or 8 scalars on the unaligned path.
   static constexpr int kMaxChunks = kChunk == 1 ? 8 : 128 / (16 * int(sizeof(T)));
@@ -387,14 +402,17 @@ struct QuantizeRow {
     float absmax = __uint_as_float(acc.bits);
     absmax = row_reduce<kThreadsPerRow>(absmax, AbsMaxBitsOp{}, scratch);
 
-    const RowScale s = row_scale(absmax);
-    if (tid == 0) p.scale[p.scale_rows.row_offset(row)] = s.scale;
-    int8_t* q = p.q + p.q_rows.row_offset(row);
-    if (s.fast) {
-      quantize_row_from_registers<true, T, kChunk, kThreadsPerRow>(c, s, q, tid, p.cols);
-    } else {
-      quantize_row_from_registers<false, T, kChunk, kThreadsPerRow>(c, s, q, tid, p.cols);
-    }
+    const typename Format::Scale s = Format::make_scale(absmax, p);
+    if (tid == 0) p.scale[p.scale_rows.row_offset(row)] = Format::scale_value(s);
+    const auto q = p.q + p.q_rows.row_offset(row);
+    Format::with_store(s, [&](auto store) {
+#pragma unroll
+      for (int i = 0; i < kChunksPerThread; ++i) {
+        const int64_t col = (int64_t(i) * kThreadsPerRow + tid) * kChunk;
+        if (col >= p.cols) break;
+        store(c[i], q, col, p.cols);
+      }
+    });
   }
 
   // One row per kThreads-thread block, walked twice with kUnroll chunks in flight per thread.
@@ -419,27 +437,26 @@ struct QuantizeRow {
     }
     const float absmax = group_reduce<kThreads>(__uint_as_float(acc.bits), AbsMaxBitsOp{}, scratch);
 
-    const RowScale s = row_scale(absmax);
-    if (threadIdx.x == 0) p.scale[p.scale_rows.row_offset(row)] = s.scale;
-    int8_t* q = p.q + p.q_rows.row_offset(row);
-    const auto quantize_pass = [&](auto fast) {
+    const typename Format::Scale s = Format::make_scale(absmax, p);
+    if (threadIdx.x == 0) p.scale[p.scale_rows.row_offset(row)] = Format::scale_value(s);
+    const auto q = p.q + p.q_rows.row_offset(row);
+    Format::with_store(s, [&](auto store) {
       for (int64_t base = first; base < p.cols; base += kStep * kUnroll) {
         Chunk<T, kChunk> c[kUnroll];
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) load_chunk(x, base + u * kStep, p.cols, c[u]);
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u)
-          if (base + u * kStep < p.cols)
-            quantize_store_chunk<decltype(fast)::value>(c[u], s, q, base + u * kStep, p.cols);
+          if (base + u * kStep < p.cols) store(c[u], q, base + u * kStep, p.cols);
       }
-    };
-    if (s.fast) {
-      quantize_pass(std::true_type{});
-    } else {
-      quantize_pass(std::false_type{});
-    }
+    });
   }
 };
+
+// INT8 per row (quantize_int8). A struct of its own, not an alias, so that its kernels keep
+// their names (the SASS tools and the spec's sass_kernels find them by it).
+template <typename T, int kChunk>
+struct QuantizeRow : QuantizeRowOf<T, kChunk, Int8Format> {};
 
 // Elementwise: block b covers rows [(b / col_blocks) * kRowsPerBlock, + kRowsPerBlock) and
 // kChunksPerThread * kThreadsPerRow chunks of them starting at chunk (b % col_blocks) * that.
