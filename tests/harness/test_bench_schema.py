@@ -162,7 +162,7 @@ def _run_bench(tmp_path, kernels: list[str], shapes: str) -> dict:
 
 
 KERNELS = [s.name for s in registry.ops()]
-SHAPES = "24x40,16x32x64,8x4x2x16x8,1x4x2x16x24x8x1,2x2x2x16x16x32x0"
+SHAPES = "24x40,16x32x64,8x256x2x1,8x4x2x16x8,1x4x2x16x24x8x1,2x2x2x16x16x32x0"
 
 
 @pytest.mark.parametrize("with_ceilings", [True, False], ids=["ceilings", "no-ceilings"])
@@ -332,6 +332,11 @@ FORMULAS = {
     ("apply_rope", (3, 2, 1, 8, 4), F32): (6 * 2 * 9, 4 * 2 * 72 + 4 * 12 + 8 * 3),
     ("apply_rope", (3, 2, 1, 8, 4), F16): (6 * 2 * 9, 2 * 2 * 72 + 4 * 12 + 8 * 3),
     ("apply_rope", (3, 2, 1, 8, 4), BF16): (6 * 2 * 9, 2 * 2 * 72 + 4 * 12 + 8 * 3),
+    # cross_entropy (the forward, reduction 'none') on logits [3, 5]: max, subtract, exp, add: 4
+    # per logit. Read the logits and the int64 targets [3]; write the losses [3].
+    ("cross_entropy", (3, 5), F32): (4 * 15, 4 * (15 + 3) + 8 * 3),
+    ("cross_entropy", (3, 5), F16): (4 * 15, 2 * (15 + 3) + 8 * 3),
+    ("cross_entropy", (3, 5), BF16): (4 * 15, 2 * (15 + 3) + 8 * 3),
     # max, subtract, exp, sum, scale: 5 per element. Read x, write y.
     ("softmax", (3, 5), F32): (5 * 15, 4 * (15 + 15)),
     ("softmax", (3, 5), F16): (5 * 15, 2 * (15 + 15)),
@@ -348,6 +353,40 @@ FORMULAS = {
     ("dequantize_int8", (3, 5), F32): (15, 15 + 4 * 3 + 4 * 15),
     ("dequantize_int8", (3, 5), F16): (15, 15 + 4 * 3 + 2 * 15),
     ("dequantize_int8", (3, 5), BF16): (15, 15 + 4 * 3 + 2 * 15),
+    # quantize_fp8 per 1 x 128 group on x [3, 300]: |x|, max, divide, convert: 4 per element.
+    # Read x, write q (a byte an element) and 3 x 3 fp32 scales; per 128 x 128 block on
+    # [200, 300]: 2 x 3 scales.
+    ("quantize_fp8", (3, 300, 2, 0), F32): (4 * 900, 4 * 900 + 900 + 4 * 9),
+    ("quantize_fp8", (3, 300, 2, 0), F16): (4 * 900, 2 * 900 + 900 + 4 * 9),
+    ("quantize_fp8", (3, 300, 2, 0), BF16): (4 * 900, 2 * 900 + 900 + 4 * 9),
+    ("quantize_fp8", (200, 300, 3, 1), F32): (4 * 60000, 4 * 60000 + 60000 + 4 * 6),
+    # dequantize_fp8, per group on [3, 300]: one multiply per element. Read q and 9 scales,
+    # write out in the dtype.
+    ("dequantize_fp8", (3, 300, 2), F32): (900, 900 + 4 * 9 + 4 * 900),
+    ("dequantize_fp8", (3, 300, 2), F16): (900, 900 + 4 * 9 + 2 * 900),
+    ("dequantize_fp8", (3, 300, 2), BF16): (900, 900 + 4 * 9 + 2 * 900),
+    # rmsnorm_quant, e4m3 per group on x [3, 256]: rmsnorm's 4 and the quantization's ~2 per
+    # element. Read x and weight [256]; write q (a byte an element) and 3 x 2 scales.
+    ("rmsnorm_quant", (3, 256, 2), F32): (6 * 768, 4 * (768 + 256) + 768 + 4 * 6),
+    ("rmsnorm_quant", (3, 256, 2), F16): (6 * 768, 2 * (768 + 256) + 768 + 4 * 6),
+    ("rmsnorm_quant", (3, 256, 2), BF16): (6 * 768, 2 * (768 + 256) + 768 + 4 * 6),
+    # int8 per token: 3 scales.
+    ("rmsnorm_quant", (3, 256, 0), BF16): (6 * 768, 2 * (768 + 256) + 768 + 4 * 3),
+    # the add, then rmsnorm_quant's 6. Read x, residual and weight; write residual_out, q and
+    # the scales.
+    ("fused_add_rmsnorm_quant", (3, 256, 2), F32): (7 * 768, 4 * (3 * 768 + 256) + 768 + 4 * 6),
+    ("fused_add_rmsnorm_quant", (3, 256, 2), F16): (7 * 768, 2 * (3 * 768 + 256) + 768 + 4 * 6),
+    ("fused_add_rmsnorm_quant", (3, 256, 2), BF16): (7 * 768, 2 * (3 * 768 + 256) + 768 + 4 * 6),
+    # act_and_mul_quant on x [3, 512] (d = 256): act_and_mul's 10 and the quantization's 4 per
+    # output. Read x, write q [3, 256] (a byte each) and 3 x 2 scales.
+    ("act_and_mul_quant", (3, 512, 0), F32): (14 * 768, 4 * 1536 + 768 + 4 * 6),
+    ("act_and_mul_quant", (3, 512, 0), F16): (14 * 768, 2 * 1536 + 768 + 4 * 6),
+    ("act_and_mul_quant", (3, 512, 0), BF16): (14 * 768, 2 * 1536 + 768 + 4 * 6),
+    # top_k on x [3, 5], k 2: one comparison an element; read x, write the values [3, 2] in
+    # the dtype and the int64 indices [3, 2].
+    ("top_k", (3, 5, 2), F32): (15, 4 * 15 + 4 * 6 + 8 * 6),
+    ("top_k", (3, 5, 2), F16): (15, 2 * 15 + 2 * 6 + 8 * 6),
+    ("top_k", (3, 5, 2), BF16): (15, 2 * 15 + 2 * 6 + 8 * 6),
     # 2 M N K = 48. fp32 a, b and c.
     ("sgemm", (2, 3, 4), F32): (48, 4 * (8 + 12 + 6)),
     # 16-bit a and b, fp32 c (the default out_dtype, which the bench uses).

@@ -49,6 +49,14 @@ KERNELS = {
         f"void {R}looped_kernel<{R}RopeRow<float, 1, false>, "
          f"{R}Looped<128> >({R}RopeRow<float, 1, false>::Params)",
     ],
+    "cross_entropy": [
+        f"void {R}looped_kernel<{R}CrossEntropyRow<__nv_bfloat16, 8, false>, "
+         f"{R}Looped<512> >({R}CrossEntropyRow<__nv_bfloat16, 8, false>::Params)",
+        f"void {R}looped_kernel<{R}CrossEntropyRow<__half, 8, true>, "
+         f"{R}Looped<256> >({R}CrossEntropyRow<__half, 8, true>::Params)",
+        f"void {R}registers_kernel<{R}CrossEntropyRow<float, 1, true>, {R}Registers<32, 4, 4, "
+         f"1> >({R}CrossEntropyRow<float, 1, true>::Params)",
+    ],
     "layernorm": [
         f"void {R}looped_kernel<{R}LayerNormRow<float, 4, true>, "
          f"{R}Looped<512> >({R}LayerNormRow<float, 4, true>::Params)",
@@ -100,6 +108,37 @@ KERNELS = {
          f"1> >({R}DequantizeRow<__half, 1>::Params)",
         f"void {R}tiled_kernel<{R}DequantizeRow<float, 4>, {R}Tiled<64, 4, "
          f"2> >({R}DequantizeRow<float, 4>::Params)",
+    ],
+    "quantize_fp8": [
+        f"void {R}registers_kernel<{R}QuantizeFp8TokenRow<__nv_bfloat16, 16>, {R}Registers<128, 4, 1, "
+         f"1> >({R}QuantizeFp8TokenRow<__nv_bfloat16, 16>::Params)",
+        f"void {R}tiled_kernel<{R}QuantizeFp8GroupRow<float, true, false>, {R}Tiled<256, 1, "
+         f"2> >({R}QuantizeFp8GroupRow<float, true, false>::Params)",
+        f"void {R}tiled_kernel<{R}QuantizeFp8BlockTile<__half, false>, {R}Tiled<256, 1, "
+         f"4> >({R}QuantizeFp8BlockTile<__half, false>::Params)",
+        f"void {R}fp8_tensor_absmax_kernel<__nv_bfloat16, true>({R}QuantizeFp8Params)",
+    ],
+    "dequantize_fp8": [
+        f"void {R}tiled_kernel<{R}DequantizeFp8Row<__nv_bfloat16, 8>, {R}Tiled<64, 4, "
+         f"2> >({R}DequantizeFp8Row<__nv_bfloat16, 8>::Params)",
+    ],
+    "rmsnorm_quant": [
+        f"void {R}registers_kernel<{R}RmsNormQuantRow<__nv_bfloat16, 8, false, {R}QuantOutFp8Group>, "
+         f"{R}Registers<128, 4, 1, 1> >({R}RmsNormQuantRow<__nv_bfloat16, 8, false, {R}QuantOutFp8Group>::Params)",
+        f"void {R}registers_kernel<{R}RmsNormQuantRow<float, 1, false, {R}QuantOutToken<true> >, "
+         f"{R}Registers<32, 2, 4, 1> >({R}RmsNormQuantRow<float, 1, false, {R}QuantOutToken<true> >::Params)",
+    ],
+    "fused_add_rmsnorm_quant": [
+        f"void {R}registers_kernel<{R}RmsNormQuantRow<__half, 8, true, {R}QuantOutToken<false> >, "
+         f"{R}Registers<256, 4, 1, 1> >({R}RmsNormQuantRow<__half, 8, true, {R}QuantOutToken<false> >::Params)",
+    ],
+    "act_and_mul_quant": [
+        f"void {R}looped_kernel<{R}ActAndMulQuantRow<__nv_bfloat16, 8, 0>, {R}Looped<256> "
+         f">({R}ActAndMulQuantRow<__nv_bfloat16, 8, 0>::Params)",
+    ],
+    "top_k": [
+        f"void {R}topk_kernel<float, 1024, 8, true>({R}TopKParams)",
+        f"void {R}topk_kernel<__nv_bfloat16, 256, 1, false>({R}TopKParams)",
     ],
     "sgemm": [
         f"void {G}sgemm_kernel<{D}Sgemm128x128, false>({G}SgemmParams)",

@@ -91,7 +91,8 @@ def no_ncu(monkeypatch):
 
 
 @pytest.mark.parametrize("given, option, expected", [
-    ({"kernel": "rms_norm"}, "--kernel", "unknown op 'rms_norm' (choose from: act_and_mul, apply_rope, dequantize_int8, "),
+    ({"kernel": "rms_norm"}, "--kernel", "unknown op 'rms_norm' (choose from: act_and_mul, act_and_mul_quant, apply_rope, cross_entropy, "
+     "dequantize_fp8, dequantize_int8, "),
     ({"backend": "tpu"}, "--backend",
      "rmsnorm has no backend 'tpu' (choose from: cuda, triton, pallas)"),
     ({"kernel": "gemm", "shape": "64x64x64", "backend": "pallas"}, "--backend",
