@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The attention family's entry points: flash_attention_fwd (and its path query), merge_state(s).
+// The attention family's entry points: flash_attention_fwd (and its path query),
+// flash_attention_decode, merge_state(s).
 #include <tvm/ffi/optional.h>
 
 #include "common.h"
@@ -89,3 +90,36 @@ void merge_states(tvm::ffi::TensorView v, tvm::ffi::TensorView s, tvm::ffi::Tens
 
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(merge_state, merge_state);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(merge_states, merge_states);
+
+namespace {
+
+// (o, lse) = flash_attention_decode(...) into o and lse; page_table None: a dense cache.
+void flash_attention_decode(tvm::ffi::TensorView q, tvm::ffi::TensorView k_cache, tvm::ffi::TensorView v_cache,
+                            tvm::ffi::TensorView cache_seqlens, tvm::ffi::TensorView o, tvm::ffi::TensorView lse,
+                            tvm::ffi::Optional<tvm::ffi::TensorView> page_table, bool causal,
+                            tvm::ffi::Optional<double> softmax_scale, int64_t window_left, int64_t window_right,
+                            double softcap, int64_t num_splits) {
+  using namespace gks::ffi;
+  translate_errors([&] {
+    constexpr const char* kOp = "gks.flash_attention_decode";
+    gks::FlashAttentionDecodeArgs args;
+    args.q = to_ref(q);
+    args.k_cache = to_ref(k_cache);
+    args.v_cache = to_ref(v_cache);
+    args.cache_seqlens = to_ref(cache_seqlens);
+    args.o = to_ref(o);
+    args.lse = to_ref(lse);
+    if (page_table.has_value()) args.page_table = to_ref(page_table.value());
+    args.causal = causal;
+    if (softmax_scale.has_value()) args.softmax_scale = float32_arg(softmax_scale.value(), "softmax_scale", kOp);
+    args.window_left = window_left;
+    args.window_right = window_right;
+    args.softcap = softcap;
+    args.num_splits = num_splits;  // checked in gks::flash_attention_decode, as an int64
+    gks::flash_attention_decode(args, stream_for(args.q));
+  });
+}
+
+}  // namespace
+
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(flash_attention_decode, flash_attention_decode);

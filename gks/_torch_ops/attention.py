@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The attention family's torch ops: gks::flash_attention_fwd, gks::merge_state (and its in-place
-form gks::merge_state_) and gks::merge_states (see gks._torch_ops for what every custom op
+"""The attention family's torch ops: gks::flash_attention_fwd, gks::flash_attention_decode,
+gks::merge_state (and its in-place form gks::merge_state_) and gks::merge_states (see gks._torch_ops for what every custom op
 guarantees)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from gks._torch_ops._fake import validate
 from gks.runtime.dims import attention_dims
 from gks.runtime.tables import resolve_config
 
-__all__ = ["flash_attention_fwd", "merge_state", "merge_state_", "merge_states"]
+__all__ = ["flash_attention_decode", "flash_attention_fwd", "merge_state", "merge_state_", "merge_states"]
 
 
 def _aligned16(t: torch.Tensor, fake: bool) -> bool:
@@ -96,6 +96,66 @@ def _(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0
     q, k, v = (_kernel_input(t, fake=True) for t in (q, k, v))
     validate(cuda.flash_attention_fwd_out, q, k, v, o, lse, causal, softmax_scale, window_size,
              softcap, config)
+    return o, lse
+
+
+def _decode_outputs(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """o like q (contiguous) and lse [B, Hq, Sq]; for a q that is not 4-D, q-shaped ones,
+    which the library then refuses, naming it."""
+    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    return o, q.new_empty(q.shape[:-1] if q.dim() == 4 else q.shape, dtype=torch.float32)
+
+
+def _flash_attention_decode(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    cache_seqlens: torch.Tensor,
+    page_table: torch.Tensor | None = None,
+    causal: bool = True,
+    softmax_scale: float | None = None,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    num_splits: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Decode attention over a KV cache, split over the keys (flash-decoding).
+
+    q [B, Hq, Sq, D] (fp16/bf16, D in {64, 128, 256}, last dim contiguous, other strides
+    free). Dense caches k_cache, v_cache [B, Hkv, S_max, D] (strided views allowed: a
+    [B, S, H, D] cache passes as .transpose(1, 2)); or paged [num_pages, page_size, Hkv, D]
+    with page_table [B, max_pages] (int32): key j of sequence b is row j % page_size of page
+    page_table[b, j // page_size]. cache_seqlens [B] (int32, on the device): sequence b holds
+    keys [0, L_b) and its Sq queries are its last Sq positions, so causal and window_size
+    align bottom-right per sequence (as gks.flash_attention_fwd with Sk = L_b). Returns o
+    [B, Hq, Sq, D] (q's dtype) and lse [B, Hq, Sq] (float32; -inf, with o = 0, for a row
+    that sees no key). num_splits: 0 chooses from the shapes and the SM count, never from
+    the lengths' values, so the call is CUDA-graph safe; 1 to 256 forces it. Runs on the
+    current CUDA stream.
+    """
+    o, lse = _decode_outputs(q)
+    cuda.flash_attention_decode_out(
+        _kernel_input(q), _kernel_input(k_cache), _kernel_input(v_cache), cache_seqlens, o, lse, page_table,
+        causal, softmax_scale, window_size, softcap, num_splits,
+    )
+    return o, lse
+
+
+_DECODE_SCHEMA = (
+    "(Tensor q, Tensor k_cache, Tensor v_cache, Tensor cache_seqlens, Tensor? page_table=None, "
+    "bool causal=True, float? softmax_scale=None, int[] window_size=[-1, -1], float softcap=0., "
+    "int num_splits=0) -> (Tensor, Tensor)"
+)
+
+flash_attention_decode = gks_op("flash_attention_decode", _flash_attention_decode, schema=_DECODE_SCHEMA)
+
+
+@flash_attention_decode.op.register_fake
+def _(q, k_cache, v_cache, cache_seqlens, page_table=None, causal=True, softmax_scale=None,
+      window_size=(-1, -1), softcap=0.0, num_splits=0):
+    o, lse = _decode_outputs(q)
+    q, k_cache, v_cache = (_kernel_input(t, fake=True) for t in (q, k_cache, v_cache))
+    validate(cuda.flash_attention_decode_out, q, k_cache, v_cache, cache_seqlens, o, lse, page_table, causal,
+             softmax_scale, window_size, softcap, num_splits)
     return o, lse
 
 

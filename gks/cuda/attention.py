@@ -1,26 +1,27 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The attention family's DLPack entry points: FlashAttention forward and its path query, and the
-merge of partial attention states. See gks.cuda."""
+"""The attention family's DLPack entry points: FlashAttention forward and its path query, split-KV
+decode, and the merge of partial attention states. See gks.cuda."""
 
 from __future__ import annotations
 
 from gks import _native
-from gks.specs.attention import SOFTCAP_ERROR, window_pair
+from gks.specs.attention import DECODE_OP, SOFTCAP_ERROR, checked_num_splits, window_pair
 
-__all__ = ["flash_attention_fwd_out", "flash_attention_fwd_path", "merge_state_out", "merge_states_out"]
+__all__ = ["flash_attention_decode_out", "flash_attention_fwd_out", "flash_attention_fwd_path", "merge_state_out",
+           "merge_states_out"]
 
 _OP = "gks.flash_attention_fwd"
 
 
-def _args(causal, softmax_scale, window_size, softcap, config) -> tuple:
+def _args(causal, softmax_scale, window_size, softcap, config, op: str = _OP) -> tuple:
     """The binding's scalar arguments. Only what the binding's types cannot take is refused
     here (window_size not a pair of ints, a softcap that is no number), in the C++ API's
     words; the C++ API checks the values."""
-    left, right = window_pair(_OP, window_size)
+    left, right = window_pair(op, window_size)
     try:
         cap = float(softcap)
     except (TypeError, ValueError):
-        raise ValueError(f"{_OP}: {SOFTCAP_ERROR}{softcap!r}") from None
+        raise ValueError(f"{op}: {SOFTCAP_ERROR}{softcap!r}") from None
     scale = None if softmax_scale is None else float(softmax_scale)
     return bool(causal), scale, left, right, cap, int(config)
 
@@ -61,3 +62,17 @@ def merge_states_out(v, s, v_out, s_out) -> None:
     """(v_out, s_out) = merge_states(v, s) (see gks.merge_states): v [..., K, D], s [..., K]
     into v_out [..., D] (v's dtype) and s_out [...] (float32), apart from the inputs."""
     _native.module().merge_states(v, s, v_out, s_out)
+
+
+def flash_attention_decode_out(q, k_cache, v_cache, cache_seqlens, o, lse, page_table=None, causal: bool = True,
+                               softmax_scale=None, window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0,
+                               num_splits: int = 0) -> None:
+    """(o, lse) = flash_attention_decode(q, k_cache, v_cache, cache_seqlens, page_table, ...)
+    (see gks.flash_attention_decode), written into o ([B, Hq, Sq, D], q's dtype, last dim
+    contiguous) and lse ([B, Hq, Sq], float32). q, the caches and o must be 16-byte aligned.
+    The split partials come from the library's stream-ordered pool (a graph allocation while
+    the stream is captured), sized from the shapes alone."""
+    splits = checked_num_splits(DECODE_OP, num_splits)
+    _native.module().flash_attention_decode(
+        q, k_cache, v_cache, cache_seqlens, o, lse, page_table,
+        *_args(causal, softmax_scale, window_size, softcap, splits, DECODE_OP))

@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # annotations only: the module loads without torch
 # ---- the reference: the op's meaning in plain PyTorch (gks.reference.<op>). torch is
 # imported where it is used, so the registry loads without it.
 
-__all__ = ["flash_attention_fwd", "merge_state", "merge_states"]
+__all__ = ["flash_attention_decode", "flash_attention_fwd", "merge_state", "merge_states"]
 
 
 HEAD_DIMS = (32, 64, 96, 128, 192, 256)  # the q/k head dims every backend compiles
@@ -823,5 +823,413 @@ MERGE_STATES = register(
         cuda_out=lambda cuda, i, o: cuda.merge_states_out(i["v"], i["s"], o[0], o[1]),
         outputs=("v_out", "s_out"),
         sass_kernels=(r"attention::merge_state_kernel<[^>]*(true|\(bool\)1)>",),
+    )
+)
+
+
+# ---- flash_attention_decode: split-KV attention of a few new queries per sequence over a
+# KV cache (issue 30, item 3), dense or paged. A shape is (B, Hq, Hkv, Sq, Sk, D, page): q
+# [B, Hq, Sq, D]; the cache holds Sk keys a sequence (dense: k_cache [B, Hkv, Sk, D]; page
+# > 0: [num_pages, page, Hkv, D] pages through page_table [B, ceil(Sk / page)]); the
+# sequences' lengths are cache_seqlens [B] (int32, on the device, from 0 to Sk).
+
+DECODE_HEAD_DIMS = (64, 128, 256)
+DECODE_MAX_SPLITS = 256
+
+
+def decode_capacity(k_cache_shape, page_table_shape=None) -> int:
+    """The keys a sequence's cache can hold: S_max (dense), or max_pages * page_size."""
+    if page_table_shape is None:
+        return int(k_cache_shape[2])
+    return int(page_table_shape[1]) * int(k_cache_shape[1])
+
+
+def decode_num_splits(batch: int, heads_kv: int, m_blocks: int, capacity: int, block_n: int,
+                      sms: int, min_tiles: int = 2) -> int:
+    """The split count the decode kernels take for num_splits = 0, from shapes alone (a CUDA
+    graph captured with one set of lengths then replays with any other): no split when the
+    (batch, kv head, row block) CTAs already fill two waves of the SMs' first CTA each;
+    otherwise enough splits for about two CTAs an SM, each split at least `min_tiles` key
+    tiles, then evened out over the tiles so that no split is left short. The CUDA planner
+    (gks::detail::plan_flash_attention_decode) computes the same from its own tile."""
+    ctas = max(1, batch * heads_kv * m_blocks)
+    tiles = -(-max(capacity, 0) // block_n)
+    if tiles <= min_tiles or ctas >= sms:
+        return 1
+    wanted = -(-2 * sms // ctas)
+    splits = max(1, min(wanted, tiles // min_tiles, DECODE_MAX_SPLITS))
+    per = -(-tiles // splits)
+    return -(-tiles // per)
+
+
+def _decode_keys(k_cache, v_cache, page_table, b: int, length: int):
+    """Sequence b's first `length` keys and values as [1, Hkv, length, D]; keys on a page whose
+    index is outside [0, num_pages) read as zeros (the kernels never read such a page)."""
+    import torch
+
+    if page_table is None:
+        return k_cache[b : b + 1, :, :length], v_cache[b : b + 1, :, :length]
+    page_size, num_pages = k_cache.shape[1], k_cache.shape[0]
+    idx = torch.arange(length, device=k_cache.device)
+    pages = page_table[b].long()[idx // page_size]
+    ok = (pages >= 0) & (pages < num_pages)
+    safe = torch.where(ok, pages, torch.zeros_like(pages))
+    rows = idx % page_size
+    k = torch.where(ok[:, None, None], k_cache[safe, rows], torch.zeros((), dtype=k_cache.dtype, device=k_cache.device))
+    v = torch.where(ok[:, None, None], v_cache[safe, rows], torch.zeros((), dtype=v_cache.dtype, device=v_cache.device))
+    return k.permute(1, 0, 2).unsqueeze(0), v.permute(1, 0, 2).unsqueeze(0)
+
+
+def flash_attention_decode(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    cache_seqlens: torch.Tensor,
+    page_table: torch.Tensor | None = None,
+    causal: bool = True,
+    softmax_scale: float | None = None,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    num_splits: int = 0,
+    *,
+    precise: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention of each sequence's Sq new queries over its KV cache.
+
+    q [B, Hq, Sq, D]; dense caches k_cache, v_cache [B, Hkv, S_max, D], or paged ones
+    [num_pages, page_size, Hkv, D] with page_table [B, max_pages] (int32): key j of sequence b
+    is row j % page_size of page page_table[b, j // page_size]. cache_seqlens [B] (int32):
+    sequence b holds keys [0, L_b), L_b = cache_seqlens[b] clamped to [0, capacity]
+    (capacity S_max, or max_pages * page_size), and its queries are its last Sq positions:
+    query i sits at L_b - Sq + i, and causal / window_size align bottom-right on it as
+    flash_attention_fwd does with Sk = L_b. Returns o [B, Hq, Sq, D] (q's dtype) and lse
+    [B, Hq, Sq] (float32); a row that sees no key (L_b = 0, or a query before the first key)
+    gets o = 0, lse = -inf. num_splits only chooses how the kernels split the keys: the
+    meaning is the same for every value.
+    """
+    import torch
+
+    del num_splits
+    batch = q.shape[0]
+    compute = torch.float64 if precise else None
+    if batch == 0 or cache_seqlens.device.type == "meta":  # no rows, or shapes alone (no lengths to read)
+        o = torch.zeros(q.shape, dtype=compute or q.dtype, device=q.device)
+        return o, torch.zeros(q.shape[:3], dtype=compute or torch.float32, device=q.device)
+    capacity = decode_capacity(k_cache.shape, None if page_table is None else page_table.shape)
+    lengths = cache_seqlens.to("cpu", torch.int64).clamp(0, capacity).tolist()
+    outs, lses = [], []
+    for b in range(batch):
+        k, v = _decode_keys(k_cache, v_cache, page_table, b, lengths[b])
+        o, lse = flash_attention_fwd(q[b : b + 1], k, v, causal, softmax_scale, window_size, softcap,
+                                     precise=precise)
+        outs.append(o)
+        lses.append(lse)
+    return torch.cat(outs), torch.cat(lses)
+
+
+def decode_shape(shape) -> tuple[int, ...]:
+    """(B, Hq, Hkv, Sq, Sk, D, page) of a decode shape."""
+    if len(shape) != 7:
+        raise ValueError(f"flash_attention_decode: a shape is (B, Hq, Hkv, Sq, Sk, D, page), got {shape}")
+    return tuple(int(s) for s in shape)
+
+
+def decode_lengths(batch: int, seqlen_k: int, gen, device) -> torch.Tensor:
+    """Cache lengths: below 1024 keys (the test shapes) mixed, the first sequence full, the
+    second empty (when there are three or more), the others uniform in [0, Sk]; from 1024
+    (the bench shapes, whose bytes_moved counts full caches) every sequence full."""
+    import torch
+
+    if seqlen_k >= 1024:
+        return torch.full((batch,), seqlen_k, dtype=torch.int32, device=device)
+    lengths = torch.randint(0, seqlen_k + 1, (batch,), generator=gen, device="cpu", dtype=torch.int32)
+    if batch:
+        lengths[0] = seqlen_k
+    if batch >= 3:
+        lengths[1] = 0
+    return lengths.to(device)
+
+
+def decode_cache(k: torch.Tensor, page_size: int, gen, *, spare_pages: int = 2):
+    """Dense [B, Hkv, Sk, D] keys (or values) laid out as a paged cache in pages of
+    page_size in a random order, with `spare_pages` unused pages of noise among them:
+    (pages [num_pages, page_size, Hkv, D], page_table [B, max_pages] int32). The random
+    numbers come from `gen`, on its device."""
+    import torch
+
+    batch, heads_kv, seqlen_k, head_dim = k.shape
+    max_pages = -(-seqlen_k // page_size)
+    num_pages = batch * max_pages + spare_pages
+    perm = torch.randperm(num_pages, generator=gen, device=gen.device).to(k.device)
+    table = perm[: batch * max_pages].view(batch, max_pages).to(torch.int32)
+    pages = torch.randn((num_pages, page_size, heads_kv, head_dim), generator=gen, device=gen.device)
+    pages = pages.to(k.dtype).to(k.device)
+    padded = torch.zeros((batch, heads_kv, max_pages * page_size, head_dim), dtype=k.dtype, device=k.device)
+    padded[:, :, :seqlen_k] = k
+    # Keys past Sk on a sequence's last page keep the noise the page held.
+    src = padded.view(batch, heads_kv, max_pages, page_size, head_dim).permute(0, 2, 3, 1, 4)
+    tail = seqlen_k % page_size
+    if tail:
+        src[:, -1, tail:] = pages[table[:, -1].long(), tail:]
+    pages[table.long()] = src
+    return pages, table
+
+
+def make_decode_inputs(shape, dtype, device, seed):
+    import torch
+
+    batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, page = decode_shape(shape)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    dt = getattr(torch, dtype)
+
+    def randn(*size):
+        return torch.randn(size, generator=gen, device=device, dtype=torch.float32).to(dt)
+
+    q = randn(batch, heads_q, seqlen_q, head_dim)
+    k = randn(batch, heads_kv, seqlen_k, head_dim)
+    v = randn(batch, heads_kv, seqlen_k, head_dim)
+    lengths = decode_lengths(batch, seqlen_k, torch.Generator().manual_seed(seed), device)
+    page_table = None
+    if page:
+        state = gen.get_state()
+        k, page_table = decode_cache(k, page, gen)
+        gen.set_state(state)  # the same page order for v
+        v, _ = decode_cache(v, page, gen)
+    return {"q": q, "k_cache": k, "v_cache": v, "cache_seqlens": lengths, "page_table": page_table,
+            "causal": True, "softmax_scale": None}
+
+
+def decode_flops(shape) -> float:
+    """Every sequence full (Sk keys), the causal pairs of its last Sq rows."""
+    batch, heads_q, _, seqlen_q, seqlen_k, head_dim, _ = decode_shape(shape)
+    return 4.0 * batch * heads_q * head_dim * visible_pairs(seqlen_q, seqlen_k, True)
+
+
+def decode_bytes(shape, dtype) -> float:
+    """Every sequence full: its K and V read once, q read and o written once, lse written."""
+    batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, _ = decode_shape(shape)
+    elem = ELEM_BYTES[dtype]
+    return (elem * (2 * batch * heads_q * seqlen_q * head_dim + 2 * batch * heads_kv * seqlen_k * head_dim)
+            + 4.0 * batch * heads_q * seqlen_q + 4.0 * batch)
+
+
+DECODE_OP = "gks.flash_attention_decode"
+
+
+def check_decode_inputs(op: str, q, k_cache, v_cache, cache_seqlens, page_table) -> None:
+    """The shape and dtype rules the Triton backend enforces, in the C++ API's words and
+    order (q, k_cache, v_cache, cache_seqlens, page_table): q [B, Hq, Sq, D] fp16/bf16 with
+    D one of DECODE_HEAD_DIMS; the caches q's dtype, [B, Hkv, S_max, D] (dense) or
+    [num_pages, page_size, Hkv, D] (paged), v_cache k_cache's shape; Hq a multiple of Hkv;
+    cache_seqlens [B] int32; page_table [B, max_pages] int32. TypeError for a dtype,
+    ValueError otherwise; each names the argument."""
+    import torch
+
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        raise TypeError(f"{op}: argument 'q' must be float16 or bfloat16, got {q.dtype}")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.dtype != q.dtype:
+            raise TypeError(f"{op}: argument '{name}' must have the dtype of 'q' ({q.dtype}), got {t.dtype}")
+    if q.dim() != 4:
+        raise ValueError(f"{op}: argument 'q' must have 4 dims [batch, heads, seq, head_dim], got "
+                         f"{q.dim()} dims {list(q.shape)}")
+    paged = page_table is not None
+    layout = "[num_pages, page_size, kv_heads, head_dim]" if paged else "[batch, kv_heads, seq, head_dim]"
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.dim() != 4:
+            raise ValueError(f"{op}: argument '{name}' must have 4 dims {layout}, got {t.dim()} dims "
+                             f"{list(t.shape)}")
+        if t.shape[-1] > 1 and t.stride(-1) != 1:
+            raise ValueError(f"{op}: argument '{name}' must be contiguous in its last dim (stride 1), got "
+                             f"stride {t.stride(-1)}")
+    batch, heads_q, _, head_dim = q.shape
+    if head_dim not in DECODE_HEAD_DIMS:
+        raise ValueError(f"{op}: head dim (the last dim of q) must be one of "
+                         f"{', '.join(map(str, DECODE_HEAD_DIMS))}, got {head_dim}")
+    heads_kv = k_cache.shape[2] if paged else k_cache.shape[1]
+    if k_cache.shape[3] != head_dim or (not paged and k_cache.shape[0] != batch):
+        want = f"[num_pages, page_size, Hkv, {head_dim}]" if paged else f"[{batch}, Hkv, S_max, {head_dim}]"
+        raise ValueError(f"{op}: argument 'k_cache' must have shape {want} (q's "
+                         f"{'head dim' if paged else 'batch and head dim'}), got {list(k_cache.shape)}")
+    if tuple(v_cache.shape) != tuple(k_cache.shape):
+        raise ValueError(f"{op}: argument 'v_cache' must have the shape of 'k_cache' {list(k_cache.shape)}, "
+                         f"got {list(v_cache.shape)}")
+    if heads_kv == 0 or heads_q % heads_kv != 0:
+        raise ValueError(f"{op}: the query heads ({heads_q}, dim 1 of q) must be a multiple of the key/value "
+                         f"heads ({heads_kv}, dim {2 if paged else 1} of k_cache)")
+    if cache_seqlens.dtype != torch.int32:
+        raise TypeError(f"{op}: argument 'cache_seqlens' must be int32, got {cache_seqlens.dtype}")
+    if tuple(cache_seqlens.shape) != (batch,):
+        raise ValueError(f"{op}: argument 'cache_seqlens' must have shape [{batch}] (q's batch), got "
+                         f"{list(cache_seqlens.shape)}")
+    if paged:
+        if page_table.dtype != torch.int32:
+            raise TypeError(f"{op}: argument 'page_table' must be int32, got {page_table.dtype}")
+        if page_table.dim() != 2 or page_table.shape[0] != batch:
+            raise ValueError(f"{op}: argument 'page_table' must have shape [{batch}, max_pages] (q's batch), "
+                             f"got {list(page_table.shape)}")
+
+
+def checked_num_splits(op: str, num_splits) -> int:
+    """num_splits as the backends take it: 0 (chosen from the shape) or 1 to 256."""
+    try:
+        n = operator.index(num_splits)
+    except TypeError:
+        n = None
+    if n is None or not 0 <= n <= DECODE_MAX_SPLITS:
+        raise ValueError(f"{op}: argument 'num_splits' must be 0 (chosen from the shape) or from 1 to "
+                         f"{DECODE_MAX_SPLITS}, got {num_splits!r}")
+    return n
+
+
+def check_decode(out, ref, dtype, inputs, what: str = "flash_attention_decode") -> None:
+    """As flash_attention_fwd's check, with PyTorch's same-dtype error taken sequence by
+    sequence over the keys each holds."""
+    import torch
+
+    dt = getattr(torch, dtype)
+    q, lengths = inputs["q"], inputs["cache_seqlens"]
+    capacity = decode_capacity(inputs["k_cache"].shape,
+                               None if inputs.get("page_table") is None else inputs["page_table"].shape)
+    clamped = lengths.to("cpu", torch.int64).clamp(0, capacity).tolist()
+    o, lse = out
+    o_ref, lse_ref = ref
+    for b in range(q.shape[0]):
+        k, v = _decode_keys(inputs["k_cache"], inputs["v_cache"], inputs.get("page_table"), b, clamped[b])
+        fwd_inputs = {"q": q[b : b + 1], "k": k, "v": v, "causal": inputs.get("causal", True),
+                      "softmax_scale": inputs.get("softmax_scale"),
+                      "window_size": inputs.get("window_size", (-1, -1)), "softcap": inputs.get("softcap", 0.0)}
+        check((o[b : b + 1], lse[b : b + 1]), (o_ref[b : b + 1], lse_ref[b : b + 1]), dtype, fwd_inputs,
+              f"{what} (sequence {b}, length {clamped[b]})")
+    assert o.dtype == dt and tuple(o.shape) == tuple(o_ref.shape), f"{what}: o {o.dtype} {tuple(o.shape)}"
+    assert lse.dtype == torch.float32 and tuple(lse.shape) == tuple(lse_ref.shape), f"{what}: lse"
+
+
+def _decode_bad_inputs() -> tuple[BadInput, ...]:
+    """What every backend refuses alike: caches of another dtype or shape, a head dim with
+    no kernel, heads that do not group, cache_seqlens or page_table of another index type or
+    shape, a 3-dim cache, num_splits out of range, and the scalar checks flash_attention_fwd
+    shares (softmax_scale, window_size, softcap)."""
+
+    def call(t, d, q=(2, 4, 1, 64), kv=(2, 2, 16, 64), dtype="float16", kv_dtype=None, v=None,
+             seqlens=None, table=None, **extra):
+        dt = getattr(t, dtype)
+        lengths = t.tensor([16, 3], dtype=t.int32, device=d) if seqlens is None else seqlens(t, d)
+        args = {"q": t.randn(q, device=d).to(dt), "k_cache": t.randn(kv, device=d).to(getattr(t, kv_dtype or dtype)),
+                "v_cache": t.randn(v or kv, device=d).to(dt), "cache_seqlens": lengths}
+        if table is not None:
+            args["page_table"] = table(t, d)
+        return {**args, **extra}
+
+    paged = (5, 4, 2, 64)  # 5 pages of 4 keys
+
+    def table(shape=(2, 2), dtype="int32"):
+        return lambda t, d: t.zeros(shape, dtype=getattr(t, dtype), device=d)
+
+    return (
+        BadInput("q-float32", lambda t, d: call(t, d, dtype="float32"), TypeError,
+                 "argument 'q' must be float16 or bfloat16, got"),
+        BadInput("k_cache-dtype", lambda t, d: call(t, d, kv_dtype="bfloat16"), TypeError,
+                 "argument 'k_cache' must have the dtype of 'q'"),
+        BadInput("q-three-dims", lambda t, d: call(t, d, q=(2, 4, 64)), ValueError,
+                 "argument 'q' must have 4 dims [batch, heads, seq, head_dim]"),
+        BadInput("k_cache-three-dims", lambda t, d: call(t, d, kv=(2, 16, 64)), ValueError,
+                 "argument 'k_cache' must have 4 dims [batch, kv_heads, seq, head_dim]"),
+        BadInput("head_dim_32", lambda t, d: call(t, d, q=(2, 4, 1, 32), kv=(2, 2, 16, 32)), ValueError,
+                 "head dim (the last dim of q) must be one of 64, 128, 256, got 32"),
+        BadInput("k_cache-batch", lambda t, d: call(t, d, kv=(3, 2, 16, 64)), ValueError,
+                 "argument 'k_cache' must have shape [2, Hkv, S_max, 64] (q's batch and head dim), got [3, 2, 16, 64]"),
+        BadInput("v_cache-shape", lambda t, d: call(t, d, v=(2, 2, 8, 64)), ValueError,
+                 "argument 'v_cache' must have the shape of 'k_cache' [2, 2, 16, 64], got [2, 2, 8, 64]"),
+        BadInput("heads_not_multiple", lambda t, d: call(t, d, kv=(2, 3, 16, 64)), ValueError,
+                 "the query heads (4, dim 1 of q) must be a multiple of the key/value heads (3, dim 1 of k_cache)"),
+        BadInput("cache_seqlens-int64", lambda t, d: call(t, d, seqlens=lambda t, d: t.tensor([16, 3], device=d)),
+                 TypeError, "argument 'cache_seqlens' must be int32, got"),
+        BadInput("cache_seqlens-length",
+                 lambda t, d: call(t, d, seqlens=lambda t, d: t.tensor([16, 3, 1], dtype=t.int32, device=d)),
+                 ValueError, "argument 'cache_seqlens' must have shape [2] (q's batch), got [3]"),
+        BadInput("page_table-int64", lambda t, d: call(t, d, kv=paged, table=table(dtype="int64")), TypeError,
+                 "argument 'page_table' must be int32, got"),
+        BadInput("page_table-one-dim", lambda t, d: call(t, d, kv=paged, table=table(shape=(4,))), ValueError,
+                 "argument 'page_table' must have shape [2, max_pages] (q's batch), got [4]"),
+        BadInput("page_table-batch", lambda t, d: call(t, d, kv=paged, table=table(shape=(3, 2))), ValueError,
+                 "argument 'page_table' must have shape [2, max_pages] (q's batch), got [3, 2]"),
+        BadInput("paged-k_cache-head_dim", lambda t, d: call(t, d, kv=(5, 4, 2, 128), table=table()), ValueError,
+                 "argument 'k_cache' must have shape [num_pages, page_size, Hkv, 64] (q's head dim), got "
+                 "[5, 4, 2, 128]"),
+        BadInput("num_splits-too-many", lambda t, d: call(t, d, num_splits=257), ValueError,
+                 "argument 'num_splits' must be 0 (chosen from the shape) or from 1 to 256, got 257"),
+        BadInput("num_splits-negative", lambda t, d: call(t, d, num_splits=-1), ValueError,
+                 "argument 'num_splits' must be 0 (chosen from the shape) or from 1 to 256, got -1"),
+        BadInput("softmax_scale", lambda t, d: call(t, d, softmax_scale=-1.0), ValueError,
+                 "argument 'softmax_scale' must be a finite number > 0"),
+        BadInput("window_right_with_causal", lambda t, d: call(t, d, causal=True, window_size=(4, 1)), ValueError,
+                 CAUSAL_WINDOW_ERROR + "(4, 1)"),
+        BadInput("softcap_negative", lambda t, d: call(t, d, softcap=-1.0), ValueError, SOFTCAP_ERROR + "-1"),
+    )
+
+
+def _decode_bench_shapes():
+    """Sq = 1, D = 128, Hq / Hkv = 32 / 8 (the issue's target), dense and paged (16, 64), at
+    batch 1, 8, 64, 256 and cache lengths from 1k to 128k, up to about 4 GiB of K/V."""
+    shapes = []
+    for page in (0, 16, 64):
+        for batch in (1, 8, 64, 256):
+            for seqlen_k in (1024, 8192, 32768, 131072):
+                if batch * seqlen_k <= 1 << 20:
+                    shapes.append((batch, 32, 8, 1, seqlen_k, 128, page))
+    return tuple(shapes)
+
+
+FLASH_ATTENTION_DECODE = register(
+    OpSpec(
+        name="flash_attention_decode",
+        family="attention",
+        summary=("split-KV decode attention over a dense or paged KV cache: per-sequence lengths, Sq >= 1 "
+                 "bottom-right causal, GQA heads packed, window, softcap"),
+        signature=(
+            "flash_attention_decode(q[B, Hq, Sq, D], k_cache, v_cache ([B, Hkv, S_max, D] or "
+            "[pages, page_size, Hkv, D]), cache_seqlens[B] int32, page_table=None ([B, max_pages] int32), "
+            "causal=True, softmax_scale=None, window_size=(-1, -1), softcap=0.0, num_splits=0) "
+            "-> (o[B, Hq, Sq, D], lse[B, Hq, Sq] fp32)"
+        ),
+        shape_names=("B", "Hq", "Hkv", "Sq", "Sk", "D", "page"),
+        bucket_exact=("D", "page"),
+        dtypes=("float16", "bfloat16"),
+        make_inputs=make_decode_inputs,
+        reference=flash_attention_decode,
+        tolerance={"float16": (2e-3, 2e-3), "bfloat16": (1.6e-2, 1.6e-2)},
+        flops=decode_flops,
+        bytes_moved=decode_bytes,
+        backends=(
+            Backend("cuda", archs=("sm_80", "sm_90a")),
+            Backend("triton", archs=("sm_80", "sm_90"), interpreted=True),
+        ),
+        # Small enough for the interpreter (product <= 2^18): mixed lengths (one full, one 0).
+        test_shapes=(
+            (1, 1, 1, 1, 1, 64, 0),
+            (3, 4, 1, 1, 100, 64, 0),       # MQA, one empty sequence
+            (2, 8, 2, 3, 77, 128, 0),       # GQA 4, Sq = 3
+            (3, 4, 4, 2, 65, 64, 16),       # paged, MHA
+            (2, 8, 1, 1, 40, 64, 1),        # page size 1
+            (2, 4, 2, 5, 130, 64, 64),      # paged 64, Sq = 5
+            (1, 2, 1, 16, 300, 64, 256),    # page 256, Sq = 16
+            (2, 2, 1, 1, 33, 256, 0),       # D = 256
+            (4, 32, 8, 1, 1000, 128, 16),   # GPU only: the issue's heads, mixed lengths
+            (1, 32, 8, 1, 20000, 128, 16),  # GPU only: batch 1, many splits, full length
+            (8, 16, 2, 4, 3000, 128, 0),
+            (3, 4, 2, 2, 70, 64, 16),       # the example shape
+        ),
+        bench_shapes=_decode_bench_shapes(),
+        compute="tensor",
+        check=check_decode,
+        example_shape=(3, 4, 2, 2, 70, 64, 16),
+        bad_inputs=_decode_bad_inputs(),
+        cuda_out=lambda cuda, i, o, **kw: cuda.flash_attention_decode_out(
+            i["q"], i["k_cache"], i["v_cache"], i["cache_seqlens"], o[0], o[1], i.get("page_table"),
+            i.get("causal", True), i.get("softmax_scale"), i.get("window_size", (-1, -1)),
+            i.get("softcap", 0.0), i.get("num_splits", 0), **kw),
+        outputs=("o", "lse"),
+        sass_kernels=(r"attention::flash_attention_decode_kernel<", r"attention::merge_partials_kernel<"),
     )
 )

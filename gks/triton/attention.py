@@ -23,10 +23,15 @@ import triton
 import triton.language as tl
 
 from gks.specs.attention import (
+    DECODE_OP,
     check_attention_shapes,
+    check_decode_inputs,
+    checked_num_splits,
     checked_softcap,
     checked_softmax_scale,
     checked_window,
+    decode_capacity,
+    decode_num_splits,
     kernel_window,
 )
 from gks.triton._common import (
@@ -41,7 +46,8 @@ from gks.triton._common import (
     row_start,
 )
 
-__all__ = ["flash_attention_fwd", "flash_attention_fwd_config_names", "merge_state", "merge_states"]
+__all__ = ["flash_attention_decode", "flash_attention_fwd", "flash_attention_fwd_config_names", "merge_state",
+           "merge_states"]
 
 LOG2E = 1.4426950408889634
 
@@ -474,3 +480,199 @@ def merge_states(v: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, torch.
     k = v.shape[-2]
     _launch_merge(v, v, s, s, v_out, s_out, vr.rows, vr.cols, k, v.stride(-2), s.stride(-1), layouts, stacked=True)
     return v_out, s_out
+
+
+# ---- flash_attention_decode (see gks.specs.attention): the CUDA kernel's two phases. A
+# program per (row block x split, KV head, batch) holds the G x Sq query rows of the G heads
+# sharing the KV head (GQA packed, so K/V are read once for them), walks its split of the
+# sequence's key tiles with the online softmax, and writes o and lse (one split) or fp32
+# partials, which _merge_state_kernel then merges into o. The splits deal out the tiles of
+# the span the sequence's queries see, from its length read on the device.
+
+@triton.jit(do_not_specialize=["win_left", "win_right", "page_size", "num_pages", "capacity"])
+def _decode_split_kernel(
+    q_ptr, k_ptr, v_ptr, lens_ptr, pt_ptr, o_ptr, lse_ptr,
+    q_sb, q_sh, q_sm,
+    k_sb, k_sh, k_sn,
+    v_sb, v_sh, v_sn,
+    pt_sb, pt_sp,
+    o_ss, o_sb, o_sh, o_sm,
+    lse_ss, lse_sb, lse_sh, lse_sm,
+    group, seqlen_q, capacity, num_pages, page_size, splits, m_blocks,
+    win_left, win_right, scale_log2, cap_in, cap_out,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PAGED: tl.constexpr,
+    LEFT: tl.constexpr, RIGHT: tl.constexpr, SOFTCAP: tl.constexpr, UPCAST: tl.constexpr,
+):
+    # Dense caches: k_sb, k_sh, k_sn are the (batch, head, row) strides; paged ones: (page,
+    # head, row within the page).
+    pid = tl.program_id(0)
+    m_block = pid % m_blocks
+    split = pid // m_blocks
+    kv_head = tl.program_id(1).to(tl.int64)
+    batch = tl.program_id(2).to(tl.int64)
+
+    offs_r = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = offs_r < group * seqlen_q
+    head = kv_head * group + offs_r // seqlen_q  # rows: head-major, then query
+    query = offs_r % seqlen_q
+    offs_d = tl.arange(0, HEAD_DIM)
+    offs_n = tl.arange(0, BLOCK_N)
+    q = tl.load(q_ptr + batch * q_sb + head[:, None] * q_sh + query[:, None].to(tl.int64) * q_sm + offs_d[None, :],
+                mask=row_ok[:, None], other=0.0)
+
+    length = tl.minimum(tl.maximum(tl.load(lens_ptr + batch), 0), capacity)
+    # Query i sits at length - Sq + i and sees keys [lo, hi).
+    pos = length - seqlen_q + query
+    hi = tl.zeros([BLOCK_M], tl.int32) + length
+    lo = tl.zeros([BLOCK_M], tl.int32)
+    span_lo = 0
+    span_hi = length
+    if RIGHT:
+        hi = tl.maximum(tl.minimum(hi, pos + win_right + 1), 0)
+        span_hi = tl.maximum(tl.minimum(length, length + win_right), 0)
+    if LEFT:
+        lo = tl.maximum(pos - win_left, 0)
+        span_lo = tl.maximum(length - seqlen_q - win_left, 0)
+    hi = tl.where(row_ok, hi, 0)
+    tile_lo = span_lo // BLOCK_N
+    tile_hi = tl.where(span_hi > span_lo, (span_hi + BLOCK_N - 1) // BLOCK_N, tile_lo)
+    per = (tile_hi - tile_lo + splits - 1) // splits
+    t_begin = tl.minimum(tile_lo + split * per, tile_hi)
+    t_end = tl.minimum(t_begin + per, tile_hi)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    k_head = k_ptr + kv_head * k_sh
+    v_head = v_ptr + kv_head * v_sh
+    for start_n in tl.range(t_begin * BLOCK_N, t_end * BLOCK_N, BLOCK_N):
+        cols = start_n + offs_n
+        ok = cols < length
+        if PAGED:
+            page = tl.load(pt_ptr + batch * pt_sb + (cols // page_size).to(tl.int64) * pt_sp, mask=ok, other=0)
+            ok = ok & (page >= 0) & (page < num_pages)  # another page index reads as zeros
+            page = tl.where(ok, page, 0).to(tl.int64)
+            in_page = (cols % page_size).to(tl.int64)
+            k_rows = page * k_sb + in_page * k_sn
+            v_rows = page * v_sb + in_page * v_sn
+        else:
+            k_rows = batch * k_sb + cols.to(tl.int64) * k_sn
+            v_rows = batch * v_sb + cols.to(tl.int64) * v_sn
+        k = tl.load(k_head + k_rows[:, None] + offs_d[None, :], mask=ok[:, None], other=0.0)
+        s = _dot(q, tl.trans(k), UPCAST)
+        if SOFTCAP:
+            s = cap_out * _tanh(s * cap_in)
+        seen = (cols[None, :] >= lo[:, None]) & (cols[None, :] < hi[:, None])
+        s = tl.where(seen, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1) * scale_log2)
+        shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that saw no key yet
+        p = tl.math.exp2(s * scale_log2 - shift[:, None])
+        correction = tl.math.exp2(m_i - shift)
+        l_i = l_i * correction + tl.sum(p, 1)
+        acc = acc * correction[:, None]
+        v = tl.load(v_head + v_rows[:, None] + offs_d[None, :], mask=ok[:, None], other=0.0)
+        acc = _dot_acc(p.to(v.dtype), v, acc, UPCAST)
+        m_i = m_new
+
+    seen_any = l_i != 0.0
+    inv_l = tl.where(seen_any, 1.0 / tl.where(seen_any, l_i, 1.0), 0.0)
+    lse = tl.where(seen_any, (m_i + tl.math.log2(tl.where(seen_any, l_i, 1.0))) * 0.6931471805599453,
+                   float("-inf"))
+    at = split.to(tl.int64) * o_ss + batch * o_sb + head * o_sh + query.to(tl.int64) * o_sm
+    tl.store(o_ptr + at[:, None] + offs_d[None, :], (acc * inv_l[:, None]).to(o_ptr.dtype.element_ty),
+             mask=row_ok[:, None])
+    lse_at = split.to(tl.int64) * lse_ss + batch * lse_sb + head * lse_sh + query.to(tl.int64) * lse_sm
+    tl.store(lse_ptr + lse_at, lse, mask=row_ok)
+
+
+DECODE_BLOCK_N = 64
+
+
+def _sm_count(device: torch.device) -> int:
+    """The SMs the split count plans for (132, an H100/H200's, under the interpreter)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 132
+
+
+@on_tensor_device
+def flash_attention_decode(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    cache_seqlens: torch.Tensor,
+    page_table: torch.Tensor | None = None,
+    causal: bool = True,
+    softmax_scale: float | None = None,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    num_splits: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """gks.flash_attention_decode's meaning: split-KV attention of each sequence's Sq last
+    positions over its dense ([B, Hkv, S_max, D]) or paged ([num_pages, page_size, Hkv, D]
+    with page_table [B, max_pages] int32) cache of cache_seqlens[b] keys. Returns o
+    [B, Hq, Sq, D] (q's dtype) and lse [B, Hq, Sq] (float32). num_splits 0 chooses from the
+    shapes and the SM count alone (the same rule as the CUDA kernel's, for its 64-key tiles)."""
+    op = DECODE_OP.replace("gks.", "gks.triton.")
+    check_device(q, op, "q")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache), ("cache_seqlens", cache_seqlens),
+                    ("page_table", page_table)):
+        if t is not None:
+            check_same_device(q, "q", t, name, op)
+    check_decode_inputs(op, q, k_cache, v_cache, cache_seqlens, page_table)
+    batch, heads_q, seqlen_q, head_dim = q.shape
+    paged = page_table is not None
+    heads_kv = k_cache.shape[2] if paged else k_cache.shape[1]
+    scale = checked_softmax_scale(op, softmax_scale, head_dim)
+    left, right = checked_window(op, window_size, causal)
+    cap = checked_softcap(op, softcap, scale)
+    splits = checked_num_splits(op, num_splits)
+    o = torch.empty((batch, heads_q, seqlen_q, head_dim), dtype=q.dtype, device=q.device)
+    lse = torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device)
+    if o.numel() == 0:
+        return o, lse
+    capacity = decode_capacity(k_cache.shape, None if page_table is None else page_table.shape)
+    if batch > 65535 or heads_kv > 65535:
+        raise ValueError(f"{op}: at most 65535 key/value heads and 65535 sequences are supported, got "
+                         f"{heads_kv} and {batch}")
+    # The bounds no row can reach are dropped (as the C++ API does): right >= Sq - 1, left >=
+    # capacity - 1.
+    right = right if 0 <= right < seqlen_q - 1 else -1
+    left = left if 0 <= left < capacity - 1 else -1
+    rows = heads_q // heads_kv * seqlen_q
+    block_m = min(64, max(16, next_pow2(rows)))
+    m_blocks = triton.cdiv(rows, block_m)
+    if splits == 0:
+        splits = decode_num_splits(batch, heads_kv, m_blocks, capacity, DECODE_BLOCK_N, _sm_count(q.device))
+    if splits > 1:  # fp32 partials [splits, B, Hq, Sq, D] and their lse, merged below
+        target = torch.empty((splits, batch, heads_q, seqlen_q, head_dim), dtype=torch.float32, device=q.device)
+        target_lse = torch.empty((splits, batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device)
+        o_strides, lse_strides = target.stride()[:4], target_lse.stride()
+    else:
+        target, target_lse = o, lse
+        o_strides, lse_strides = (0, *o.stride()[:3]), (0, *lse.stride())
+    if paged:  # [pages, page_size, Hkv, D]: (page, head, row in page) strides
+        k_strides = (k_cache.stride(0), k_cache.stride(2), k_cache.stride(1))
+        v_strides = (v_cache.stride(0), v_cache.stride(2), v_cache.stride(1))
+        table, table_strides, page_size, num_pages = page_table, page_table.stride(), k_cache.shape[1], k_cache.shape[0]
+    else:
+        k_strides, v_strides = k_cache.stride()[:3], v_cache.stride()[:3]
+        table, table_strides, page_size, num_pages = cache_seqlens, (0, 0), 1, 0
+    grid = (m_blocks * splits, heads_kv, batch)
+    _decode_split_kernel[grid](
+        q, k_cache, v_cache, cache_seqlens, table, target, target_lse,
+        *q.stride()[:3], *k_strides, *v_strides, *table_strides, *o_strides, *lse_strides,
+        heads_q // heads_kv, seqlen_q, capacity, num_pages, page_size, splits, m_blocks,
+        max(left, 0), max(right, 0), LOG2E if cap else scale * LOG2E, scale / cap if cap else 1.0, cap,
+        HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=DECODE_BLOCK_N, PAGED=paged, LEFT=left >= 0,
+        RIGHT=right >= 0, SOFTCAP=cap > 0, UPCAST=q.dtype == torch.bfloat16 and interpreter_variant(),
+        num_warps=4, num_stages=3 if head_dim <= 128 else 2,
+    )
+    if splits > 1:
+        rows_all = batch * heads_q * seqlen_q
+        vr = row_layout(target[0], op, "o")
+        sr = _score_rows(target_lse[0], op, "lse")
+        layouts = (vr, vr, sr, sr, row_layout(o, op, "o"), _score_rows(lse, op, "lse"))
+        _launch_merge(target, target, target_lse, target_lse, o, lse, rows_all, head_dim, splits,
+                      target.stride(0), target_lse.stride(0), layouts, stacked=True)
+    return o, lse

@@ -340,3 +340,151 @@ TEST(MergeStates, ChecksTheStackedLayout) {
 }
 
 }  // namespace
+
+// ---- flash_attention_decode: validation (messages in the Triton port's words) and the plan ----
+
+namespace {
+
+// q [3, 8, 2, 64], dense caches [3, 2, 100, 64] (or paged [9, 16, 2, 64] with a [3, 7] table).
+gks::FlashAttentionDecodeArgs decode_args(bool paged = false, int64_t head_dim = 64) {
+  gks::FlashAttentionDecodeArgs a;
+  const auto f16 = gks::DType::kFloat16;
+  a.q = gks::TensorRef::make(g_buffer, f16, {3, 8, 2, head_dim}, kGpu);
+  for (auto [t, slot] : {std::pair{&a.k_cache, 2}, std::pair{&a.v_cache, 3}}) {
+    *t = paged ? gks::TensorRef::make(gks_test::fake_address(slot), f16, {9, 16, 2, head_dim}, kGpu)
+               : gks::TensorRef::make(gks_test::fake_address(slot), f16, {3, 2, 100, head_dim}, kGpu);
+  }
+  a.cache_seqlens = gks::TensorRef::make(gks_test::fake_address(4), gks::DType::kInt32, {3}, kGpu);
+  a.o = gks::TensorRef::make(gks_test::fake_address(5), f16, {3, 8, 2, head_dim}, kGpu);
+  a.lse = gks::TensorRef::make(gks_test::fake_address(6), gks::DType::kFloat32, {3, 8, 2}, kGpu);
+  if (paged) a.page_table = gks::TensorRef::make(gks_test::fake_address(7), gks::DType::kInt32, {3, 7}, kGpu);
+  return a;
+}
+
+void run_decode(const gks::FlashAttentionDecodeArgs& a) { gks::flash_attention_decode(a, nullptr); }
+
+void validate_decode(const gks::FlashAttentionDecodeArgs& a) {
+  const gks::ValidateOnly scope;
+  gks::flash_attention_decode(a, nullptr);
+}
+
+}  // namespace
+
+TEST(FlashAttentionDecode, AcceptsDenseAndPagedCaches) {
+  for (bool paged : {false, true})
+    for (int64_t d : {64, 128, 256}) EXPECT_NO_THROW(validate_decode(decode_args(paged, d)));
+  auto a = decode_args();
+  a.num_splits = 256;
+  a.window_left = 10;
+  a.softcap = 30.0;
+  EXPECT_NO_THROW(validate_decode(a));
+}
+
+TEST(FlashAttentionDecode, RejectsBadArguments) {
+  using Edit = void (*)(gks::FlashAttentionDecodeArgs&);
+  struct Case {
+    Edit edit;
+    const char* message;
+    gks::ErrorKind kind = gks::ErrorKind::kInvalidArgument;  // kUnsupportedDtype: a dtype
+  };
+  constexpr auto kDtype = gks::ErrorKind::kUnsupportedDtype;
+  const Case cases[] = {
+      {[](auto& a) { a.q.device = gks_test::kCpu; }, "argument 'q' must be a CUDA tensor, got a tensor on cpu"},
+      {[](auto& a) { a.cache_seqlens.device.index = 1; },
+       "argument 'cache_seqlens' must be on the device of 'q' (cuda:0), got cuda:1"},
+      {[](auto& a) { a.q.dtype = a.k_cache.dtype = a.v_cache.dtype = a.o.dtype = gks::DType::kFloat32; },
+       "argument 'q' must be float16 or bfloat16, got float32", kDtype},
+      {[](auto& a) { a.v_cache.dtype = gks::DType::kBFloat16; },
+       "argument 'v_cache' must have the dtype of 'q' (float16), got bfloat16", kDtype},
+      {[](auto& a) { a.k_cache = gks::TensorRef::make(a.k_cache.data, a.k_cache.dtype, {3, 100, 64}, kGpu); },
+       "argument 'k_cache' must have 4 dims [batch, kv_heads, seq, head_dim], got 3 dims [3, 100, 64]"},
+      {[](auto& a) { a.q.shape[3] = a.o.shape[3] = 32; },
+       "head dim (the last dim of q) must be one of 64, 128, 256, got 32"},
+      {[](auto& a) { a.k_cache.shape[0] = a.v_cache.shape[0] = 4; },
+       "argument 'k_cache' must have shape [3, Hkv, S_max, 64] (q's batch and head dim), got [4, 2, 100, 64]"},
+      {[](auto& a) { a.v_cache.shape[2] = 99; },
+       "argument 'v_cache' must have the shape of 'k_cache' [3, 2, 100, 64], got [3, 2, 99, 64]"},
+      {[](auto& a) { a.k_cache.shape[1] = a.v_cache.shape[1] = 3; },
+       "the query heads (8, dim 1 of q) must be a multiple of the key/value heads (3, dim 1 of k_cache)"},
+      {[](auto& a) { a.cache_seqlens.dtype = gks::DType::kInt64; },
+       "argument 'cache_seqlens' must be int32, got int64", kDtype},
+      {[](auto& a) { a.cache_seqlens.shape[0] = 4; },
+       "argument 'cache_seqlens' must have shape [3] (q's batch), got [4]"},
+      {[](auto& a) { a.num_splits = 257; },
+       "argument 'num_splits' must be 0 (chosen from the shape) or from 1 to 256, got 257"},
+      {[](auto& a) { a.causal = true, a.window_right = 2; },
+       "argument 'window_size' must have right -1 or 0 with causal=True"},
+      {[](auto& a) { a.o.shape[2] = 3; }, "argument 'o' must have shape [3, 8, 2, 64] (q's), got [3, 8, 3, 64]"},
+      {[](auto& a) { a.lse.dtype = gks::DType::kFloat16; }, "argument 'lse' must be float32, got float16", kDtype},
+      {[](auto& a) { a.o.data = a.q.data; }, "argument 'o' must not share memory with argument 'q'"},
+      {[](auto& a) { a.k_cache.strides[2] = 65, a.v_cache.strides[2] = 65; },
+       "argument 'k_cache' must be 16-byte aligned"},
+  };
+  for (const Case& c : cases) {
+    auto a = decode_args();
+    c.edit(a);
+    expect_error([&] { validate_decode(a); }, c.kind, c.message);
+  }
+}
+
+TEST(FlashAttentionDecode, RejectsBadPageTables) {
+  auto a = decode_args(true);
+  a.page_table->dtype = gks::DType::kInt64;
+  expect_error([&] { validate_decode(a); }, gks::ErrorKind::kUnsupportedDtype,
+               "argument 'page_table' must be int32, got int64");
+  a = decode_args(true);
+  *a.page_table = gks::TensorRef::make(a.page_table->data, gks::DType::kInt32, {21}, kGpu);
+  expect_error([&] { validate_decode(a); }, gks::ErrorKind::kInvalidArgument,
+               "argument 'page_table' must have shape [3, max_pages] (q's batch), got [21]");
+  a = decode_args(true);
+  a.k_cache.shape[3] = a.v_cache.shape[3] = 128;
+  expect_error([&] { validate_decode(a); }, gks::ErrorKind::kInvalidArgument,
+               "argument 'k_cache' must have shape [num_pages, page_size, Hkv, 64] (q's head dim), got "
+               "[9, 16, 2, 128]");
+  a = decode_args(true);
+  a.k_cache.shape[2] = a.v_cache.shape[2] = 3;  // paged: the KV heads are dim 2
+  expect_error([&] { validate_decode(a); }, gks::ErrorKind::kInvalidArgument,
+               "must be a multiple of the key/value heads (3, dim 2 of k_cache)");
+}
+
+TEST(FlashAttentionDecode, EmptyQueriesLaunchNothing) {
+  auto a = decode_args();
+  a.q.shape[2] = a.o.shape[2] = a.lse.shape[2] = 0;
+  EXPECT_NO_THROW(run_decode(a));
+}
+
+TEST(FlashAttentionDecodePlan, TilesHoldTheGroupedRows) {
+  // (G x Sq rows) -> rows a CTA: the fewest of 16, 32, 64 that hold them, up to the head
+  // dim's most (64 at D = 64, 32 at 128, 16 at 256); the rest in more row blocks.
+  struct Case {
+    int64_t heads_q, heads_kv, seqlen_q, head_dim;
+    int block_m, m_blocks;
+  };
+  for (const Case& c : {Case{32, 8, 1, 128, 16, 1}, Case{32, 8, 16, 128, 32, 2}, Case{8, 1, 4, 64, 32, 1},
+                        Case{8, 1, 16, 64, 64, 2}, Case{16, 2, 3, 256, 16, 2}, Case{4, 4, 1, 64, 16, 1}}) {
+    const auto plan = gks::detail::plan_flash_attention_decode(1, c.heads_q, c.heads_kv, c.seqlen_q, 4096,
+                                                               c.head_dim, 1, 132);
+    EXPECT_EQ(plan.block_m, c.block_m) << c.heads_q << "/" << c.heads_kv << " Sq " << c.seqlen_q;
+    EXPECT_EQ(plan.m_blocks, c.m_blocks);
+    EXPECT_EQ(plan.block_n, 64);
+    EXPECT_EQ(plan.splits, 1);
+    EXPECT_EQ(plan.workspace_bytes, 0);
+    EXPECT_LE(plan.smem_bytes, 227 * 1024);
+  }
+}
+
+TEST(FlashAttentionDecodePlan, SplitsFromShapesAlone) {
+  using gks::detail::decode_num_splits;
+  // The values gks.specs.attention.decode_num_splits gives (tests/attention/test_decode.py).
+  EXPECT_EQ(decode_num_splits(64, 8, 1, 8192, 64, 132), 1);      // 512 CTAs fill the SMs
+  EXPECT_EQ(decode_num_splits(1, 8, 1, 64, 64, 132), 1);         // one tile
+  EXPECT_EQ(decode_num_splits(1, 8, 1, 131072, 64, 132), 33);    // 2 x 132 / 8
+  EXPECT_EQ(decode_num_splits(1, 1, 1, 10000000, 64, 132), 256);  // capped
+  EXPECT_EQ(decode_num_splits(1, 8, 1, 1024, 64, 132), 8);       // two tiles a split
+  const auto plan = gks::detail::plan_flash_attention_decode(2, 32, 8, 1, 100000, 128, 0, 132);
+  EXPECT_GT(plan.splits, 1);
+  EXPECT_EQ(plan.workspace_bytes, int64_t(plan.splits) * 2 * 32 * 1 * 129 * 4);
+  EXPECT_EQ(gks::detail::plan_flash_attention_decode(2, 32, 8, 1, 100000, 128, 7, 132).splits, 7);
+  expect_error([] { gks::detail::plan_flash_attention_decode(1, 8, 2, 1, 100, 96, 0, 132); },
+               gks::ErrorKind::kInvalidArgument, "head dim (the last dim of q) must be one of 64, 128, 256, got 96");
+}

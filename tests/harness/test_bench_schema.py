@@ -172,7 +172,9 @@ def test_bench_json_matches_its_documented_schema(bench_without_gpu, tmp_path, w
     doc = _run_bench(tmp_path, KERNELS, SHAPES)
     check_object(doc, documented_schema(), "bench")
 
-    jobs = sum(len(s.dtypes) * (2 if "causal" in s.shape_names else 1) for s in registry.ops())
+    # A job per dtype and per shape of SHAPES with as many dims as the op's shapes.
+    shapes = [tuple(int(d) for d in x.split("x")) for x in SHAPES.split(",")]
+    jobs = sum(len(s.dtypes) * sum(s.fits_shape(shape) for shape in shapes) for s in registry.ops())
     assert len(doc["rows"]) == 4 * jobs
     assert doc["copy_gbps"] == COPY_GBPS
     timed = [r for r in doc["rows"] if "median_us" in r]
@@ -402,6 +404,22 @@ FORMULAS = {
     # Q K^T and P V: 2 x 2 x D FLOPs per (query, key) pair the mask leaves, per batch x query
     # head (2 x 4): 3 x 5 pairs, or causal (bottom-right aligned) rows 0, 1, 2 see 3, 4, 5 keys.
     # Read q [2,4,3,8] (192), k and v [2,2,5,8] (160 each), write o (192) and fp32 lse [2,4,3].
+    # decode, every sequence full (5 keys), Sq 3 causal: rows see 3, 4, 5 keys, 12 pairs a head
+    # of 8 (B x Hq), 4 D flops a pair. Read q [2, 4, 3, 8], K and V [2, 2, 5, 8] and the 2
+    # int32 lengths; write o like q and lse [2, 4, 3] (page tables not counted).
+    ("flash_attention_decode", (2, 4, 2, 3, 5, 8, 16), F16): (4 * 8 * 8 * 12, 2 * (2 * 192 + 2 * 160) + 4 * 24 + 4 * 2),
+    ("flash_attention_decode", (2, 4, 2, 3, 5, 8, 0), BF16): (4 * 8 * 8 * 12, 2 * (2 * 192 + 2 * 160) + 4 * 24 + 4 * 2),
+    # merge_state on [3, 2, 8]: per value two weighted products and their sum (and the
+    # normalizing multiply): 4. Read v_a, v_b [3, 2, 8] and s_a, s_b [3, 2] (fp32); write v
+    # and s.
+    ("merge_state", (3, 2, 8), F32): (4 * 48, 4 * (3 * 48) + 4 * (3 * 6)),
+    ("merge_state", (3, 2, 8), F16): (4 * 48, 2 * (3 * 48) + 4 * (3 * 6)),
+    ("merge_state", (3, 2, 8), BF16): (4 * 48, 2 * (3 * 48) + 4 * (3 * 6)),
+    # merge_states on v [3, 2, 4, 8], s [3, 2, 4]: a multiply-add per state and value: 2 x 4
+    # x 48. Read v and s; write v [3, 2, 8] and s [3, 2].
+    ("merge_states", (3, 2, 4, 8), F32): (2 * 4 * 48, 4 * (4 * 48 + 48) + 4 * (4 * 6 + 6)),
+    ("merge_states", (3, 2, 4, 8), F16): (2 * 4 * 48, 2 * (4 * 48 + 48) + 4 * (4 * 6 + 6)),
+    ("merge_states", (3, 2, 4, 8), BF16): (2 * 4 * 48, 2 * (4 * 48 + 48) + 4 * (4 * 6 + 6)),
     ("flash_attention_fwd", (2, 4, 2, 3, 5, 8, 0), F16): (4 * 8 * 8 * 15, ATTENTION_BYTES_16),
     ("flash_attention_fwd", (2, 4, 2, 3, 5, 8, 0), BF16): (4 * 8 * 8 * 15, ATTENTION_BYTES_16),
     ("flash_attention_fwd", (2, 4, 2, 3, 5, 8, 1), F16): (4 * 8 * 8 * (3 + 4 + 5), ATTENTION_BYTES_16),

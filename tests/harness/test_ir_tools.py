@@ -165,6 +165,18 @@ KERNELS = {
         f"void {S}split_k_reduce_kernel<{S}Int8Operands, {S}RowColScales>({S}Params)",
         f"{G}transpose_int8_kernel({G}TransposeInt8Params)",
     ],
+    "flash_attention_decode": [
+        f"void {A}flash_attention_decode_kernel<__half, {A}DecodeTile<128, 1>, true>({A}DecodeParams)",
+        f"void {A}flash_attention_decode_kernel<__nv_bfloat16, {A}DecodeTile<64, 4>, false>({A}DecodeParams)",
+        f"void {A}merge_partials_kernel<__nv_bfloat16, 4, 32>({A}MergeStateParams)",
+    ],
+    "merge_state": [
+        f"void {A}merge_state_kernel<__half, 8, 16, false>({A}MergeStateParams)",
+        f"void {A}merge_state_kernel<float, 1, 4, false>({A}MergeStateParams)",
+    ],
+    "merge_states": [
+        f"void {A}merge_state_kernel<__nv_bfloat16, 8, 32, true>({A}MergeStateParams)",
+    ],
     "flash_attention_fwd": [
         f"void {A}flash_attention_fwd_kernel<__half, {A}FlashFwdTile<128, 128, 64, 4, "
          f"false, false>, false>({A}FwdParams)",

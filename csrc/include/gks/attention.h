@@ -101,6 +101,47 @@ struct MergeStatesArgs {
 };
 void merge_states(const MergeStatesArgs& args, cudaStream_t stream);
 
+// ---- split-KV decode (flash-decoding) over a dense or paged KV cache ----
+// Each sequence b holds keys [0, L_b) of its cache, L_b = cache_seqlens[b] clamped to [0,
+// capacity] (capacity: S_max dense, max_pages * page_size paged), and its Sq queries are its
+// last Sq positions: query i sits at L_b - Sq + i and sees key j when
+//   j <= L_b - Sq + i + right   and   j >= L_b - Sq + i - left   and   j < L_b
+// (causal is right = 0), as flash_attention_fwd with Sk = L_b. A row that sees no key gets
+// o = 0 and lse = -inf. Paged: key j is row j % page_size of page page_table[b, j / page_size];
+// a page index outside [0, num_pages) reads as zeros (never out of bounds).
+// Two phases: a kernel per (row block of the G = Hq / Hkv heads sharing a KV head times Sq,
+// KV head, batch, split) walks its split's keys and writes a partial (o, lse) in fp32; the
+// merge kernel (kernels/attention/merge.cuh) combines the splits into o. With one split the
+// first kernel writes o and lse itself. The split count comes from the shapes and the SM
+// count alone (num_splits = 0) or is forced; the partials live in a stream-ordered
+// temporary sized from the shapes, so a call is CUDA-graph safe: no host synchronization,
+// nothing sized by cache_seqlens' values.
+struct FlashAttentionDecodeArgs {
+  TensorRef q;              // [B, Hq, Sq, D], fp16/bf16, D in kFlashAttentionDecodeHeadDims,
+                            // last dim contiguous, other strides free
+  TensorRef k_cache;        // dense [B, Hkv, S_max, D] or paged [num_pages, page_size, Hkv, D],
+                            // q's dtype, last dim contiguous, other strides free
+  TensorRef v_cache;        // k_cache's shape and dtype
+  TensorRef cache_seqlens;  // [B], int32, on q's device
+  TensorRef o;              // [B, Hq, Sq, D], q's dtype, last dim contiguous
+  TensorRef lse;            // [B, Hq, Sq], float32, any strides
+  std::optional<TensorRef> page_table;  // [B, max_pages], int32: the cache is paged
+  bool causal = true;
+  std::optional<float> softmax_scale;  // unset: 1 / sqrt(D); otherwise finite and > 0
+  int64_t window_left = -1;            // as FlashAttentionFwdArgs
+  int64_t window_right = -1;
+  double softcap = 0.0;
+  int64_t num_splits = 0;  // 0: from the shapes and the SM count; else 1 to kFlashAttentionDecodeMaxSplits
+};
+
+inline constexpr int kFlashAttentionDecodeHeadDims[] = {64, 128, 256};
+inline constexpr int kFlashAttentionDecodeMaxSplits = 256;
+
+// Validates the arguments (throws gks::Error) and launches on `stream`. q, k_cache,
+// v_cache and o must be 16-byte aligned (base and every stride but the last a multiple of 8
+// elements).
+void flash_attention_decode(const FlashAttentionDecodeArgs& args, cudaStream_t stream);
+
 namespace detail {
 // The tile a launch uses, chosen from the head dim and the mask alone (a pure function host
 // tests check).
@@ -114,6 +155,28 @@ struct FlashAttentionFwdPlan {
 // head_dim_v: v's head dim (-1: head_dim's). Throws gks::Error for head dims with no kernel.
 FlashAttentionFwdPlan plan_flash_attention_fwd(int64_t head_dim, bool causal,
                                                int64_t head_dim_v = -1);
+
+// The split-KV decode's launch, from shapes alone (host tests check it).
+struct FlashAttentionDecodePlan {
+  int block_m = 0;    // query rows (of the G x Sq a KV head has) per CTA: 16, 32 or 64
+  int block_n = 0;    // keys per K/V tile (each of the warps takes 16 of them)
+  int warps = 0;
+  int stages = 0;     // K/V tiles in flight (cp.async pipeline)
+  int m_blocks = 0;   // CTAs along a KV head's G x Sq rows
+  int splits = 0;     // CTAs along the keys; 1: no merge
+  int64_t smem_bytes = 0;
+  int64_t workspace_bytes = 0;  // fp32 partials: splits x B x Hq x Sq x (D + 1) x 4 (0 for one split)
+};
+// capacity: the keys a sequence's cache holds; num_splits 0 picks (see decode_num_splits).
+// Throws gks::Error for a head dim with no kernel.
+FlashAttentionDecodePlan plan_flash_attention_decode(int64_t batch, int64_t heads_q, int64_t heads_kv,
+                                                     int64_t seqlen_q, int64_t capacity,
+                                                     int64_t head_dim, int64_t num_splits, int sms);
+// The split count for num_splits = 0: 1 when the batch x KV heads x row blocks CTAs fill the
+// SMs; else about two CTAs an SM, each split at least two key tiles, evened over the tiles
+// (gks.specs.attention.decode_num_splits is the same function for the Triton port).
+int decode_num_splits(int64_t batch, int64_t heads_kv, int64_t m_blocks, int64_t capacity,
+                      int64_t block_n, int sms);
 
 // The (q/k, v) head dims some kernel serves: kFlashAttentionHeadDims with v's the same, and
 // (192, 128).

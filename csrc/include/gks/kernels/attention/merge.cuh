@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "gks/kernels/vec.cuh"
 #include "gks/tensor.h"
@@ -40,10 +41,14 @@ struct MergeStateParams {
 
 inline constexpr int kMergeThreads = 256;
 
-template <typename T, int kVec, int kThreadsPerRow, bool kStacked>
-__global__ void __launch_bounds__(kMergeThreads) merge_state_kernel(const MergeStateParams p) {
+// The merge of the rows a block holds: states of type T, the merged v stored as TOut (T, or
+// a 16-bit type for fp32 states: split-KV decode's partials merged into its output).
+template <typename T, int kVec, int kThreadsPerRow, bool kStacked, typename TOut>
+__device__ __forceinline__ void merge_rows(const MergeStateParams& p) {
   static_assert(kThreadsPerRow >= 1 && kThreadsPerRow <= 32 && kMergeThreads % kThreadsPerRow == 0,
                 "a row's threads sit in one warp");
+  static_assert(std::is_same_v<T, TOut> || (sizeof(T) == 4 && sizeof(TOut) == 2 && (kVec == 1 || kVec == 4)),
+                "the merged v in the states' type, or fp32 states into 16-bit values");
   using V = Vec<T, kVec>;
   const int lane = threadIdx.x % kThreadsPerRow;
   const int64_t row = int64_t(blockIdx.x) * (kMergeThreads / kThreadsPerRow) + threadIdx.x / kThreadsPerRow;
@@ -89,7 +94,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_state_kernel(const MergeS
   }
   const float inv_total = invalid ? NAN : (m == -INFINITY ? 0.f : 1.f / total);
 
-  V* out = reinterpret_cast<V*>(static_cast<T*>(p.v_out) + p.v_out_rows.row_offset(row));
+  TOut* out_row = static_cast<TOut*>(p.v_out) + p.v_out_rows.row_offset(row);
   const int64_t vecs = p.d / kVec;
   for (int64_t i = lane; i < vecs; i += kThreadsPerRow) {
     float acc[kVec] = {};
@@ -105,13 +110,31 @@ __global__ void __launch_bounds__(kMergeThreads) merge_state_kernel(const MergeS
     float o[kVec];
 #pragma unroll
     for (int j = 0; j < kVec; ++j) o[j] = acc[j] * inv_total;
-    store_raw_vec(out + i, raw_of<T, kVec>(o));
+    if constexpr (std::is_same_v<T, TOut>) {
+      store_raw_vec(reinterpret_cast<V*>(out_row) + i, raw_of<T, kVec>(o));
+    } else if constexpr (kVec == 1) {
+      out_row[i] = from_float<TOut>(o[0]);
+    } else {  // four fp32 values into four 16-bit ones: one 8-byte store
+      *reinterpret_cast<uint2*>(out_row + i * kVec) = make_uint2(pack2<TOut>(o[0], o[1]), pack2<TOut>(o[2], o[3]));
+    }
   }
 
   if (lane == 0) {
     float* s_out = p.s_out + p.s_out_rows.row_offset(row);
     *s_out = invalid ? NAN : (m == -INFINITY ? -INFINITY : m + logf(total));
   }
+}
+
+template <typename T, int kVec, int kThreadsPerRow, bool kStacked>
+__global__ void __launch_bounds__(kMergeThreads) merge_state_kernel(const MergeStateParams p) {
+  merge_rows<T, kVec, kThreadsPerRow, kStacked, T>(p);
+}
+
+// Stacked fp32 partial states (kVec 4: 16-byte loads, or 1) merged into TOut values (fp16 or
+// bf16): the second phase of split-KV decode (kernels/attention/decode.cuh).
+template <typename TOut, int kVec, int kThreadsPerRow>
+__global__ void __launch_bounds__(kMergeThreads) merge_partials_kernel(const MergeStateParams p) {
+  merge_rows<float, kVec, kThreadsPerRow, true, TOut>(p);
 }
 
 }  // namespace gks::kernels::attention
