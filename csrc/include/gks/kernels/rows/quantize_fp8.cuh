@@ -90,7 +90,8 @@ __device__ __forceinline__ float divide(float x, const Scale& s) {
   if constexpr (kFast) {
     const float q0 = x * s.inv;
     const float rem = fmaf(-q0, s.scale, x);
-    return fmaf(rem, s.inv, q0);
+    // x / scale has x's sign; the correction's +0 + -0 would lose it for x = -0.
+    return copysignf(fmaf(rem, s.inv, q0), x);
   } else {
     const float v = __fdiv_rn(x, s.scale);
     return s.scale == 0.f ? 0.f : v;
