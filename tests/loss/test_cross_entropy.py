@@ -56,7 +56,9 @@ def _dloss(target, reduction, upstream=1.0):
     """The per-row gradient autograd hands the backward for loss * upstream."""
     rows = target.shape[0]
     if reduction == "mean":
-        return torch.full((rows,), upstream / (target != -100).sum().item(), dtype=torch.float64, device=target.device)
+        # With every row ignored the mean's factor is moot (ignored rows get 0): 1 then.
+        counted = max(int((target != -100).sum().item()), 1)
+        return torch.full((rows,), upstream / counted, dtype=torch.float64, device=target.device)
     if reduction == "sum":
         return torch.full((rows,), upstream, dtype=torch.float64, device=target.device)
     return None
@@ -131,6 +133,7 @@ def test_ignored_rows_give_zero_and_all_ignored_mean_is_nan(backend):
     name, fn = backend
     logits, target = _inputs(5, 33, "float32", seed_for("ignored", name), ignore=0.0)
     target[[1, 3]] = 7
+    target[[0, 2, 4]] = torch.tensor([0, 6, 32], device=target.device)  # random ones might be 7 too
     loss, grad = _run(fn, logits, target, "none", ignore_index=7)  # a class index as the ignored value
     assert torch.all(loss[[1, 3]] == 0) and torch.all(loss[[0, 2, 4]] > 0), loss
     assert torch.all(grad[[1, 3]] == 0) and torch.all(grad[[0, 2, 4]].abs().sum(-1) > 0)
