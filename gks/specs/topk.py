@@ -33,9 +33,11 @@ def top_k(x: torch.Tensor, k: int, sorted: bool = True, *, precise: bool = False
     import torch
 
     del precise, sorted
-    # A stable sort keeps equal values in index order; torch.sort puts NaN above +inf in a
-    # descending sort and compares -0.0 equal to 0.0.
-    order = torch.sort(x.float(), dim=-1, descending=True, stable=True).indices[..., :k]
+    # A stable sort keeps equal values in index order; torch.sort on the CPU puts NaN (of
+    # either sign) above +inf in a descending sort and compares -0.0 equal to 0.0. Its CUDA
+    # path (a radix sort) promises neither for those special rows, so the order is found
+    # on the CPU wherever x lives.
+    order = torch.sort(x.float().cpu(), dim=-1, descending=True, stable=True).indices[..., :k].to(x.device)
     # Gathered as integers: a float gather may canonicalize a NaN's bits (bf16 on the CPU).
     return _bits(x).gather(-1, order).view(x.dtype), order
 
