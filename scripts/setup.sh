@@ -31,7 +31,7 @@ PY=$VENV/bin/python
 $PY -m pip install -q --upgrade pip
 # numpy < 2.4: Triton 3.6's interpreter converts 1-element arrays with int(), which 2.4 refuses.
 $PY -m pip install -q torch==2.11.0 triton==3.6.0 "jax==0.11.2" "jaxlib==0.11.2" "numpy<2.4" \
-  apache-tvm-ffi==0.1.15.post2 "scikit-build-core>=0.10" ninja "cmake>=3.24" \
+  apache-tvm-ffi==0.1.15.post2 jax-tvm-ffi==0.1.3 "scikit-build-core>=0.10" ninja "cmake>=3.24" \
   pytest hypothesis rich tqdm matplotlib fastapi uvicorn
 export GKS_CUDA_ARCHS=${GKS_CUDA_ARCHS:-80;90a}
 echo "setup.sh: building gks for CUDA architectures $GKS_CUDA_ARCHS (this compiles every kernel;"

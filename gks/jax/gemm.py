@@ -1,0 +1,61 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The gemm family as XLA custom calls: sgemm, wmma_gemm, int8_gemm, gemm. See gks.jax.
+JAX arrays are row-major, so b (and b_q) always reach the kernels [K, N] row-major."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from gks.jax._ffi import call, dtype_of, like, tuned
+
+__all__ = ["sgemm", "wmma_gemm", "int8_gemm", "gemm"]
+
+
+def _mnk(a, b) -> tuple[int, int, int] | None:
+    """The spec dims (M, N, K) of a [M, K] @ b [K, N]; None unless both are matrices."""
+    return (a.shape[0], b.shape[1], a.shape[1]) if a.ndim == 2 and b.ndim == 2 else None
+
+
+def _mn(a, b) -> tuple[int, int]:
+    """c's [M, N]; for operands that are not matrices (which the library refuses, naming
+    them) whatever dims there are."""
+    return (a.shape[0] if a.ndim else 0, b.shape[-1] if b.ndim else 0)
+
+
+def sgemm(a, b, config: int = -1):
+    """c = a @ b in fp32 on CUDA cores (see gks.sgemm)."""
+    a, b = jnp.asarray(a), jnp.asarray(b)
+    return call("sgemm", {"a": a, "b": b}, (like(a, jnp.float32, _mn(a, b)),),
+                config=tuned("sgemm", config, a.dtype, _mnk(a, b)))[0]
+
+
+def wmma_gemm(a, b, out_dtype=jnp.float32, config: int = -1):
+    """c = a @ b on Tensor Cores (WMMA), c float32 or a's dtype (see gks.wmma_gemm)."""
+    a, b = jnp.asarray(a), jnp.asarray(b)
+    out = dtype_of(out_dtype, "wmma_gemm", "out_dtype")
+    if out not in (np.dtype(jnp.float32), np.dtype(a.dtype)):
+        raise TypeError(f"gks.wmma_gemm: argument 'out_dtype' must be float32 or the dtype of 'a' ({a.dtype}), "
+                        f"got {out}")
+    return call("wmma_gemm", {"a": a, "b": b}, (like(a, out, _mn(a, b)),),
+                config=tuned("wmma_gemm", config, a.dtype, _mnk(a, b)))[0]
+
+
+def gemm(a, b, out_dtype=None, config: int = -1):
+    """c = a @ b, c in a's dtype or out_dtype (float32 or a's) (see gks.gemm)."""
+    a, b = jnp.asarray(a), jnp.asarray(b)
+    out = np.dtype(a.dtype) if out_dtype is None else dtype_of(out_dtype, "gemm", "out_dtype")
+    return call("gemm", {"a": a, "b": b}, (like(a, out, _mn(a, b)),),
+                config=tuned("gemm", config, a.dtype, _mnk(a, b)))[0]
+
+
+def int8_gemm(a_q, b_q, a_scale, b_scale, out_dtype=jnp.float16, config: int = -1):
+    """c = float(a_q @ b_q) * a_scale * b_scale in out_dtype (see gks.int8_gemm). config -1
+    is the heuristic, as gks.int8_gemm gives a row-major b_q (a JAX array always is one):
+    the tuned table holds K-major b_q."""
+    a_q, b_q, a_scale, b_scale = (jnp.asarray(t) for t in (a_q, b_q, a_scale, b_scale))
+    out = dtype_of(out_dtype, "int8_gemm", "out_dtype")
+    if out not in (np.dtype(jnp.float16), np.dtype(jnp.bfloat16), np.dtype(jnp.float32)):
+        raise TypeError(f"gks.int8_gemm: argument 'out_dtype' must be float16, bfloat16 or float32, got {out}")
+    return call("int8_gemm", {"a_q": a_q, "b_q": b_q, "a_scale": a_scale, "b_scale": b_scale},
+                (like(a_q, out, _mn(a_q, b_q)),), config=config)[0]
