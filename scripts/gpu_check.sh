@@ -17,7 +17,9 @@
 # (default "tests"; with pytest-xdist's -n, add --dist loadgroup so the large-memory cases
 # share one worker), GKS_SANITIZE_ARGS (arguments of scripts/sanitize_cases.py),
 # GKS_SANITIZE_TOOLS (default "memcheck racecheck synccheck"), GKS_SANITIZE_JOBS (sanitizer
-# processes at once, default 8),
+# processes at once, default 8), GKS_RACECHECK_SHARDS (racecheck splits each op's sweep into
+# this many processes, default 1: its sweeps of attention, the GEMMs and the norms each
+# outrun 330 s in one process),
 # GKS_STEP_TIMEOUT (seconds any one step may run, default 3600: a step past it is stopped so
 # the later steps and the summary still run), GKS_BENCH_EACH (e.g. "sgemm gemm": the bench
 # step runs once per op listed, each with the bench args, its own time limit, log
@@ -107,8 +109,12 @@ sanitize_all() {  # every tool over every part, SAN_JOBS parts at a time
     for i in $(seq 0 $((SAN_JOBS - 1))); do
       parts+=("cpp$i env GTEST_TOTAL_SHARDS=$SAN_JOBS GTEST_SHARD_INDEX=$i $SAN --tool $tool --require-cuda-init no $BUILD/gks_cpp_tests")
     done
+    local shards=1 s
+    [ "$tool" = racecheck ] && shards=${GKS_RACECHECK_SHARDS:-1}
     for op in $ops; do
-      parts+=("$op $SAN --tool $tool $PY scripts/sanitize_cases.py --each-config --kernel $op ${GKS_SANITIZE_ARGS:-}")
+      for s in $(seq 0 $((shards - 1))); do
+        parts+=("$op$([ "$shards" -gt 1 ] && echo ".$s") $SAN --tool $tool $PY scripts/sanitize_cases.py --each-config --kernel $op --shard $s/$shards ${GKS_SANITIZE_ARGS:-}")
+      done
     done
     for part in "${parts[@]}"; do
       while [ "$(jobs -rp | wc -l)" -ge "$SAN_JOBS" ]; do wait -n; done

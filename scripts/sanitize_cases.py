@@ -43,13 +43,22 @@ def main() -> int:
     p.add_argument("--each-config", action="store_true",
                    help="also run every config of the spec (CUDA config=i) on its own, not only the heuristic's")
     p.add_argument("--list", action="store_true", help="print the ops it would run (those with a CUDA backend) and exit")
+    p.add_argument("--shard", default="0/1", metavar="I/N",
+                   help="run only every N-th case from the I-th (0-based): N processes under a slow tool "
+                        "(racecheck) share one op's sweep")
     args = p.parse_args()
+    try:
+        shard, shards = (int(v) for v in args.shard.split("/"))
+    except ValueError:
+        p.error(f"--shard must be I/N, got {args.shard!r}")
+    if not 0 <= shard < shards:
+        p.error(f"--shard I/N needs 0 <= I < N, got {args.shard!r}")
     specs = [registry.get(k) for k in args.kernel] if args.kernel else registry.ops()
     specs = [s for s in specs if "cuda" in [b.name for b in s.backends]]
     if args.list:
         print(*(s.name for s in specs))
         return 0
-    failures = runs = 0
+    failures = runs = case = 0
     for spec in specs:
         fn = spec.backend("cuda").load()
         for dtype in spec.dtypes:
@@ -64,6 +73,9 @@ def main() -> int:
                               for k, v in base.items()}
                     configs = [None] + (list(range(len(spec.configs))) if args.each_config else [])
                     for config in configs:
+                        case += 1
+                        if (case - 1) % shards != shard:
+                            continue
                         what = f"{spec.name} {dtype} {shape} {layout}" + (f" config {config}" if config is not None else "")
                         runs += 1
                         try:
