@@ -14,60 +14,11 @@ before it touches the device. The errors are the real ones, word for word.
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Callable
 
 import torch
 
-# DLPack's dtype codes (dlpack.h): kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4, kDLBool 6,
-# kDLFloat8_e4m3fn 10, kDLFloat8_e5m2 12. A dtype outside this table is described as an
-# opaque handle, which the library names "an unsupported dtype", as it would the real one.
-_DL_DTYPES = {
-    torch.float32: (2, 32), torch.float16: (2, 16), torch.bfloat16: (4, 16), torch.float64: (2, 64),
-    torch.int8: (0, 8), torch.int16: (0, 16), torch.int32: (0, 32), torch.int64: (0, 64),
-    torch.uint8: (1, 8), torch.bool: (6, 8),
-    torch.float8_e4m3fn: (10, 8), torch.float8_e5m2: (12, 8),
-}
-_DL_OPAQUE = 3
-_DL_CPU, _DL_CUDA = 1, 2
-
-
-class _DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class _DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class _DLTensor(ctypes.Structure):
-    _fields_ = [
-        ("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
-        ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
-        ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64),
-    ]
-
-
-class _DLManagedTensor(ctypes.Structure):
-    pass
-
-
-_DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensor))
-_DLManagedTensor._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
-                             ("deleter", _DELETER)]
-
-# The views tvm-ffi has not released yet, by address (the deleter drops them).
-_LIVE: dict[int, tuple] = {}
-
-
-@_DELETER
-def _release(managed):
-    _LIVE.pop(ctypes.addressof(managed.contents), None)
-
-
-_capsule_new = ctypes.pythonapi.PyCapsule_New
-_capsule_new.restype = ctypes.py_object
-_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+from gks.runtime.dlpack import DL_CPU, DL_CUDA, Described, dl_dtype
 
 
 def _concrete(values) -> list[int] | None:
@@ -82,34 +33,6 @@ def _concrete(values) -> list[int] | None:
                 return None
         out.append(int(v))
     return out
-
-
-class _MetaView:
-    """A DLPack producer describing t at a made-up address (slot << 40, plus its storage
-    offset in bytes)."""
-
-    def __init__(self, t: torch.Tensor, slot: int, shape: list[int], strides: list[int], offset: int):
-        self.t, self.slot, self.shape, self.strides, self.offset = t, slot, shape, strides, offset
-
-    def __dlpack_device__(self):
-        kind = self.t.device.type
-        return (_DL_CPU, 0) if kind == "cpu" else (_DL_CUDA, self.t.device.index or 0)
-
-    def __dlpack__(self, **_):
-        t, ndim = self.t, len(self.shape)
-        code, bits = _DL_DTYPES.get(t.dtype, (_DL_OPAQUE, 8 * t.element_size()))
-        shape = (ctypes.c_int64 * max(ndim, 1))(*self.shape)
-        strides = (ctypes.c_int64 * max(ndim, 1))(*self.strides)
-        managed = _DLManagedTensor()
-        dl = managed.dl_tensor
-        dl.data = (self.slot << 40) + self.offset * t.element_size()
-        dl.device = _DLDevice(*self.__dlpack_device__())
-        dl.ndim = ndim
-        dl.dtype = _DLDataType(code, bits, 1)
-        dl.shape, dl.strides, dl.byte_offset = shape, strides, 0
-        managed.deleter = _release
-        _LIVE[ctypes.addressof(managed)] = (managed, shape, strides)
-        return _capsule_new(ctypes.addressof(managed), b"dltensor", None)
 
 
 def validate(entry: Callable, *args) -> None:
@@ -128,7 +51,9 @@ def validate(entry: Callable, *args) -> None:
             shape, strides, offset = _concrete(a.shape), _concrete(a.stride()), _concrete([a.storage_offset()])
             if shape is None or strides is None or offset is None:
                 return
-            a = tvm_ffi.from_dlpack(_MetaView(a, slot, shape, strides, offset[0]))
+            device = (DL_CPU, 0) if a.device.type == "cpu" else (DL_CUDA, a.device.index or 0)
+            a = tvm_ffi.from_dlpack(Described(shape, strides, dl_dtype(str(a.dtype), a.element_size()), device,
+                                              (slot << 40) + offset[0] * a.element_size()))
         described.append(a)
     module = _native.module()
     module.validate_only(True)

@@ -21,7 +21,6 @@ the outputs' ``jax.ShapeDtypeStruct`` s. Everything else comes from what already
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import threading
 import types
@@ -32,6 +31,7 @@ import jax
 import numpy as np
 
 from gks import _native, registry
+from gks.runtime.dlpack import DL_CUDA, Described, dl_dtype
 
 # The library launches on XLA's stream and, for these ops, neither synchronizes the host nor
 # allocates: XLA may record them into its command buffers (CUDA graphs). The exceptions, by
@@ -66,88 +66,11 @@ def is_array(value) -> bool:
     return isinstance(value, (jax.Array, np.ndarray, jax.core.Tracer))
 
 
-# ---- abstract values as DLPack tensors, for the library's validate-only mode
-
-# DLPack dtype codes (dlpack.h), by NumPy/ml_dtypes name; anything else is an opaque handle
-# of its width, which the library names "an unsupported dtype" as it would the real thing.
-_DL_DTYPES = {
-    "float32": (2, 32), "float16": (2, 16), "bfloat16": (4, 16), "float64": (2, 64),
-    "int8": (0, 8), "int16": (0, 16), "int32": (0, 32), "int64": (0, 64),
-    "uint8": (1, 8), "uint16": (1, 16), "uint32": (1, 32), "uint64": (1, 64), "bool": (6, 8),
-    "float8_e4m3fn": (10, 8), "float8_e5m2": (12, 8),
-}
-_DL_OPAQUE, _DL_CUDA = 3, 2
-
-
-class _DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class _DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class _DLTensor(ctypes.Structure):
-    _fields_ = [
-        ("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
-        ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
-        ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64),
-    ]
-
-
-class _DLManagedTensor(ctypes.Structure):
-    pass
-
-
-_DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensor))
-_DLManagedTensor._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
-                             ("deleter", _DELETER)]
-_LIVE: dict[int, tuple] = {}  # descriptions tvm-ffi has not released yet, by address
-
-
-@_DELETER
-def _release(managed):
-    _LIVE.pop(ctypes.addressof(managed.contents), None)
-
-
-# A prototype of our own: ctypes.pythonapi.PyCapsule_New is one object shared by every
-# module in the process, and others set its argtypes to theirs.
-_capsule_new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)(
-    ("PyCapsule_New", ctypes.pythonapi))
-
-
-class _Described:
-    """A DLPack producer for an array XLA will hand the kernel: dense row-major (XLA's
-    default layout, what jax-tvm-ffi passes), on CUDA device 0, at a made-up address of its
-    own (slot << 40), so that alignment reads as for a real allocation and no two buffers
-    overlap."""
-
-    def __init__(self, shape: Sequence[int], dtype, slot: int):
-        self.shape, self.dtype, self.slot = tuple(int(d) for d in shape), np.dtype(dtype), slot
-
-    def __dlpack_device__(self):
-        return (_DL_CUDA, 0)
-
-    def __dlpack__(self, **_):
-        ndim = len(self.shape)
-        strides, step = [], 1
-        for d in reversed(self.shape):
-            strides.append(step)
-            step *= max(d, 1)
-        strides.reverse()
-        code, bits = _DL_DTYPES.get(self.dtype.name, (_DL_OPAQUE, 8 * self.dtype.itemsize))
-        shape_arr = (ctypes.c_int64 * max(ndim, 1))(*self.shape)
-        stride_arr = (ctypes.c_int64 * max(ndim, 1))(*strides)
-        managed = _DLManagedTensor()
-        dl = managed.dl_tensor
-        dl.data = self.slot << 40
-        dl.device = _DLDevice(_DL_CUDA, 0)
-        dl.ndim = ndim
-        dl.dtype = _DLDataType(code, bits, 1)
-        dl.shape, dl.strides, dl.byte_offset = shape_arr, stride_arr, 0
-        managed.deleter = _release
-        _LIVE[ctypes.addressof(managed)] = (managed, shape_arr, stride_arr)
-        return _capsule_new(ctypes.addressof(managed), b"dltensor", None)
+def _described(value, slot: int) -> Described:
+    """An abstract value as XLA will hand it to the kernel: dense row-major (XLA's default
+    layout, what jax-tvm-ffi passes), on CUDA device 0, in a slot of its own."""
+    dtype = np.dtype(value.dtype)
+    return Described(value.shape, None, dl_dtype(dtype.name, dtype.itemsize), (DL_CUDA, 0), slot << 40)
 
 
 def _validate(entry: Callable, inputs: Mapping[str, Any], outputs: Sequence, kw: Mapping[str, Any]) -> None:
@@ -161,9 +84,9 @@ def _validate(entry: Callable, inputs: Mapping[str, Any], outputs: Sequence, kw:
         if is_array(value):
             # The same array passed twice is one buffer (inputs may share: XLA passes it twice).
             slot = slots.setdefault(id(value), len(slots) + 1)
-            value = tvm_ffi.from_dlpack(_Described(value.shape, value.dtype, slot))
+            value = tvm_ffi.from_dlpack(_described(value, slot))
         described[name] = value
-    outs = tuple(tvm_ffi.from_dlpack(_Described(o.shape, o.dtype, len(slots) + 1 + i))
+    outs = tuple(tvm_ffi.from_dlpack(_described(o, len(slots) + 1 + i))
                  for i, o in enumerate(outputs))
     module = _native.module()
     # Validate-only is per thread in the library: XLA's threads running kernels meanwhile

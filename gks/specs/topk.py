@@ -36,8 +36,9 @@ def top_k(x: torch.Tensor, k: int, sorted: bool = True, *, precise: bool = False
     # A stable sort keeps equal values in index order; torch.sort on the CPU puts NaN (of
     # either sign) above +inf in a descending sort and compares -0.0 equal to 0.0. Its CUDA
     # path (a radix sort) promises neither for those special rows, so the order is found
-    # on the CPU wherever x lives.
-    order = torch.sort(x.float().cpu(), dim=-1, descending=True, stable=True).indices[..., :k].to(x.device)
+    # on the CPU wherever x lives (a meta x, shapes only, sorts where it is).
+    host = x.float() if x.is_meta else x.float().cpu()
+    order = torch.sort(host, dim=-1, descending=True, stable=True).indices[..., :k].to(x.device)
     # Gathered as integers: a float gather may canonicalize a NaN's bits (bf16 on the CPU).
     return _bits(x).gather(-1, order).view(x.dtype), order
 

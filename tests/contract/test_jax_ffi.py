@@ -94,8 +94,10 @@ def _x64(spec):
 
 @pytest.fixture
 def x64_for(request):
-    def enable(spec):
-        if _x64(spec) and not jax.config.jax_enable_x64:
+    def enable(spec, inputs=None):
+        wide = inputs is not None and any(isinstance(v, torch.Tensor) and v.dtype in (torch.int64, torch.float64)
+                                          for v in inputs.values())
+        if (_x64(spec) or wide) and not jax.config.jax_enable_x64:
             jax.config.update("jax_enable_x64", True)
             request.addfinalizer(lambda: jax.config.update("jax_enable_x64", False))
     return enable
@@ -163,11 +165,10 @@ def test_bad_inputs_raise_at_trace_time(spec, bad, x64_for):
     error the CUDA op gives, naming the argument."""
     if spec.name not in gj.__all__:
         pytest.skip(f"gks.jax has no {spec.name}")
-    x64_for(spec)
     inputs = bad.make(torch, "cpu")
-    if any(isinstance(v, torch.Tensor) and v.dtype == torch.float64 for v in inputs.values()) \
-            and not jax.config.jax_enable_x64:
-        pytest.skip("a float64 input: JAX holds none without jax_enable_x64")
+    # A 64-bit input reaches the op only under jax_enable_x64 (JAX narrows it otherwise,
+    # which would make the case another, valid call): traced with it on.
+    x64_for(spec, inputs)
     if any(isinstance(v, torch.Tensor) and not v.is_contiguous() for v in inputs.values()):
         pytest.skip("a strided view: a JAX array is dense, so the case is another (valid) call in JAX")
     arrays, static = _split(inputs, _abstract)
