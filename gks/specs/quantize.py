@@ -25,6 +25,13 @@ if TYPE_CHECKING:  # annotations only: the module loads without torch
     import torch
 
 
+# The quantize ops with all three backends.
+_BACKENDS = (
+    Backend("cuda", archs=("sm_80", "sm_90a")),
+    Backend("triton", archs=("sm_80", "sm_90"), interpreted=True),
+    Backend("pallas", archs=("sm_80", "sm_90"), interpreted=True),
+)
+
 # ---- the reference: the op's meaning in plain PyTorch (gks.reference.<op>). torch is
 # imported where it is used, so the registry loads without it.
 
@@ -159,11 +166,7 @@ QUANTIZE_INT8 = register(
         flops=lambda s: 4.0 * s[0] * s[1],
         # read x once, write q (1 byte per element) and one fp32 scale per row.
         bytes_moved=lambda s, dt: (ELEM_BYTES[dt] + 1.0) * s[0] * s[1] + 4.0 * s[0],
-        backends=(
-            Backend("cuda", archs=("sm_80", "sm_90a")),
-            Backend("triton", archs=("sm_80", "sm_90"), interpreted=True),
-            Backend("pallas", archs=("sm_80", "sm_90"), interpreted=True),
-        ),
+        backends=_BACKENDS,
         test_shapes=TEST_SHAPES,
         bench_shapes=BENCH_SHAPES,
         peers=(reference_peer("quantize_int8", compiled=False), reference_peer("quantize_int8", compiled=True)),
@@ -241,11 +244,7 @@ DEQUANTIZE_INT8 = register(
         flops=lambda s: 1.0 * s[0] * s[1],
         # read q (1 byte per element) and one fp32 scale per row, write out once.
         bytes_moved=lambda s, dt: (1.0 + ELEM_BYTES[dt]) * s[0] * s[1] + 4.0 * s[0],
-        backends=(
-            Backend("cuda", archs=("sm_80", "sm_90a")),
-            Backend("triton", archs=("sm_80", "sm_90"), interpreted=True),
-            Backend("pallas", archs=("sm_80", "sm_90"), interpreted=True),
-        ),
+        backends=_BACKENDS,
         test_shapes=TEST_SHAPES,
         bench_shapes=BENCH_SHAPES,
         peers=(reference_peer("dequantize_int8", compiled=False), reference_peer("dequantize_int8", compiled=True)),
@@ -511,11 +510,7 @@ QUANTIZE_FP8 = register(
         # read x once, write q (1 byte per element) and the scales (per tensor reads x twice,
         # but its fewest bytes are these).
         bytes_moved=lambda s, dt: (ELEM_BYTES[dt] + 1.0) * s[0] * s[1] + 4.0 * _fp8_scale_count(s),
-        backends=(
-            Backend("cuda", archs=("sm_80", "sm_90a")),
-            Backend("triton", archs=("sm_80", "sm_90"), interpreted=True),
-            Backend("pallas", archs=("sm_80", "sm_90"), interpreted=True),
-        ),
+        backends=_BACKENDS,
         test_shapes=FP8_TEST_SHAPES,
         bench_shapes=FP8_BENCH_SHAPES,
         peers=(reference_peer("quantize_fp8", compiled=False), reference_peer("quantize_fp8", compiled=True)),
@@ -612,11 +607,7 @@ DEQUANTIZE_FP8 = register(
         tolerance=FP8_DEQUANTIZE_TOLERANCE,
         flops=lambda s: 1.0 * s[0] * s[1],
         bytes_moved=lambda s, dt: (1.0 + ELEM_BYTES[dt]) * s[0] * s[1] + 4.0 * _fp8_scale_count(s),
-        backends=(
-            Backend("cuda", archs=("sm_80", "sm_90a")),
-            Backend("triton", archs=("sm_80", "sm_90"), interpreted=True),
-            Backend("pallas", archs=("sm_80", "sm_90"), interpreted=True),
-        ),
+        backends=_BACKENDS,
         test_shapes=tuple((m, k, g) for g in range(4) for m, k in _FP8_BASE),
         bench_shapes=((4096, 7168, 2), (16384, 7168, 1), (7168, 4096, 3)),
         peers=(reference_peer("dequantize_fp8", compiled=False), reference_peer("dequantize_fp8", compiled=True)),

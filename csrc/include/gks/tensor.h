@@ -81,6 +81,7 @@ struct RowLayout {
 // ---- validation helpers; each throws gks::Error naming `op` and `arg` ----
 void check_cuda(const TensorRef& t, const char* op, const char* arg);
 void check_dtype_float(const TensorRef& t, const char* op, const char* arg);
+void check_dtype(const TensorRef& t, DType want, const char* op, const char* arg);  // exactly `want`
 void check_same_dtype(const TensorRef& a, const char* a_name, const TensorRef& b,
                       const char* b_name, const char* op);
 void check_same_device(const TensorRef& a, const char* a_name, const TensorRef& b,

@@ -24,10 +24,8 @@ void act_and_mul_quant(const ActAndMulQuantArgs& args, cudaStream_t stream) {
       << x.shape_string();
   check_same_device(x, "x", q, "q", kOp);
   check_same_device(x, "x", scale, "scale", kOp);
-  GKS_CHECK(q.dtype == DType::kFloat8E4M3, kUnsupportedDtype)
-      << kOp << ": argument 'q' must be float8_e4m3fn, got " << dtype_name(q.dtype);
-  GKS_CHECK(scale.dtype == DType::kFloat32, kUnsupportedDtype)
-      << kOp << ": argument 'scale' must be float32, got " << dtype_name(scale.dtype);
+  check_dtype(q, DType::kFloat8E4M3, kOp, "q");
+  check_dtype(scale, DType::kFloat32, kOp, "scale");
   TensorRef want = x;
   want.shape[x.ndim - 1] = d;
   bool ok = q.ndim == want.ndim;

@@ -86,8 +86,7 @@ void merge_state(const MergeStateArgs& args, cudaStream_t stream) {
   const RowLayout b_rows = row_layout(v_b, kOp, "v_b");
   for (const auto& [t, name] : {std::pair{&s_a, "s_a"}, std::pair{&s_b, "s_b"}}) {
     check_same_device(v_a, "v_a", *t, name, kOp);
-    GKS_CHECK(t->dtype == DType::kFloat32, kUnsupportedDtype)
-        << kOp << ": argument '" << name << "' must be float32, got " << dtype_name(t->dtype);
+    check_dtype(*t, DType::kFloat32, kOp, name);
     check_shape(*t, v_a.shape, v_a.ndim - 1, kOp, name, "v_a's shape without its last dim");
   }
   check_same_device(v_a, "v_a", v, "v", kOp);
@@ -95,8 +94,7 @@ void merge_state(const MergeStateArgs& args, cudaStream_t stream) {
   check_same_shape(v_a, "v_a", v, "v", kOp);
   const RowLayout out_rows = row_layout(v, kOp, "v");
   check_same_device(v_a, "v_a", s, "s", kOp);
-  GKS_CHECK(s.dtype == DType::kFloat32, kUnsupportedDtype)
-      << kOp << ": argument 's' must be float32, got " << dtype_name(s.dtype);
+  check_dtype(s, DType::kFloat32, kOp, "s");
   check_shape(s, v_a.shape, v_a.ndim - 1, kOp, "s", "v_a's shape without its last dim");
   // The in-place form: v exactly v_a, s exactly s_a (each row's states are read before its
   // outputs are written, by the threads that write them).
@@ -134,16 +132,14 @@ void merge_states(const MergeStatesArgs& args, cudaStream_t stream) {
   rows_view.strides[v.ndim - 2] = v.strides[v.ndim - 1];
   const RowLayout v_rows = row_layout(rows_view, kOp, "v");
   check_same_device(v, "v", s, "s", kOp);
-  GKS_CHECK(s.dtype == DType::kFloat32, kUnsupportedDtype)
-      << kOp << ": argument 's' must be float32, got " << dtype_name(s.dtype);
+  check_dtype(s, DType::kFloat32, kOp, "s");
   check_shape(s, v.shape, v.ndim - 1, kOp, "s", "v's shape without its last dim");
   check_same_device(v, "v", v_out, "v_out", kOp);
   check_same_dtype(v, "v", v_out, "v_out", kOp);
   check_shape(v_out, rows_view.shape, rows_view.ndim, kOp, "v_out", "v's shape without its state dim");
   const RowLayout out_rows = row_layout(v_out, kOp, "v_out");
   check_same_device(v, "v", s_out, "s_out", kOp);
-  GKS_CHECK(s_out.dtype == DType::kFloat32, kUnsupportedDtype)
-      << kOp << ": argument 's_out' must be float32, got " << dtype_name(s_out.dtype);
+  check_dtype(s_out, DType::kFloat32, kOp, "s_out");
   check_shape(s_out, v.shape, v.ndim - 2, kOp, "s_out", "v's shape without its last two dims");
   check_outputs({{&v_out, "v_out"}, {&s_out, "s_out"}}, {{&v, "v"}, {&s, "s"}}, kOp);
 

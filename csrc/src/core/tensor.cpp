@@ -101,6 +101,11 @@ void check_dtype_float(const TensorRef& t, const char* op, const char* arg) {
       << dtype_name(t.dtype);
 }
 
+void check_dtype(const TensorRef& t, DType want, const char* op, const char* arg) {
+  GKS_CHECK(t.dtype == want, kUnsupportedDtype)
+      << op << ": argument '" << arg << "' must be " << dtype_name(want) << ", got " << dtype_name(t.dtype);
+}
+
 void check_same_dtype(const TensorRef& a, const char* a_name, const TensorRef& b,
                       const char* b_name, const char* op) {
   GKS_CHECK(a.dtype == b.dtype, kUnsupportedDtype)

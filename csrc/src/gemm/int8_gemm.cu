@@ -46,8 +46,7 @@ void launch_config(kernels::gemm::Int8GemmParams p, bool aligned, int device, cu
 int64_t scale_stride(const TensorRef& s, int64_t len, bool column, const char* op,
                      const char* arg) {
   check_cuda(s, op, arg);
-  GKS_CHECK(s.dtype == DType::kFloat32, kUnsupportedDtype)
-      << op << ": argument '" << arg << "' must be float32, got " << dtype_name(s.dtype);
+  check_dtype(s, DType::kFloat32, op, arg);
   const bool as_1d = s.ndim == 1 && s.shape[0] == len;
   const bool as_2d = s.ndim == 2 && (column ? (s.shape[0] == len && s.shape[1] == 1)
                                             : (s.shape[0] == 1 && s.shape[1] == len));
@@ -120,11 +119,9 @@ struct Int8Validated {
 
 Int8Validated validate(const Int8GemmArgs& args) {
   check_cuda(args.a, kOp, "a_q");
-  GKS_CHECK(args.a.dtype == DType::kInt8, kUnsupportedDtype)
-      << kOp << ": argument 'a_q' must be int8, got " << dtype_name(args.a.dtype);
+  check_dtype(args.a, DType::kInt8, kOp, "a_q");
   check_same_device(args.a, "a_q", args.b, "b_q", kOp);
-  GKS_CHECK(args.b.dtype == DType::kInt8, kUnsupportedDtype)
-      << kOp << ": argument 'b_q' must be int8, got " << dtype_name(args.b.dtype);
+  check_dtype(args.b, DType::kInt8, kOp, "b_q");
   check_same_device(args.a, "a_q", args.a_scale, "a_scale", kOp);
   check_same_device(args.a, "a_q", args.b_scale, "b_scale", kOp);
   check_same_device(args.a, "a_q", args.c, "c", kOp);

@@ -60,8 +60,7 @@ void sgemm(const SgemmArgs& args, cudaStream_t stream) {
   constexpr const char* kOp = "gks.sgemm";
   auto check_f32 = [&](const TensorRef& t, const char* name) {
     check_cuda(t, kOp, name);
-    GKS_CHECK(t.dtype == DType::kFloat32, kUnsupportedDtype)
-        << kOp << ": argument '" << name << "' must be float32, got " << dtype_name(t.dtype);
+    check_dtype(t, DType::kFloat32, kOp, name);
   };
   // The device first: a host b or c is named as on another device than a.
   check_f32(args.a, "a");

@@ -45,11 +45,6 @@ void check_target(const TensorRef& target, const TensorRef& logits, const char* 
   check_rows_vector(target, "target", logits, op);
 }
 
-void check_float32(const TensorRef& t, const char* name, const char* op) {
-  GKS_CHECK(t.dtype == DType::kFloat32, kUnsupportedDtype)
-      << op << ": argument '" << name << "' must be float32, got " << dtype_name(t.dtype);
-}
-
 kernels::rows::CrossEntropyParams base_params(const TensorRef& logits, const RowLayout& rows,
                                               const TensorRef& target, int64_t ignore_index) {
   kernels::rows::CrossEntropyParams p{};
@@ -97,7 +92,7 @@ void cross_entropy_fwd(const CrossEntropyFwdArgs& args, cudaStream_t stream) {
       << kFwdOp << ": argument 'loss' must be float32 or the dtype of 'logits' (" << dtype_name(logits.dtype)
       << "), got " << dtype_name(loss.dtype);
   check_rows_vector(lse, "lse", logits, kFwdOp);
-  check_float32(lse, "lse", kFwdOp);
+  check_dtype(lse, DType::kFloat32, kFwdOp, "lse");
   check_outputs({{&loss, "loss"}, {&lse, "lse"}}, {{&logits, "logits"}, {&target, "target"}}, kFwdOp);
   detail::check_listed_config(args.config, kCrossEntropyConfigs, kFwdOp);
   if (validating_only() || rows.rows == 0) return;
@@ -122,9 +117,9 @@ void cross_entropy_bwd(const CrossEntropyBwdArgs& args, cudaStream_t stream) {
   const RowLayout rows = check_logits(logits, kBwdOp);
   check_target(target, logits, kBwdOp);
   check_rows_vector(lse, "lse", logits, kBwdOp);
-  check_float32(lse, "lse", kBwdOp);
+  check_dtype(lse, DType::kFloat32, kBwdOp, "lse");
   check_rows_vector(dloss, "dloss", logits, kBwdOp);
-  check_float32(dloss, "dloss", kBwdOp);
+  check_dtype(dloss, DType::kFloat32, kBwdOp, "dloss");
   check_same_device(logits, "logits", dlogits, "dlogits", kBwdOp);
   check_same_dtype(logits, "logits", dlogits, "dlogits", kBwdOp);
   check_same_shape(logits, "logits", dlogits, "dlogits", kBwdOp);

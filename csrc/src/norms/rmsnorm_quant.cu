@@ -36,8 +36,7 @@ void run(const RmsNormQuantArgs& args, cudaStream_t stream, const char* op) {
   check_same_device(x, "x", scale, "scale", op);
   GKS_CHECK(q.dtype == DType::kInt8 || q.dtype == DType::kFloat8E4M3, kUnsupportedDtype)
       << op << ": argument 'q' must be int8 or float8_e4m3fn, got " << dtype_name(q.dtype);
-  GKS_CHECK(scale.dtype == DType::kFloat32, kUnsupportedDtype)
-      << op << ": argument 'scale' must be float32, got " << dtype_name(scale.dtype);
+  check_dtype(scale, DType::kFloat32, op, "scale");
   GKS_CHECK(g == Fp8Granularity::kToken || g == Fp8Granularity::kGroup, kInvalidArgument)
       << op << ": argument 'granularity' must be 'token' or 'group', got '" << fp8_granularity_name(g) << "'";
   GKS_CHECK(g == Fp8Granularity::kToken || q.dtype == DType::kFloat8E4M3, kInvalidArgument)

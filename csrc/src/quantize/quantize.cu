@@ -27,37 +27,14 @@ void check_scale_shape(const TensorRef& like, const char* like_name, const Tenso
       << like_name << "' with its last dim 1), got " << scale.shape_string();
 }
 
-void check_int8(const TensorRef& t, const char* op, const char* arg) {
-  GKS_CHECK(t.dtype == DType::kInt8, kUnsupportedDtype)
-      << op << ": argument '" << arg << "' must be int8, got " << dtype_name(t.dtype);
-}
-
-void check_float32(const TensorRef& t, const char* op, const char* arg) {
-  GKS_CHECK(t.dtype == DType::kFloat32, kUnsupportedDtype)
-      << op << ": argument '" << arg << "' must be float32, got " << dtype_name(t.dtype);
-}
-
 }  // namespace
 
 bool quantize_int8_plan_has_kernel(const RowPlan& plan, DType dtype) {
-  using kernels::rows::QuantizeRow;
-  bool found = false;
-  GKS_DISPATCH_FLOAT(dtype, {
-    found = plan.vec == 1 ? row_kernel_exists<QuantizeRow<scalar_t, 1>>(plan)
-                          : row_kernel_exists<QuantizeRow<scalar_t, 16>>(plan);
-  });
-  return found;
+  return row_plan_has_kernel<kernels::rows::QuantizeRow, 16>(plan, dtype);
 }
 
 bool dequantize_int8_plan_has_kernel(const RowPlan& plan, DType out_dtype) {
-  using kernels::rows::DequantizeRow;
-  bool found = false;
-  GKS_DISPATCH_FLOAT(out_dtype, {
-    found = plan.vec == 1
-                ? row_kernel_exists<DequantizeRow<scalar_t, 1>>(plan)
-                : row_kernel_exists<DequantizeRow<scalar_t, kernels::kVec16<scalar_t>>>(plan);
-  });
-  return found;
+  return row_plan_has_kernel<kernels::rows::DequantizeRow>(plan, out_dtype);
 }
 
 }  // namespace detail
@@ -69,8 +46,8 @@ void quantize_int8(const QuantizeInt8Args& args, cudaStream_t stream) {
   check_dtype_float(x, kOp, "x");
   check_same_device(x, "x", q, "q", kOp);
   check_same_device(x, "x", scale, "scale", kOp);
-  detail::check_int8(q, kOp, "q");
-  detail::check_float32(scale, kOp, "scale");
+  check_dtype(q, DType::kInt8, kOp, "q");
+  check_dtype(scale, DType::kFloat32, kOp, "scale");
   const RowLayout x_rows = row_layout(x, kOp, "x");
   check_same_shape(x, "x", q, "q", kOp);
   const RowLayout q_rows = row_layout(q, kOp, "q");
@@ -90,13 +67,7 @@ void quantize_int8(const QuantizeInt8Args& args, cudaStream_t stream) {
                                            scale_rows,  x_rows.rows,
                                            x_rows.cols};
   const detail::DeviceGuard guard(x.device.index);
-  GKS_DISPATCH_FLOAT(x.dtype, {
-    using kernels::rows::QuantizeRow;
-    if (plan.vec == 1)
-      detail::launch_rows<QuantizeRow<scalar_t, 1>>(plan, params, stream, kOp);
-    else
-      detail::launch_rows<QuantizeRow<scalar_t, 16>>(plan, params, stream, kOp);
-  });
+  detail::launch_row_plan<kernels::rows::QuantizeRow, 16>(plan, x.dtype, params, stream, kOp);
   detail::check_launch(kOp);
 }
 
@@ -104,10 +75,10 @@ void dequantize_int8(const DequantizeInt8Args& args, cudaStream_t stream) {
   constexpr const char* kOp = "gks.dequantize_int8";
   const TensorRef &q = args.q, &scale = args.scale, &out = args.out;
   check_cuda(q, kOp, "q");
-  detail::check_int8(q, kOp, "q");
+  check_dtype(q, DType::kInt8, kOp, "q");
   check_same_device(q, "q", scale, "scale", kOp);
   check_same_device(q, "q", out, "out", kOp);
-  detail::check_float32(scale, kOp, "scale");
+  check_dtype(scale, DType::kFloat32, kOp, "scale");
   check_dtype_float(out, kOp, "out");
   const RowLayout q_rows = row_layout(q, kOp, "q");
   detail::check_scale_shape(q, "q", scale, kOp);
@@ -137,13 +108,7 @@ void dequantize_int8(const DequantizeInt8Args& args, cudaStream_t stream) {
                                              col_blocks,
                                              col_blocks * row_blocks};
   const detail::DeviceGuard guard(q.device.index);
-  GKS_DISPATCH_FLOAT(out.dtype, {
-    using kernels::rows::DequantizeRow;
-    if (plan.vec == 1)
-      detail::launch_rows<DequantizeRow<scalar_t, 1>>(plan, params, stream, kOp);
-    else
-      detail::launch_rows<DequantizeRow<scalar_t, kernels::kVec16<scalar_t>>>(plan, params, stream, kOp);
-  });
+  detail::launch_row_plan<kernels::rows::DequantizeRow>(plan, out.dtype, params, stream, kOp);
   detail::check_launch(kOp);
 }
 

@@ -28,11 +28,6 @@ namespace {
 
 constexpr int64_t kFp8Group = kernels::rows::fp8q::kGroup;
 
-void check_fp8(const TensorRef& t, const char* op, const char* arg) {
-  GKS_CHECK(t.dtype == DType::kFloat8E4M3, kUnsupportedDtype)
-      << op << ": argument '" << arg << "' must be float8_e4m3fn, got " << dtype_name(t.dtype);
-}
-
 void check_fp8_options(Fp8Granularity granularity, int group_size, const char* op) {
   GKS_CHECK(granularity == Fp8Granularity::kTensor || granularity == Fp8Granularity::kToken ||
                 granularity == Fp8Granularity::kGroup || granularity == Fp8Granularity::kBlock,
@@ -85,13 +80,7 @@ constexpr int64_t kMaxGrid = 4096;
 }  // namespace
 
 bool quantize_fp8_token_plan_has_kernel(const RowPlan& plan, DType dtype) {
-  using kernels::rows::QuantizeFp8TokenRow;
-  bool found = false;
-  GKS_DISPATCH_FLOAT(dtype, {
-    found = plan.vec == 1 ? row_kernel_exists<QuantizeFp8TokenRow<scalar_t, 1>>(plan)
-                          : row_kernel_exists<QuantizeFp8TokenRow<scalar_t, 16>>(plan);
-  });
-  return found;
+  return row_plan_has_kernel<kernels::rows::QuantizeFp8TokenRow, 16>(plan, dtype);
 }
 
 bool quantize_fp8_groups_plan_has_kernel(const RowPlan& plan, DType dtype) {
@@ -107,14 +96,7 @@ bool quantize_fp8_groups_plan_has_kernel(const RowPlan& plan, DType dtype) {
 }
 
 bool dequantize_fp8_plan_has_kernel(const RowPlan& plan, DType out_dtype) {
-  using kernels::rows::DequantizeFp8Row;
-  bool found = false;
-  GKS_DISPATCH_FLOAT(out_dtype, {
-    found = plan.vec == 1
-                ? row_kernel_exists<DequantizeFp8Row<scalar_t, 1>>(plan)
-                : row_kernel_exists<DequantizeFp8Row<scalar_t, kernels::kVec16<scalar_t>>>(plan);
-  });
-  return found;
+  return row_plan_has_kernel<kernels::rows::DequantizeFp8Row>(plan, out_dtype);
 }
 
 }  // namespace detail
@@ -127,9 +109,8 @@ void quantize_fp8(const QuantizeFp8Args& args, cudaStream_t stream) {
   check_dtype_float(x, kOp, "x");
   check_same_device(x, "x", q, "q", kOp);
   check_same_device(x, "x", scale, "scale", kOp);
-  detail::check_fp8(q, kOp, "q");
-  GKS_CHECK(scale.dtype == DType::kFloat32, kUnsupportedDtype)
-      << kOp << ": argument 'scale' must be float32, got " << dtype_name(scale.dtype);
+  check_dtype(q, DType::kFloat8E4M3, kOp, "q");
+  check_dtype(scale, DType::kFloat32, kOp, "scale");
   detail::check_fp8_options(g, args.group_size, kOp);
   const RowLayout x_rows = row_layout(x, kOp, "x");
   check_same_shape(x, "x", q, "q", kOp);
@@ -162,12 +143,7 @@ void quantize_fp8(const QuantizeFp8Args& args, cudaStream_t stream) {
 
   if (g == Fp8Granularity::kToken) {
     const detail::RowPlan plan = detail::plan_quantize_int8(cols, x.dtype, aligned);
-    GKS_DISPATCH_FLOAT(x.dtype, {
-      if (plan.vec == 1)
-        detail::launch_rows<kr::QuantizeFp8TokenRow<scalar_t, 1>>(plan, p, stream, kOp);
-      else
-        detail::launch_rows<kr::QuantizeFp8TokenRow<scalar_t, 16>>(plan, p, stream, kOp);
-    });
+    detail::launch_row_plan<kr::QuantizeFp8TokenRow, 16>(plan, x.dtype, p, stream, kOp);
   } else if (g == Fp8Granularity::kBlock) {
     p.col_blocks = detail::ceil_div(cols, detail::kFp8Group);
     p.blocks = detail::ceil_div(rows, detail::kFp8Group) * p.col_blocks;
@@ -223,11 +199,10 @@ void dequantize_fp8(const DequantizeFp8Args& args, cudaStream_t stream) {
   const TensorRef &q = args.q, &scale = args.scale, &out = args.out;
   const Fp8Granularity g = args.granularity;
   check_cuda(q, kOp, "q");
-  detail::check_fp8(q, kOp, "q");
+  check_dtype(q, DType::kFloat8E4M3, kOp, "q");
   check_same_device(q, "q", scale, "scale", kOp);
   check_same_device(q, "q", out, "out", kOp);
-  GKS_CHECK(scale.dtype == DType::kFloat32, kUnsupportedDtype)
-      << kOp << ": argument 'scale' must be float32, got " << dtype_name(scale.dtype);
+  check_dtype(scale, DType::kFloat32, kOp, "scale");
   check_dtype_float(out, kOp, "out");
   detail::check_fp8_options(g, args.group_size, kOp);
   const RowLayout q_rows = row_layout(q, kOp, "q");
@@ -257,13 +232,7 @@ void dequantize_fp8(const DequantizeFp8Args& args, cudaStream_t stream) {
                                              col_blocks * detail::ceil_div(q_rows.rows, plan.rows_per_block),
                                              static_cast<int>(g)};
   const detail::DeviceGuard guard(q.device.index);
-  GKS_DISPATCH_FLOAT(out.dtype, {
-    using kernels::rows::DequantizeFp8Row;
-    if (plan.vec == 1)
-      detail::launch_rows<DequantizeFp8Row<scalar_t, 1>>(plan, p, stream, kOp);
-    else
-      detail::launch_rows<DequantizeFp8Row<scalar_t, kernels::kVec16<scalar_t>>>(plan, p, stream, kOp);
-  });
+  detail::launch_row_plan<kernels::rows::DequantizeFp8Row>(plan, out.dtype, p, stream, kOp);
   detail::check_launch(kOp);
 }
 

@@ -45,8 +45,7 @@ void apply_rope(const ApplyRopeArgs& args, cudaStream_t stream) {
   const int64_t heads_q = q.shape[q.ndim - 2], heads_k = k.shape[k.ndim - 2];
 
   check_same_device(q, "q", cs, "cos_sin_cache", kOp);
-  GKS_CHECK(cs.dtype == DType::kFloat32, kUnsupportedDtype)
-      << kOp << ": argument 'cos_sin_cache' must be float32, got " << dtype_name(cs.dtype);
+  check_dtype(cs, DType::kFloat32, kOp, "cos_sin_cache");
   GKS_CHECK(cs.ndim == 2, kInvalidArgument)
       << kOp << ": argument 'cos_sin_cache' must be [max_pos, rotary_dim], got " << cs.shape_string();
   const int64_t max_pos = cs.shape[0], rotary_dim = cs.shape[1];

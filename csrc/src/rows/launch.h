@@ -32,13 +32,15 @@ struct Type {
 //   with_row_elements(dtype, plan, [&](auto t, auto vec) {
 //     launch_rows<RmsNormRow<typename decltype(t)::type, decltype(vec)::value>>(plan, p, stream, op);
 //   });
-template <class F>
+// kWide, when not 0, is the wide access's width for every dtype (a functor whose 16-byte
+// access is of its 1-byte output: the quantize rows).
+template <int kWide = 0, class F>
 void with_row_elements(DType dtype, const RowPlan& plan, F&& f) {
   GKS_DISPATCH_FLOAT(dtype, {
     if (plan.vec == 1)
       f(Type<scalar_t>{}, std::integral_constant<int, 1>{});
     else
-      f(Type<scalar_t>{}, std::integral_constant<int, kernels::kVec16<scalar_t>>{});
+      f(Type<scalar_t>{}, std::integral_constant<int, kWide != 0 ? kWide : kernels::kVec16<scalar_t>>{});
   });
 }
 
@@ -157,6 +159,24 @@ void launch_rows(const RowPlan& plan, const typename Row::Params& p, cudaStream_
       << op << ": internal error: no " << row_plan_kind_name(plan.kind) << " kernel of "
       << plan.threads_per_row << " threads x " << plan.vecs_per_thread << " accesses, "
       << plan.rows_per_block << " rows a block, clusters of " << plan.cluster << " (a gks bug)";
+}
+
+// For a functor Row<T, kVec> instantiated as with_row_elements<kWide> picks: whether the
+// plan's kernel exists, and its launch.
+template <template <typename, int> class Row, int kWide = 0>
+bool row_plan_has_kernel(const RowPlan& plan, DType dtype) {
+  bool found = false;
+  with_row_elements<kWide>(dtype, plan, [&](auto t, auto vec) {
+    found = row_kernel_exists<Row<typename decltype(t)::type, decltype(vec)::value>>(plan);
+  });
+  return found;
+}
+
+template <template <typename, int> class Row, int kWide = 0, class Params>
+void launch_row_plan(const RowPlan& plan, DType dtype, const Params& p, cudaStream_t stream, const char* op) {
+  with_row_elements<kWide>(dtype, plan, [&](auto t, auto vec) {
+    launch_rows<Row<typename decltype(t)::type, decltype(vec)::value>>(plan, p, stream, op);
+  });
 }
 
 }  // namespace gks::detail

@@ -87,8 +87,7 @@ void top_k(const TopKArgs& args, cudaStream_t stream) {
   check_same_dtype(x, "x", values, "values", kOp);
   check_output_shape(x, values, args.k, "values");
   check_same_device(x, "x", indices, "indices", kOp);
-  GKS_CHECK(indices.dtype == DType::kInt64, kUnsupportedDtype)
-      << kOp << ": argument 'indices' must be int64, got " << dtype_name(indices.dtype);
+  check_dtype(indices, DType::kInt64, kOp, "indices");
   check_output_shape(x, indices, args.k, "indices");
   const RowLayout values_rows = row_layout(values, kOp, "values");
   const RowLayout indices_rows = row_layout(indices, kOp, "indices");

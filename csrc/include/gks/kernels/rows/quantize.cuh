@@ -458,6 +458,22 @@ struct QuantizeRowOf {
 template <typename T, int kChunk>
 struct QuantizeRow : QuantizeRowOf<T, kChunk, Int8Format> {};
 
+// The shapes of the elementwise functors (dequantize, the fp8 group and block quantizers):
+// tiled, 256 threads, one or two chunks a thread; the grid strides over the blocks.
+struct ElementwiseTiles {
+  template <class S>
+  static constexpr bool compiled() {
+    if constexpr (kIsTiled<S>)
+      return S::kThreads == 256 && S::kVecsPerThread <= 2;
+    else
+      return false;
+  }
+  template <class S>
+  static constexpr int min_blocks() {
+    return 0;
+  }
+};
+
 // Elementwise: block b covers rows [(b / col_blocks) * kRowsPerBlock, + kRowsPerBlock) and
 // kChunksPerThread * kThreadsPerRow chunks of them starting at chunk (b % col_blocks) * that.
 // A chunk is one 16-byte store of out (kChunk = 4 fp32 or 8 fp16/bf16, from a 4- or 8-byte
@@ -466,21 +482,8 @@ struct QuantizeRow : QuantizeRowOf<T, kChunk, Int8Format> {};
 // separate 16-byte pieces, and stores do not merge in L1 the way loads hit it;
 // docs/perf/quantize.md.) The grid may be smaller than p.blocks; blocks then stride.
 template <typename T, int kChunk>
-struct DequantizeRow {
+struct DequantizeRow : ElementwiseTiles {
   using Params = DequantizeInt8Params;
-
-  template <class S>
-  static constexpr bool compiled() {
-    if constexpr (kIsTiled<S>)
-      return S::kThreads == 256 && S::kVecsPerThread <= 2;
-    else
-      return false;
-  }
-
-  template <class S>
-  static constexpr int min_blocks() {
-    return 0;
-  }
 
   template <class S>
   static __device__ __forceinline__ void tiled(const Params& p) {

@@ -209,20 +209,8 @@ struct QuantizeFp8TokenRow : QuantizeRowOf<T, kChunk, Fp8Format> {};
 // of a warp takes part in the shuffles (a warp is one row: kThreadsPerRow >= 32).
 // kVector: x and q rows 16-byte aligned (else scalar accesses, still a chunk a thread).
 template <typename T, bool kVector, bool kTensor>
-struct QuantizeFp8GroupRow {
+struct QuantizeFp8GroupRow : ElementwiseTiles {
   using Params = QuantizeFp8Params;
-
-  template <class S>
-  static constexpr bool compiled() {
-    if constexpr (kIsTiled<S>)
-      return S::kThreads == 256 && S::kVecsPerThread <= 2;
-    else
-      return false;
-  }
-  template <class S>
-  static constexpr int min_blocks() {
-    return 0;
-  }
 
   template <class S>
   static __device__ __forceinline__ void tiled(const Params& p) {
@@ -336,20 +324,8 @@ struct QuantizeFp8BlockTile {
 // ---- dequantize: out = q * scale, tiled as int8's (DequantizeRow) ----
 
 template <typename T, int kChunk>
-struct DequantizeFp8Row {
+struct DequantizeFp8Row : ElementwiseTiles {
   using Params = DequantizeFp8Params;
-
-  template <class S>
-  static constexpr bool compiled() {
-    if constexpr (kIsTiled<S>)
-      return S::kThreads == 256 && S::kVecsPerThread <= 2;
-    else
-      return false;
-  }
-  template <class S>
-  static constexpr int min_blocks() {
-    return 0;
-  }
 
   // The scale of elements [col, col + kChunk) of `row` (a chunk never straddles a group:
   // kChunk divides 128).
