@@ -45,6 +45,19 @@ requires_native = pytest.mark.skipif(
 )
 
 
+def public_op(name: str, backend: str):
+    """gks.<name> as users call it in `backend` (cuda: the torch op gks.<name>; triton,
+    pallas: gks.<backend>.<name>), skipping the test where the CUDA backend cannot run."""
+    from gks import registry
+
+    if backend == "cuda":
+        if not HAS_GPU:
+            pytest.skip("CUDA backend needs a GPU; this machine has none")
+        if not HAS_NATIVE:
+            pytest.skip("the gks CUDA library is not built")
+    return registry.get(name).public(backend)
+
+
 def seed_for(*parts) -> int:
     """A fresh, reproducible seed per test case (stable across runs and machines)."""
     digest = hashlib.sha256(repr(parts).encode()).digest()

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The attention family's entry points: flash_attention_fwd (and its path query),
-// flash_attention_decode, merge_state(s).
+// flash_attention_varlen_fwd, flash_attention_decode, merge_state(s).
 #include <tvm/ffi/optional.h>
 
 #include "common.h"
@@ -65,6 +65,52 @@ tvm::ffi::String flash_attention_fwd_configs() {
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(flash_attention_fwd, flash_attention_fwd);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(flash_attention_fwd_configs, flash_attention_fwd_configs);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(flash_attention_fwd_path, flash_attention_fwd_path);
+
+namespace {
+
+// (o, lse) of packed sequences into o [total_q, Hq, Dv] and lse [Hq, total_q]; page_table
+// None: packed keys, else a paged cache.
+void flash_attention_varlen_fwd(tvm::ffi::TensorView q, tvm::ffi::TensorView k, tvm::ffi::TensorView v,
+                                tvm::ffi::TensorView cu_seqlens_q, tvm::ffi::TensorView cu_seqlens_k,
+                                tvm::ffi::Optional<tvm::ffi::TensorView> seqused_k,
+                                tvm::ffi::Optional<tvm::ffi::TensorView> page_table, int64_t max_seqlen_q,
+                                tvm::ffi::TensorView o, tvm::ffi::TensorView lse, bool causal,
+                                tvm::ffi::Optional<double> softmax_scale, int64_t window_left,
+                                int64_t window_right, double softcap, int64_t config) {
+  using namespace gks::ffi;
+  translate_errors([&] {
+    constexpr const char* kOp = "gks.flash_attention_varlen_fwd";
+    gks::FlashAttentionVarlenFwdArgs args;
+    args.q = to_ref(q);
+    args.k = to_ref(k);
+    args.v = to_ref(v);
+    args.cu_seqlens_q = to_ref(cu_seqlens_q);
+    args.cu_seqlens_k = to_ref(cu_seqlens_k);
+    if (seqused_k.has_value()) args.seqused_k = to_ref(seqused_k.value());
+    if (page_table.has_value()) args.page_table = to_ref(page_table.value());
+    args.max_seqlen_q = max_seqlen_q;
+    args.o = to_ref(o);
+    args.lse = to_ref(lse);
+    args.causal = causal;
+    if (softmax_scale.has_value()) args.softmax_scale = float32_arg(softmax_scale.value(), "softmax_scale", kOp);
+    args.window_left = window_left;
+    args.window_right = window_right;
+    args.softcap = softcap;
+    args.config = config_arg(config, kOp);
+    gks::flash_attention_varlen_fwd(args, stream_for(args.q));
+  });
+}
+
+tvm::ffi::String flash_attention_varlen_fwd_configs() {
+  gks::ffi::ConfigTable table;
+  for (const auto& c : gks::kFlashAttentionVarlenFwdConfigs) table.row().str("name", c.name).str("kernel", c.name);
+  return table.json();
+}
+
+}  // namespace
+
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(flash_attention_varlen_fwd, flash_attention_varlen_fwd);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(flash_attention_varlen_fwd_configs, flash_attention_varlen_fwd_configs);
 
 namespace {
 

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The attention family's torch ops: gks::flash_attention_fwd, gks::flash_attention_decode,
+"""The attention family's torch ops: gks::flash_attention_fwd, gks::flash_attention_varlen_fwd,
+gks::flash_attention_decode,
 gks::merge_state (and its in-place form gks::merge_state_) and gks::merge_states (see gks._torch_ops for what every custom op
 guarantees)."""
 
@@ -10,27 +11,28 @@ import torch
 from gks import cuda
 from gks._torch_ops._eager import gks_op
 from gks._torch_ops._fake import validate
-from gks.runtime.dims import attention_dims
+from gks.runtime.dims import attention_dims, varlen_attention_dims
 from gks.runtime.tables import resolve_config
 
-__all__ = ["flash_attention_decode", "flash_attention_fwd", "merge_state", "merge_state_", "merge_states"]
+__all__ = ["flash_attention_decode", "flash_attention_fwd", "flash_attention_varlen_fwd", "merge_state", "merge_state_",
+           "merge_states"]
 
 
 def _aligned16(t: torch.Tensor, fake: bool) -> bool:
-    """The kernel copies 16-byte chunks: the data pointer and the batch, head and sequence
-    strides must be 16-byte multiples. A fake tensor has no data pointer: its storage offset
-    stands in (allocations are 16-byte aligned)."""
+    """The kernel copies 16-byte chunks: the data pointer and every stride but the last must
+    be 16-byte multiples. A fake tensor has no data pointer: its storage offset stands in
+    (allocations are 16-byte aligned)."""
     elems = 16 // t.element_size()
     address = t.storage_offset() * t.element_size() if fake else t.data_ptr()
     return address % 16 == 0 and all(
-        s % elems == 0 or n <= 1 for n, s in zip(t.shape[:3], t.stride()[:3])
+        s % elems == 0 or n <= 1 for n, s in zip(t.shape[:-1], t.stride()[:-1])
     )
 
 
-def _kernel_input(t: torch.Tensor, fake: bool = False) -> torch.Tensor:
+def _kernel_input(t: torch.Tensor, fake: bool = False, dims: int = 4) -> torch.Tensor:
     # A view whose rows do not start on 16-byte boundaries (a slice at an odd offset, a
     # stride that is not a multiple of 8) is copied; every other layout is used in place.
-    if t.dim() == 4 and t.numel() > 0 and t.stride(-1) == 1 and not _aligned16(t, fake):
+    if t.dim() == dims and t.numel() > 0 and t.stride(-1) == 1 and not _aligned16(t, fake):
         return t.clone(memory_format=torch.contiguous_format)
     return t
 
@@ -96,6 +98,96 @@ def _(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0
     q, k, v = (_kernel_input(t, fake=True) for t in (q, k, v))
     validate(cuda.flash_attention_fwd_out, q, k, v, o, lse, causal, softmax_scale, window_size,
              softcap, config)
+    return o, lse
+
+
+def _varlen_outputs(q: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """o [total_q, Hq, Dv] (q's dtype) and lse [Hq, total_q]; for a q that is not 3-D (or a v
+    neither packed nor paged), q-shaped ones, which the library then refuses, naming the
+    argument."""
+    if q.dim() == 3 and v.dim() in (3, 4):
+        return (torch.empty((*q.shape[:2], v.shape[-1]), dtype=q.dtype, device=q.device),
+                torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32, device=q.device))
+    return torch.empty(q.shape, dtype=q.dtype, device=q.device), torch.empty(q.shape, dtype=torch.float32,
+                                                                             device=q.device)
+
+
+def _flash_attention_varlen_fwd(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    seqused_k: torch.Tensor | None = None,
+    page_table: torch.Tensor | None = None,
+    causal: bool = False,
+    softmax_scale: float | None = None,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    config: int = -1,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention over B sequences of different lengths packed along one row dim (a server's
+    prefill batch; FlashAttention's flash_attn_varlen_func).
+
+    q [total_q, Hq, D], k [total_k, Hkv, D], v [total_k, Hkv, Dv]: fp16 or bf16 CUDA
+    tensors, head dims as gks.flash_attention_fwd's, the last dim contiguous, other strides
+    free (q, k, v of a fused [T, 3, H, D] qkv are read in place). cu_seqlens_q,
+    cu_seqlens_k [B + 1] (int32, on the device): sequence b is rows [cu_seqlens_q[b],
+    cu_seqlens_q[b + 1]) of q and keys [cu_seqlens_k[b], cu_seqlens_k[b + 1]) of k and v, of
+    which only the first seqused_k[b] ([B] int32) when given. With page_table ([B, max_pages]
+    int32) k and v are a paged KV cache [num_pages, page_size, Hkv, D] (vLLM's and
+    FlashAttention's layout, any page size): key j of sequence b is row j % page_size of page
+    page_table[b, j // page_size], sequence b has cu_seqlens_k[b + 1] - cu_seqlens_k[b] keys
+    (or seqused_k[b]) up to max_pages * page_size, and a page index outside the cache reads as
+    zeros. causal, window_size, softcap
+    and GQA as gks.flash_attention_fwd's, aligned bottom-right within each sequence.
+    max_seqlen_q and max_seqlen_k (ints >= 0, the longest lengths) size the grid; the
+    lengths stay on the device (no host synchronization: CUDA-graph safe, a capture replays
+    with other lengths), every bound is clamped into the packed tensors, and a sequence
+    longer than max_seqlen_q is still computed whole. Returns o [total_q, Hq, Dv] (q's
+    dtype; rows in no sequence are left unwritten) and lse [Hq, total_q] (float32; -inf,
+    with o = 0, for a row that sees no key). Runs on the current CUDA stream. config: -1 the
+    tuned table's kernel for this shape, else mma.sync; an index forces one (see
+    gks.cuda.flash_attention_varlen_fwd_out).
+    """
+    dims = varlen_attention_dims(q, k, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k, causal, page_table)
+    if dims is not None and all(d >= 0 for d in dims):
+        config = resolve_config("flash_attention_varlen_fwd", q, dims, config)
+    o, lse = _varlen_outputs(q, v)
+    key_dims = 3 if page_table is None else 4
+    cuda.flash_attention_varlen_fwd_out(
+        _kernel_input(q, dims=3), _kernel_input(k, dims=key_dims), _kernel_input(v, dims=key_dims), cu_seqlens_q,
+        cu_seqlens_k, max_seqlen_q, max_seqlen_k, o, lse, seqused_k, page_table, causal, softmax_scale, window_size,
+        softcap, config,
+    )
+    return o, lse
+
+
+_VARLEN_SCHEMA = (
+    "(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, SymInt max_seqlen_q, "
+    "SymInt max_seqlen_k, Tensor? seqused_k=None, Tensor? page_table=None, bool causal=False, "
+    "float? softmax_scale=None, "
+    "int[] window_size=[-1, -1], float softcap=0., int config=-1) -> (Tensor, Tensor)"
+)
+
+flash_attention_varlen_fwd = gks_op("flash_attention_varlen_fwd", _flash_attention_varlen_fwd,
+                                    schema=_VARLEN_SCHEMA)
+
+
+@flash_attention_varlen_fwd.op.register_fake
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=None, page_table=None, causal=False,
+      softmax_scale=None, window_size=(-1, -1), softcap=0.0, config=-1):
+    o, lse = _varlen_outputs(q, v)
+    key_dims = 3 if page_table is None else 4
+    q = _kernel_input(q, fake=True, dims=3)
+    k, v = (_kernel_input(t, fake=True, dims=key_dims) for t in (k, v))
+    hint = [max_seqlen_q, max_seqlen_k]
+    if not all(isinstance(n, int) for n in hint):  # symbolic: checked with its hint
+        hint = [int(getattr(getattr(n, "node", None), "hint", 0) or 0) for n in hint]
+    validate(cuda.flash_attention_varlen_fwd_out, q, k, v, cu_seqlens_q, cu_seqlens_k, *hint, o, lse, seqused_k,
+             page_table, causal, softmax_scale, window_size, softcap, config)
     return o, lse
 
 

@@ -1,14 +1,15 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The attention family's DLPack entry points: FlashAttention forward and its path query, split-KV
-decode, and the merge of partial attention states. See gks.cuda."""
+"""The attention family's DLPack entry points: FlashAttention forward and its path query, its
+varlen form, split-KV decode, and the merge of partial attention states. See gks.cuda."""
 
 from __future__ import annotations
 
 from gks import _native
-from gks.specs.attention import DECODE_OP, SOFTCAP_ERROR, checked_num_splits, window_pair
+from gks.specs.attention import (DECODE_OP, SOFTCAP_ERROR, VARLEN_OP, checked_max_seqlen, checked_num_splits,
+                                 window_pair)
 
-__all__ = ["flash_attention_decode_out", "flash_attention_fwd_out", "flash_attention_fwd_path", "merge_state_out",
-           "merge_states_out"]
+__all__ = ["flash_attention_decode_out", "flash_attention_fwd_out", "flash_attention_fwd_path",
+           "flash_attention_varlen_fwd_out", "merge_state_out", "merge_states_out"]
 
 _OP = "gks.flash_attention_fwd"
 
@@ -49,6 +50,27 @@ def flash_attention_fwd_path(q, k, v, o, lse, causal: bool = False, softmax_scal
     argument checks)."""
     return str(_native.module().flash_attention_fwd_path(
         q, k, v, o, lse, *_args(causal, softmax_scale, window_size, softcap, config)))
+
+
+def flash_attention_varlen_fwd_out(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int, o, lse,
+                                   seqused_k=None, page_table=None, causal: bool = False, softmax_scale=None,
+                                   window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0,
+                                   config: int = -1) -> None:
+    """(o, lse) = flash_attention_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, ...) (see
+    gks.flash_attention_varlen_fwd), written into o ([total_q, Hq, Dv], q's dtype, last dim
+    contiguous) and lse ([Hq, total_q], float32). q, k, v and o must be 16-byte aligned (base
+    and every stride but the last). page_table ([B, max_pages] int32): k and v are a paged
+    cache [num_pages, page_size, Hkv, D]. max_seqlen_q sizes the grid (a longer sequence is
+    still computed whole); max_seqlen_k is checked (an int >= 0) and not needed by the
+    kernel. config: -1 runs the mma.sync kernel (until the wgmma one has been checked on a
+    GPU), else an index into the library's table (gks.registry.get(
+    "flash_attention_varlen_fwd").configs: "mma.sync", "wgmma"; wgmma runs on sm_90 at D = Dv
+    = 64 and 128 and gives way to mma.sync elsewhere)."""
+    seqlen_q = checked_max_seqlen(VARLEN_OP, "max_seqlen_q", max_seqlen_q)
+    checked_max_seqlen(VARLEN_OP, "max_seqlen_k", max_seqlen_k)
+    causal, scale, left, right, cap, config = _args(causal, softmax_scale, window_size, softcap, config, VARLEN_OP)
+    _native.module().flash_attention_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, seqlen_q,
+                                                o, lse, causal, scale, left, right, cap, config)
 
 
 def merge_state_out(v_a, s_a, v_b, s_b, v, s) -> None:

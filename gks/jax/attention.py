@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The attention family as XLA custom calls: flash_attention_fwd, flash_attention_decode,
-merge_state, merge_states. See gks.jax. No jax.grad yet: the library has no attention
+"""The attention family as XLA custom calls: flash_attention_fwd, flash_attention_varlen_fwd,
+flash_attention_decode, merge_state, merge_states. See gks.jax. No jax.grad yet: the library has no attention
 backward to call."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from gks.jax._ffi import call, like, tuned
-from gks.runtime.dims import attention_dims
+from gks.runtime.dims import attention_dims, varlen_attention_dims
 
-__all__ = ["flash_attention_decode", "flash_attention_fwd", "merge_state", "merge_states"]
+__all__ = ["flash_attention_decode", "flash_attention_fwd", "flash_attention_varlen_fwd", "merge_state", "merge_states"]
 
 
 def _default_scale(q) -> float:
@@ -32,6 +32,29 @@ def flash_attention_fwd(q, k, v, causal: bool = False, softmax_scale=None, windo
                                         "window_size": window_size, "softcap": softcap},
                 (like(q, shape=o_shape), like(q, jnp.float32, lse_shape)),
                 config=tuned("flash_attention_fwd", config, q.dtype, attention_dims(q, k, causal, v)))
+
+
+def flash_attention_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int,
+                               seqused_k=None, page_table=None, causal: bool = False, softmax_scale=None,
+                               window_size=(-1, -1), softcap: float = 0.0, config: int = -1):
+    """(o [total_q, Hq, Dv] in q's dtype, lse [Hq, total_q] float32): attention over packed
+    sequences (see gks.flash_attention_varlen_fwd). max_seqlen_q / max_seqlen_k are static
+    ints; the lengths stay arrays."""
+    q, k, v, cu_seqlens_q, cu_seqlens_k = (jnp.asarray(a) for a in (q, k, v, cu_seqlens_q, cu_seqlens_k))
+    seqused_k = None if seqused_k is None else jnp.asarray(seqused_k)
+    page_table = None if page_table is None else jnp.asarray(page_table)
+    varlen = q.ndim == 3 and v.ndim == (3 if page_table is None else 4)
+    o_shape = (*q.shape[:2], v.shape[-1]) if varlen else q.shape
+    lse_shape = (q.shape[1], q.shape[0]) if varlen else q.shape
+    return call("flash_attention_varlen_fwd",
+                {"q": q, "k": k, "v": v, "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k,
+                 "max_seqlen_q": max_seqlen_q, "max_seqlen_k": max_seqlen_k, "seqused_k": seqused_k,
+                 "page_table": page_table, "causal": causal, "softmax_scale": softmax_scale,
+                 "window_size": window_size, "softcap": softcap},
+                (like(q, shape=o_shape), like(q, jnp.float32, lse_shape)),
+                config=tuned("flash_attention_varlen_fwd", config, q.dtype,
+                             varlen_attention_dims(q, k, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k, causal,
+                                                   page_table)))
 
 
 def merge_state(v_a, s_a, v_b, s_b):

@@ -5,6 +5,8 @@ naming the argument."""
 
 from __future__ import annotations
 
+import operator
+
 
 def check_matrix(t, op: str, arg: str) -> None:
     """Raises unless t is a 2-D torch tensor (the C++ API validates everything else and
@@ -55,3 +57,23 @@ def attention_dims(q, k, causal, v=None) -> tuple[int, ...] | None:
     if len(vs) != 4:
         return None
     return dims if vs[3] == qs[3] else (*dims, vs[3])
+
+
+def varlen_attention_dims(q, k, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k, causal,
+                          page_table=None) -> tuple[int, ...] | None:
+    """(B, Hq, Hkv, Sq, Sk, D, causal, page) of a flash_attention_varlen_fwd call (Sq, Sk:
+    max_seqlen_q and max_seqlen_k; page: the paged cache's page size, 0 for packed keys),
+    with Dv appended where v's head dim differs from D; None unless the tensors have the
+    op's ranks (the C++ API then says what is wrong). Takes torch tensors or JAX arrays."""
+    paged = page_table is not None
+    if len(q.shape) != 3 or len(k.shape) != (4 if paged else 3) or len(v.shape) != len(k.shape) \
+            or len(cu_seqlens_q.shape) != 1:
+        return None
+    try:  # not ints: the op refuses them, naming the argument
+        longest = (operator.index(max_seqlen_q), operator.index(max_seqlen_k))
+    except TypeError:
+        return None
+    dims = (cu_seqlens_q.shape[0] - 1, q.shape[1], k.shape[-2], *longest, q.shape[2], int(bool(causal)),
+            k.shape[1] if paged else 0)
+    return dims if v.shape[-1] == q.shape[2] else (*dims, v.shape[-1])
+

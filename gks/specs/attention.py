@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # annotations only: the module loads without torch
 # ---- the reference: the op's meaning in plain PyTorch (gks.reference.<op>). torch is
 # imported where it is used, so the registry loads without it.
 
-__all__ = ["flash_attention_decode", "flash_attention_fwd", "merge_state", "merge_states"]
+__all__ = ["flash_attention_decode", "flash_attention_fwd", "flash_attention_varlen_fwd", "merge_state", "merge_states"]
 
 
 HEAD_DIMS = (32, 64, 96, 128, 192, 256)  # the q/k head dims every backend compiles
@@ -606,6 +606,448 @@ FLASH_ATTENTION_FWD = register(
             i.get("window_size", (-1, -1)), i.get("softcap", 0.0), **kw),
         outputs=("o", "lse"),
         sass_kernels=(r"attention::(ws::)?flash_attention_fwd(_wgmma|_ws)?_kernel<",),
+    )
+)
+
+
+# ---- flash_attention_varlen_fwd: B sequences packed along one row dim (a server's prefill).
+# Sequence b is rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of q, o and lse and its keys rows
+# [cu_seqlens_k[b], cu_seqlens_k[b + 1]) of k and v (the first seqused_k[b] of them when
+# given), or with a page_table its keys are in a paged cache; within a sequence the meaning
+# is flash_attention_fwd's. A shape is (B, Hq, Hkv, Sq, Sk, D, causal, page[, Dv]): the
+# dense op's with Sq and Sk the longest lengths, and page 0 (packed keys) or the page size of
+# a paged cache (pages in a random order). Below 1024 rows the lengths are mixed (the first
+# sequence full, the second without queries, the others uniform), from 1024 every sequence
+# full (the bench shapes, whose flops and bytes are the dense op's).
+
+VARLEN_OP = "gks.flash_attention_varlen_fwd"
+
+
+def varlen_bounds(cu_seqlens_q, cu_seqlens_k, seqused_k, total_q: int, total_k: int,
+                  capacity: int | None = None) -> list[tuple[int, int, int, int]]:
+    """(q0, q1, k0, k1) of each sequence, as the kernels read them: every bound clamped into
+    [0, total] (q1 >= q0, k1 >= k0), and k1 - k0 to seqused_k[b] when given. Paged keys
+    (capacity: max_pages * page_size): k0 = 0 and k1 = seqused_k[b], or cu_seqlens_k[b + 1] -
+    cu_seqlens_k[b], clamped to [0, capacity]."""
+    import torch
+
+    cq = cu_seqlens_q.to("cpu", torch.int64).tolist()
+    ck = cu_seqlens_k.to("cpu", torch.int64).tolist()
+    used = None if seqused_k is None else seqused_k.to("cpu", torch.int64).tolist()
+    out = []
+    for b in range(len(cq) - 1):
+        q0 = min(max(cq[b], 0), total_q)
+        q1 = min(max(cq[b + 1], q0), total_q)
+        if capacity is not None:
+            out.append((q0, q1, 0, min(max(used[b] if used is not None else ck[b + 1] - ck[b], 0), capacity)))
+            continue
+        k0 = min(max(ck[b], 0), total_k)
+        k1 = min(max(ck[b + 1], k0), total_k)
+        if used is not None:
+            k1 = k0 + min(max(used[b], 0), k1 - k0)
+        out.append((q0, q1, k0, k1))
+    return out
+
+
+def _sequence_keys(k, v, page_table, b: int, k0: int, k1: int):
+    """Sequence b's keys and values [k0, k1) as dense [1, Hkv, L, D] tensors: rows of the
+    packed k and v, or (page_table) gathered from the paged cache."""
+    if page_table is None:
+        return _dense(k, k0, k1), _dense(v, k0, k1)
+    return _decode_keys(k, v, page_table, b, k1 - k0)
+
+
+def _bounds_of(inputs) -> list[tuple[int, int, int, int]]:
+    q, k, table = inputs["q"], inputs["k"], inputs.get("page_table")
+    return varlen_bounds(inputs["cu_seqlens_q"], inputs["cu_seqlens_k"], inputs.get("seqused_k"), q.shape[0],
+                         k.shape[0], None if table is None else table.shape[1] * k.shape[1])
+
+
+def _dense(t, lo: int, hi: int):
+    """Rows [lo, hi) of a packed [total, H, D] tensor as a dense [1, H, S, D] view."""
+    return t[lo:hi].transpose(0, 1).unsqueeze(0)
+
+
+def flash_attention_varlen_fwd(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    seqused_k: torch.Tensor | None = None,
+    page_table: torch.Tensor | None = None,
+    causal: bool = False,
+    softmax_scale: float | None = None,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    *,
+    precise: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention over B packed sequences, each as flash_attention_fwd over its own rows.
+
+    q [total_q, Hq, D], k [total_k, Hkv, D], v [total_k, Hkv, Dv]; cu_seqlens_q and
+    cu_seqlens_k [B + 1] (int32): sequence b is rows [cu_seqlens_q[b], cu_seqlens_q[b + 1])
+    of q and keys [cu_seqlens_k[b], cu_seqlens_k[b + 1]) of k and v, of which the first
+    seqused_k[b] ([B], int32) when given. With page_table ([B, max_pages] int32), k and v are
+    a paged cache [num_pages, page_size, Hkv, D|Dv]: sequence b's key j is row j % page_size
+    of page page_table[b, j // page_size] (zeros where that index is outside the cache), and
+    it has seqused_k[b] keys, or cu_seqlens_k[b + 1] - cu_seqlens_k[b], up to max_pages *
+    page_size. Causal and the window align bottom-right within each sequence. Returns o [total_q, Hq, Dv] (q's dtype) and lse [Hq, total_q] (float32);
+    rows in no sequence get o = 0 and lse = -inf here (the kernels leave them unwritten).
+    max_seqlen_q and max_seqlen_k (the longest lengths) size the kernels' grids; the meaning
+    does not depend on them.
+    """
+    import torch
+
+    del max_seqlen_q, max_seqlen_k
+    total_q, heads_q = q.shape[0], q.shape[1]
+    out_dtype = torch.float64 if precise else q.dtype
+    o = torch.zeros((total_q, heads_q, v.shape[-1]), dtype=out_dtype, device=q.device)
+    lse = torch.full((heads_q, total_q), float("-inf"), dtype=torch.float64 if precise else torch.float32,
+                     device=q.device)
+    if cu_seqlens_q.device.type == "meta":  # shapes alone: no lengths to read
+        return o, lse
+    bounds = _bounds_of({"q": q, "k": k, "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k,
+                         "seqused_k": seqused_k, "page_table": page_table})
+    for b, (q0, q1, k0, k1) in enumerate(bounds):
+        if q1 == q0:
+            continue
+        k_b, v_b = _sequence_keys(k, v, page_table, b, k0, k1)
+        ob, lb = flash_attention_fwd(_dense(q, q0, q1), k_b, v_b, causal, softmax_scale, window_size, softcap,
+                                     precise=precise)
+        o[q0:q1] = ob[0].transpose(0, 1)
+        lse[:, q0:q1] = lb[0]
+    return o, lse
+
+
+def varlen_lengths(batch: int, longest: int, gen) -> list[int]:
+    """Lengths of B sequences up to `longest` (see above): below 1024 mixed, the first full
+    and the second 0 (with three or more), the others uniform in [0, longest] from `gen` (a
+    CPU generator); from 1024 all full."""
+    import torch
+
+    if longest >= 1024:
+        return [longest] * batch
+    lengths = torch.randint(0, longest + 1, (batch,), generator=gen).tolist()
+    if batch:
+        lengths[0] = longest
+    if batch >= 3:
+        lengths[1] = 0
+    return lengths
+
+
+def cu_seqlens(lengths, device) -> torch.Tensor:
+    """[B + 1] int32 offsets of sequences of these lengths packed in order."""
+    import itertools
+
+    import torch
+
+    return torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32, device=device)
+
+
+def varlen_shape(shape) -> tuple[int, ...]:
+    """(B, Hq, Hkv, Sq, Sk, D, causal, page, Dv) of a varlen shape with or without its Dv."""
+    if len(shape) == 8:
+        return (*shape, shape[5])
+    if len(shape) == 9:
+        return tuple(shape)
+    raise ValueError(f"flash_attention_varlen_fwd: a shape is (B, Hq, Hkv, Sq, Sk, D, causal, page[, Dv]), got {shape}")
+
+
+def _as_dense_shape(shape) -> tuple[int, ...]:
+    """The dense op's shape of the same sizes (every sequence full): its flops and bytes."""
+    batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, causal, _, head_dim_v = varlen_shape(shape)
+    return (batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, causal, head_dim_v)
+
+
+def make_varlen_inputs(shape, dtype, device, seed):
+    import torch
+
+    batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, causal, page, head_dim_v = varlen_shape(shape)
+    host = torch.Generator().manual_seed(seed)
+    lens_q, lens_k = varlen_lengths(batch, seqlen_q, host), varlen_lengths(batch, seqlen_k, host)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    dt = getattr(torch, dtype)
+
+    def randn(*size):
+        return torch.randn(size, generator=gen, device=device, dtype=torch.float32).to(dt)
+
+    q = randn(sum(lens_q), heads_q, head_dim)
+    page_table = None
+    if page:  # each sequence's keys in pages of a shared cache, in a random order
+        k = randn(batch, heads_kv, seqlen_k, head_dim)
+        v = randn(batch, heads_kv, seqlen_k, head_dim_v)
+        state = gen.get_state()
+        k, page_table = decode_cache(k, page, gen)
+        gen.set_state(state)
+        v, _ = decode_cache(v, page, gen)
+    else:
+        k = randn(sum(lens_k), heads_kv, head_dim)
+        v = randn(sum(lens_k), heads_kv, head_dim_v)
+    return {
+        "q": q, "k": k, "v": v,
+        "cu_seqlens_q": cu_seqlens(lens_q, device),
+        "cu_seqlens_k": cu_seqlens(lens_k, device),
+        "max_seqlen_q": max(lens_q, default=0),
+        "max_seqlen_k": max(lens_k, default=0),
+        "seqused_k": None,
+        "page_table": page_table,
+        "causal": bool(causal),
+        "softmax_scale": None,
+    }
+
+
+def checked_max_seqlen(op: str, name: str, value) -> int:
+    """max_seqlen_q / max_seqlen_k as the backends take them: an int >= 0 (an int64 for the
+    C++ API)."""
+    try:
+        n = operator.index(value)
+    except TypeError:
+        n = None
+    if n is None or not 0 <= n < 1 << 63:
+        raise ValueError(f"{op}: argument '{name}' must be an int >= 0, got {value!r}")
+    return n
+
+
+def check_varlen_inputs(op: str, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k,
+                        page_table=None) -> None:
+    """The shape and dtype rules beyond flash_attention_fwd's that the Python backends
+    enforce, in the C++ API's words and order: q, k, v 3-dim [total, heads, head_dim] with a
+    contiguous last dim; the shapes (check_attention_shapes on them as one sequence);
+    cu_seqlens_q and cu_seqlens_k [B + 1] int32 alike; seqused_k [B] int32; max_seqlen_q and
+    max_seqlen_k ints >= 0. TypeError for a dtype, ValueError otherwise; each names the
+    argument."""
+    import torch
+
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        raise TypeError(f"{op}: argument 'q' must be float16 or bfloat16, got {q.dtype}")
+    for name, t in (("k", k), ("v", v)):
+        if t.dtype != q.dtype:
+            raise TypeError(f"{op}: argument '{name}' must have the dtype of 'q' ({q.dtype}), got {t.dtype}")
+    paged = page_table is not None
+    key_dims = 4 if paged else 3
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        want = 3 if name == "q" else key_dims
+        if t.dim() != want:
+            layout = "[num_pages, page_size, heads, head_dim]" if want == 4 else "[total, heads, head_dim]"
+            raise ValueError(f"{op}: argument '{name}' must have {want} dims {layout}, got {t.dim()} dims "
+                             f"{list(t.shape)}")
+        if t.shape[-1] > 1 and t.stride(-1) != 1:
+            raise ValueError(f"{op}: argument '{name}' must be contiguous in its last dim (stride 1), got "
+                             f"stride {t.stride(-1)}")
+    head_dim = q.shape[2]
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(f"{op}: head dim (the last dim of q and k) must be one of "
+                         f"{', '.join(map(str, HEAD_DIMS))}, got {head_dim}")
+    lead = list(k.shape[:-1])
+    if k.shape[-1] != head_dim:
+        want = "[num_pages, page_size, Hkv, " if paged else "[total_k, Hkv, "
+        raise ValueError(f"{op}: argument 'k' must have shape {want}{head_dim}] (q's head dim), got {list(k.shape)}")
+    if list(v.shape[:-1]) != lead or not v_head_dim_ok(head_dim, v.shape[-1]):
+        which = "three" if paged else "two"
+        raise ValueError(f"{op}: argument 'v' must have shape {lead + [head_dim]} (k's first {which} dims and the "
+                         f"head dim; 128 is also allowed with head dim 192), got {list(v.shape)}")
+    for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        if t.dtype != torch.int32:
+            raise TypeError(f"{op}: argument '{name}' must be int32, got {t.dtype}")
+        if t.dim() != 1 or t.shape[0] < 1:
+            raise ValueError(f"{op}: argument '{name}' must have shape [B + 1] (B >= 0 sequences), got "
+                             f"{list(t.shape)}")
+    batch = cu_seqlens_q.shape[0] - 1
+    if cu_seqlens_k.shape[0] != batch + 1:
+        raise ValueError(f"{op}: argument 'cu_seqlens_k' must have shape [{batch + 1}] (cu_seqlens_q's), got "
+                         f"{list(cu_seqlens_k.shape)}")
+    if seqused_k is not None:
+        if seqused_k.dtype != torch.int32:
+            raise TypeError(f"{op}: argument 'seqused_k' must be int32, got {seqused_k.dtype}")
+        if tuple(seqused_k.shape) != (batch,):
+            raise ValueError(f"{op}: argument 'seqused_k' must have shape [{batch}] (one per sequence), got "
+                             f"{list(seqused_k.shape)}")
+    if paged:
+        if page_table.dtype != torch.int32:
+            raise TypeError(f"{op}: argument 'page_table' must be int32, got {page_table.dtype}")
+        if page_table.dim() != 2 or page_table.shape[0] != batch:
+            raise ValueError(f"{op}: argument 'page_table' must have shape [{batch}, max_pages] (one row per "
+                             f"sequence), got {list(page_table.shape)}")
+    checked_max_seqlen(op, "max_seqlen_q", max_seqlen_q)
+    checked_max_seqlen(op, "max_seqlen_k", max_seqlen_k)
+    heads_q, heads_kv = q.shape[1], k.shape[key_dims - 2]
+    if heads_kv == 0 or heads_q % heads_kv != 0:
+        raise ValueError(f"{op}: the query heads ({heads_q}, dim 1 of q) must be a multiple of the key/value "
+                         f"heads ({heads_kv}, dim {key_dims - 2} of k and v)")
+
+
+def check_varlen(out, ref, dtype, inputs, what: str = "flash_attention_varlen_fwd") -> None:
+    """flash_attention_fwd's check, sequence by sequence (rows in no sequence are not the
+    op's to write)."""
+    import torch
+
+    o, lse = out
+    o_ref, lse_ref = ref
+    assert o.dtype == getattr(torch, dtype) and tuple(o.shape) == tuple(o_ref.shape), (
+        f"{what}: o {o.dtype} {tuple(o.shape)}, want {dtype} {tuple(o_ref.shape)}")
+    assert lse.dtype == torch.float32 and tuple(lse.shape) == tuple(lse_ref.shape), (
+        f"{what}: lse {lse.dtype} {tuple(lse.shape)}, want float32 {tuple(lse_ref.shape)}")
+    q, k, v = inputs["q"], inputs["k"], inputs["v"]
+    for b, (q0, q1, k0, k1) in enumerate(_bounds_of(inputs)):
+        k_b, v_b = _sequence_keys(k, v, inputs.get("page_table"), b, k0, k1)
+        fwd_inputs = {"q": _dense(q, q0, q1), "k": k_b, "v": v_b,
+                      "causal": inputs.get("causal", False), "softmax_scale": inputs.get("softmax_scale"),
+                      "window_size": inputs.get("window_size", (-1, -1)), "softcap": inputs.get("softcap", 0.0)}
+        check((_dense(o, q0, q1), lse[None, :, q0:q1]), (_dense(o_ref, q0, q1), lse_ref[None, :, q0:q1]), dtype,
+              fwd_inputs, f"{what} (sequence {b}: {q1 - q0} rows, {k1 - k0} keys)")
+
+
+def _varlen_bad_inputs() -> tuple[BadInput, ...]:
+    """What every backend refuses alike, beyond the options flash_attention_fwd shares: 4-dim
+    (dense) tensors, a head dim with no kernel, k or v of another shape, cu_seqlens of
+    another index type, rank or length, seqused_k of another type or length, heads that do
+    not group, max_seqlen below 0."""
+
+    def call(t, d, q=(12, 4, 64), kv=(20, 2, 64), v=None, dtype="float16", cu_q=None, cu_k=None, used=None,
+             table=None, **extra):
+        dt = getattr(t, dtype)
+        args = {"q": t.randn(q, device=d).to(dt), "k": t.randn(kv, device=d).to(dt),
+                "v": t.randn(v or kv, device=d).to(dt),
+                "cu_seqlens_q": (cu_q or (lambda t, d: t.tensor([0, 5, 12], dtype=t.int32, device=d)))(t, d),
+                "cu_seqlens_k": (cu_k or (lambda t, d: t.tensor([0, 8, 20], dtype=t.int32, device=d)))(t, d),
+                "max_seqlen_q": 7, "max_seqlen_k": 12}
+        if used is not None:
+            args["seqused_k"] = used(t, d)
+        if table is not None:
+            args["page_table"] = table(t, d)
+        return {**args, **extra}
+
+    def ints(values, dtype="int32"):
+        return lambda t, d: t.tensor(values, dtype=getattr(t, dtype), device=d)
+
+    return (
+        BadInput("q-float32", lambda t, d: call(t, d, dtype="float32"), TypeError,
+                 "argument 'q' must be float16 or bfloat16, got"),
+        BadInput("q-four-dims", lambda t, d: call(t, d, q=(1, 12, 4, 64)), ValueError,
+                 "argument 'q' must have 3 dims [total, heads, head_dim]"),
+        BadInput("head_dim_48", lambda t, d: call(t, d, q=(12, 4, 48), kv=(20, 2, 48)), ValueError,
+                 "head dim (the last dim of q and k) must be one of 32, 64, 96, 128, 192, 256, got 48"),
+        BadInput("k-head_dim", lambda t, d: call(t, d, kv=(20, 2, 32)), ValueError,
+                 "argument 'k' must have shape [total_k, Hkv, 64] (q's head dim), got [20, 2, 32]"),
+        BadInput("v-rows", lambda t, d: call(t, d, v=(19, 2, 64)), ValueError,
+                 "argument 'v' must have shape [20, 2, 64] (k's first two dims and the head dim; 128 is also "
+                 "allowed with head dim 192), got [19, 2, 64]"),
+        BadInput("cu_seqlens_q-int64", lambda t, d: call(t, d, cu_q=ints([0, 5, 12], "int64")), TypeError,
+                 "argument 'cu_seqlens_q' must be int32, got"),
+        BadInput("cu_seqlens_k-two-dims", lambda t, d: call(t, d, cu_k=ints([[0, 8, 20]])), ValueError,
+                 "argument 'cu_seqlens_k' must have shape [B + 1] (B >= 0 sequences), got [1, 3]"),
+        BadInput("cu_seqlens_k-length", lambda t, d: call(t, d, cu_k=ints([0, 8, 14, 20])), ValueError,
+                 "argument 'cu_seqlens_k' must have shape [3] (cu_seqlens_q's), got [4]"),
+        BadInput("seqused_k-int64", lambda t, d: call(t, d, used=ints([3, 4], "int64")), TypeError,
+                 "argument 'seqused_k' must be int32, got"),
+        BadInput("seqused_k-length", lambda t, d: call(t, d, used=ints([3, 4, 5])), ValueError,
+                 "argument 'seqused_k' must have shape [2] (one per sequence), got [3]"),
+        BadInput("paged-k-three-dims", lambda t, d: call(t, d, table=ints([[0, 1], [2, 3]])), ValueError,
+                 "argument 'k' must have 4 dims [num_pages, page_size, heads, head_dim], got 3 dims [20, 2, 64]"),
+        BadInput("page_table-int64", lambda t, d: call(t, d, kv=(5, 4, 2, 64), table=ints([[0, 1], [2, 3]], "int64")),
+                 TypeError, "argument 'page_table' must be int32, got"),
+        BadInput("page_table-rows", lambda t, d: call(t, d, kv=(5, 4, 2, 64), table=ints([[0, 1]])), ValueError,
+                 "argument 'page_table' must have shape [2, max_pages] (one row per sequence), got [1, 2]"),
+        BadInput("paged-heads_not_multiple", lambda t, d: call(t, d, kv=(5, 4, 3, 64), table=ints([[0, 1], [2, 3]])),
+                 ValueError, "must be a multiple of the key/value heads (3, dim 2 of k and v)"),
+        BadInput("max_seqlen_q-negative", lambda t, d: call(t, d, max_seqlen_q=-1), ValueError,
+                 "argument 'max_seqlen_q' must be an int >= 0, got -1"),
+        BadInput("heads_not_multiple", lambda t, d: call(t, d, kv=(20, 3, 64)), ValueError,
+                 "the query heads (4, dim 1 of q) must be a multiple of the key/value heads (3, dim 1 of k and v)"),
+        BadInput("softmax_scale", lambda t, d: call(t, d, softmax_scale=-1.0), ValueError,
+                 "argument 'softmax_scale' must be a finite number > 0"),
+        BadInput("window_right_with_causal", lambda t, d: call(t, d, causal=True, window_size=(4, 1)), ValueError,
+                 CAUSAL_WINDOW_ERROR + "(4, 1)"),
+        BadInput("softcap_negative", lambda t, d: call(t, d, softcap=-1.0), ValueError, SOFTCAP_ERROR + "-1"),
+    )
+
+
+def _fa4_varlen():
+    import inspect
+
+    from flash_attn.cute import flash_attn_varlen_func
+
+    takes = inspect.signature(flash_attn_varlen_func).parameters
+
+    def run(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=None, causal=False,
+            softmax_scale=None):
+        kw = {"cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k, "seqused_k": seqused_k,
+              "max_seqlen_q": max_seqlen_q, "max_seqlen_k": max_seqlen_k, "softmax_scale": softmax_scale,
+              "causal": bool(causal), "return_lse": True}
+        return flash_attn_varlen_func(q, k, v, **{n: x for n, x in kw.items() if n in takes})
+
+    return run
+
+
+FLASH_ATTENTION_VARLEN_FWD = register(
+    OpSpec(
+        name="flash_attention_varlen_fwd",
+        family="attention",
+        summary=("FlashAttention forward over packed sequences of different lengths (cu_seqlens, seqused_k): "
+                 "causal/window bottom-right per sequence, softcap, GQA, CUDA-graph safe"),
+        signature=(
+            "flash_attention_varlen_fwd(q[total_q, Hq, D], k[total_k, Hkv, D], v[total_k, Hkv, Dv], "
+            "cu_seqlens_q[B + 1] int32, cu_seqlens_k[B + 1] int32, max_seqlen_q, max_seqlen_k, "
+            "seqused_k=None ([B] int32), page_table=None ([B, max_pages] int32: k, v [pages, page_size, Hkv, D]), "
+            "causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0) "
+            "-> (o[total_q, Hq, Dv], lse[Hq, total_q] fp32)"
+        ),
+        shape_names=("B", "Hq", "Hkv", "Sq", "Sk", "D", "causal", "page", "Dv"),
+        optional_dims={"Dv": "D"},
+        bucket_exact=("D", "causal", "page", "Dv"),
+        dtypes=("float16", "bfloat16"),
+        make_inputs=make_varlen_inputs,
+        reference=flash_attention_varlen_fwd,
+        tolerance={"float16": (2e-3, 2e-3), "bfloat16": (1.6e-2, 1.6e-2)},
+        flops=lambda shape: flops(_as_dense_shape(shape)),
+        bytes_moved=lambda shape, dtype: bytes_moved(_as_dense_shape(shape), dtype),
+        backends=(
+            # Its configs: mma.sync on every GPU (the default) and, on sm_90, wgmma at D = Dv =
+            # 64 and 128 (elsewhere it gives way); the warp-specialized kernel is dense-only.
+            Backend("cuda", archs=("sm_80", "sm_90a"), tunable=True),
+            Backend("triton", archs=("sm_80", "sm_90"), interpreted=True),
+        ),
+        # Mixed lengths below 1024 (one full, one without queries); under the interpreters'
+        # size limit the first ones.
+        test_shapes=(
+            (1, 1, 1, 1, 1, 32, 0, 0),
+            (3, 4, 2, 40, 70, 64, 0, 0),        # GQA, one sequence without queries
+            (4, 2, 1, 33, 50, 64, 1, 0),        # causal, MQA, mixed lengths
+            (3, 2, 2, 65, 30, 128, 1, 0),       # causal, Sq > Sk in some sequences
+            (2, 2, 1, 17, 40, 256, 1, 0),
+            (2, 2, 1, 20, 33, 192, 1, 0, 128),  # DeepSeek's head dims
+            (3, 2, 2, 50, 64, 96, 0, 0),
+            (3, 2, 1, 30, 70, 64, 1, 16),       # paged: 16 keys a page
+            (2, 2, 2, 20, 40, 64, 0, 1),        # page size 1
+            (3, 2, 1, 25, 90, 128, 1, 48),      # page size 48: not a power of two
+            (8, 8, 2, 300, 700, 128, 1, 0),     # GPU only (larger than the interpreter's limit)
+            (5, 16, 4, 900, 900, 64, 1, 0),
+            (16, 32, 8, 128, 1000, 128, 1, 0),
+            (8, 8, 2, 200, 1500, 128, 1, 64),   # paged 64
+            (4, 8, 1, 100, 800, 128, 1, 256),   # paged 256
+        ),
+        bench_shapes=(
+            (16, 32, 8, 512, 8192, 128, 1, 0),   # the issue's chunked prefill
+            (16, 32, 8, 512, 8192, 128, 1, 16),  # ... over a paged cache of 16-key pages
+            (16, 32, 8, 512, 8192, 128, 1, 64),
+            (8, 32, 8, 2048, 2048, 128, 1, 0),
+            (8, 16, 16, 4096, 4096, 64, 1, 0),
+            (4, 32, 8, 4096, 4096, 128, 0, 0),
+        ),
+        compute="tensor",
+        peers=(Peer("FA4 varlen", _fa4_varlen, package="flash-attn-4"),),
+        check=check_varlen,
+        example_shape=(3, 4, 2, 40, 70, 64, 0, 0),
+        bad_inputs=_varlen_bad_inputs(),
+        cuda_out=lambda cuda, i, o, **kw: cuda.flash_attention_varlen_fwd_out(
+            i["q"], i["k"], i["v"], i["cu_seqlens_q"], i["cu_seqlens_k"], i["max_seqlen_q"], i["max_seqlen_k"],
+            o[0], o[1], i.get("seqused_k"), i.get("page_table"), i.get("causal", False), i.get("softmax_scale"),
+            i.get("window_size", (-1, -1)), i.get("softcap", 0.0), **kw),
+        outputs=("o", "lse"),
+        sass_kernels=(r"attention::flash_attention_fwd_kernel<.*, true>",),
     )
 )
 

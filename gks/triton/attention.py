@@ -24,12 +24,14 @@ import triton.language as tl
 
 from gks.specs.attention import (
     DECODE_OP,
+    VARLEN_OP,
     check_attention_shapes,
     check_decode_inputs,
     checked_num_splits,
     checked_softcap,
     checked_softmax_scale,
     checked_window,
+    check_varlen_inputs,
     decode_capacity,
     decode_num_splits,
     kernel_window,
@@ -46,8 +48,8 @@ from gks.triton._common import (
     row_start,
 )
 
-__all__ = ["flash_attention_decode", "flash_attention_fwd", "flash_attention_fwd_config_names", "merge_state",
-           "merge_states"]
+__all__ = ["flash_attention_decode", "flash_attention_fwd", "flash_attention_fwd_config_names",
+           "flash_attention_varlen_fwd", "merge_state", "merge_states"]
 
 LOG2E = 1.4426950408889634
 
@@ -83,12 +85,15 @@ def _tanh(x):
 @triton.jit
 def _online_softmax_step(acc, m_i, l_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, d_mask,
                          dv_mask, seqlen_k, diag_offset, win_left, win_right, scale_log2, cap_in,
-                         cap_out, m0,
+                         cap_out, m0, kv_ok,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BOUNDS: tl.constexpr,
                          LEFT: tl.constexpr, RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
-                         EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, UPCAST: tl.constexpr):
+                         EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, UPCAST: tl.constexpr,
+                         PAGED: tl.constexpr):
     cols = start_n + offs_n
     k_mask = cols[:, None] < seqlen_k
+    if PAGED:  # rows on a page outside the cache read as zeros (kv_ok false)
+        k_mask = k_mask & kv_ok[:, None]
     v_mask = k_mask
     if not EVEN_D:
         k_mask = k_mask & d_mask[None, :]
@@ -139,33 +144,17 @@ def _online_softmax_step(acc, m_i, l_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs
     return acc, m_new, l_i
 
 
-# The window's bounds are plain arguments: a bound of 1 or a multiple of 16 would otherwise
-# compile a variant of its own.
-@triton.jit(do_not_specialize=["win_left", "win_right"])
-def _flash_attention_fwd_kernel(
-    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
-    q_sb, q_sh, q_sm,
-    k_sb, k_sh, k_sn,
-    v_sb, v_sh, v_sn,
-    o_sb, o_sh, o_sm,
-    lse_sb, lse_sh,
-    heads_q, group, seqlen_q, seqlen_k, win_left, win_right, scale_log2, cap_in, cap_out,
+@triton.jit
+def _attend_block(
+    q_base, k_base, v_base, o_base, lse_base, q_sm, k_sn, v_sn, o_sm, seqlen_q, seqlen_k, start_m,
+    win_left, win_right, scale_log2, cap_in, cap_out, table_ptr, page_size, num_pages, k_page, v_page,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LEFT: tl.constexpr, RIGHT: tl.constexpr,
-    SOFTCAP: tl.constexpr, BOUNDS: tl.constexpr, UPCAST: tl.constexpr,
+    SOFTCAP: tl.constexpr, BOUNDS: tl.constexpr, UPCAST: tl.constexpr, PAGED: tl.constexpr,
 ):
-    if RIGHT and not LEFT:  # causal-like: longest rows first, the last query blocks see the most keys
-        start_m = tl.num_programs(0) - 1 - tl.program_id(0)
-    else:
-        start_m = tl.program_id(0)
-    bh = tl.program_id(1)
-    batch = (bh // heads_q).to(tl.int64)
-    head = (bh % heads_q).to(tl.int64)
-    kv_head = head // group
-    q_base = q_ptr + batch * q_sb + head * q_sh
-    k_base = k_ptr + batch * k_sb + kv_head * k_sh
-    v_base = v_ptr + batch * v_sb + kv_head * v_sh
-
+    """Query block start_m of one (sequence, head): its rows' o and lse (lse rows at stride 1).
+    PAGED: key j is row j % page_size of page table_ptr[j // page_size] (k_page, v_page
+    elements a page); else row j of k_base and v_base."""
     EVEN_D: tl.constexpr = HEAD_DIM == BLOCK_D
     EVEN_DV: tl.constexpr = HEAD_DIM_V == BLOCK_DV
     m0 = start_m * BLOCK_M
@@ -206,14 +195,25 @@ def _flash_attention_fwd_kernel(
     k_step = BLOCK_N * tl.cast(k_sn, tl.int64)  # a stride of 1 arrives as a plain int
     v_step = BLOCK_N * tl.cast(v_sn, tl.int64)
     for start_n in tl.range(lo, hi, BLOCK_N):
+        if PAGED:  # each tile's rows through the page table
+            cols = start_n + offs_n
+            page = tl.load(table_ptr + cols // page_size, mask=cols < seqlen_k, other=0)
+            kv_ok = (page >= 0) & (page < num_pages)
+            within = (cols % page_size).to(tl.int64)
+            page = tl.where(kv_ok, page, 0).to(tl.int64)
+            k_ptrs = k_base + (page * k_page + within * k_sn)[:, None] + offs_d[None, :]
+            v_ptrs = v_base + (page * v_page + within * v_sn)[:, None] + offs_dv[None, :]
+        else:
+            kv_ok = 0
         acc, m_i, l_i = _online_softmax_step(
             acc, m_i, l_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, d_mask, dv_mask,
-            seqlen_k, diag_offset, win_left, win_right, scale_log2, cap_in, cap_out, m0,
+            seqlen_k, diag_offset, win_left, win_right, scale_log2, cap_in, cap_out, m0, kv_ok,
             BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BOUNDS=BOUNDS, LEFT=LEFT, RIGHT=RIGHT,
-            SOFTCAP=SOFTCAP, EVEN_D=EVEN_D, EVEN_DV=EVEN_DV, UPCAST=UPCAST,
+            SOFTCAP=SOFTCAP, EVEN_D=EVEN_D, EVEN_DV=EVEN_DV, UPCAST=UPCAST, PAGED=PAGED,
         )
-        k_ptrs += k_step
-        v_ptrs += v_step
+        if not PAGED:
+            k_ptrs += k_step
+            v_ptrs += v_step
 
     # A row that saw no key has sum 0; a NaN score makes it NaN, which must stay NaN.
     seen = l_i != 0.0
@@ -226,10 +226,98 @@ def _flash_attention_fwd_kernel(
     o_mask = row_ok[:, None]
     if not EVEN_DV:
         o_mask = o_mask & dv_mask[None, :]
-    o_base = o_ptr + batch * o_sb + head * o_sh
-    tl.store(o_base + offs_m[:, None].to(tl.int64) * o_sm + offs_dv[None, :], o.to(o_ptr.dtype.element_ty),
+    tl.store(o_base + offs_m[:, None].to(tl.int64) * o_sm + offs_dv[None, :], o.to(o_base.dtype.element_ty),
              mask=o_mask)
-    tl.store(lse_ptr + batch * lse_sb + head * lse_sh + offs_m, lse, mask=row_ok)
+    tl.store(lse_base + offs_m, lse, mask=row_ok)
+
+
+@triton.jit
+def _first_block(LEFT: tl.constexpr, RIGHT: tl.constexpr):
+    if RIGHT and not LEFT:  # causal-like: longest rows first, the last query blocks see the most keys
+        return tl.num_programs(0) - 1 - tl.program_id(0)
+    return tl.program_id(0)
+
+
+# The window's bounds are plain arguments: a bound of 1 or a multiple of 16 would otherwise
+# compile a variant of its own.
+@triton.jit(do_not_specialize=["win_left", "win_right"])
+def _flash_attention_fwd_kernel(
+    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
+    q_sb, q_sh, q_sm,
+    k_sb, k_sh, k_sn,
+    v_sb, v_sh, v_sn,
+    o_sb, o_sh, o_sm,
+    lse_sb, lse_sh,
+    heads_q, group, seqlen_q, seqlen_k, win_left, win_right, scale_log2, cap_in, cap_out,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LEFT: tl.constexpr, RIGHT: tl.constexpr,
+    SOFTCAP: tl.constexpr, BOUNDS: tl.constexpr, UPCAST: tl.constexpr,
+):
+    bh = tl.program_id(1)
+    batch = (bh // heads_q).to(tl.int64)
+    head = (bh % heads_q).to(tl.int64)
+    kv_head = head // group
+    _attend_block(
+        q_ptr + batch * q_sb + head * q_sh, k_ptr + batch * k_sb + kv_head * k_sh,
+        v_ptr + batch * v_sb + kv_head * v_sh, o_ptr + batch * o_sb + head * o_sh,
+        lse_ptr + batch * lse_sb + head * lse_sh, q_sm, k_sn, v_sn, o_sm, seqlen_q, seqlen_k,
+        _first_block(LEFT, RIGHT), win_left, win_right, scale_log2, cap_in, cap_out, 0, 1, 0, 0, 0,
+        HEAD_DIM=HEAD_DIM, BLOCK_D=BLOCK_D, HEAD_DIM_V=HEAD_DIM_V, BLOCK_DV=BLOCK_DV, BLOCK_M=BLOCK_M,
+        BLOCK_N=BLOCK_N, LEFT=LEFT, RIGHT=RIGHT, SOFTCAP=SOFTCAP, BOUNDS=BOUNDS, UPCAST=UPCAST, PAGED=False,
+    )
+
+
+@triton.jit
+def _clamp(x, lo, hi):
+    return tl.minimum(tl.maximum(x, lo), hi)
+
+
+# Varlen: program (i, b * Hq + h) takes query blocks i, i + grid, ... of sequence b (so a
+# sequence longer than max_seqlen_q is still computed whole), every bound read from
+# cu_seqlens clamped into the packed tensors (as the CUDA kernel's sequence_params). PAGED:
+# the keys through row b of the page table (table_sb apart), as many as seqused_k[b] or
+# cu_seqlens_k's difference, clamped to the sequence's capacity.
+@triton.jit(do_not_specialize=["win_left", "win_right"])
+def _flash_attention_varlen_fwd_kernel(
+    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_ptr, used_ptr, table_ptr,
+    q_sh, q_sm, k_sh, k_sn, v_sh, v_sn, o_sh, o_sm, lse_sh, k_page, v_page, table_sb,
+    total_q, total_k, page_size, num_pages, capacity, heads_q, group, win_left, win_right, scale_log2,
+    cap_in, cap_out,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LEFT: tl.constexpr, RIGHT: tl.constexpr,
+    SOFTCAP: tl.constexpr, USED: tl.constexpr, PAGED: tl.constexpr, UPCAST: tl.constexpr,
+):
+    bh = tl.program_id(1)
+    batch = bh // heads_q
+    head = (bh % heads_q).to(tl.int64)
+    kv_head = head // group
+    q0 = _clamp(tl.load(cu_q_ptr + batch).to(tl.int64), 0, total_q)
+    q1 = _clamp(tl.load(cu_q_ptr + batch + 1).to(tl.int64), q0, total_q)
+    if PAGED:
+        k0 = 0
+        keys = tl.load(cu_k_ptr + batch + 1).to(tl.int64) - tl.load(cu_k_ptr + batch).to(tl.int64)
+        if USED:
+            keys = tl.load(used_ptr + batch).to(tl.int64)
+        keys = _clamp(keys, 0, capacity)
+        table_row = table_ptr + batch.to(tl.int64) * table_sb
+    else:
+        k0 = _clamp(tl.load(cu_k_ptr + batch).to(tl.int64), 0, total_k)
+        keys = _clamp(tl.load(cu_k_ptr + batch + 1).to(tl.int64), k0, total_k) - k0
+        if USED:
+            keys = _clamp(tl.load(used_ptr + batch).to(tl.int64), 0, keys)
+        table_row = table_ptr
+    seqlen_q = (q1 - q0).to(tl.int32)
+    seqlen_k = keys.to(tl.int32)
+    for start_m in range(_first_block(LEFT, RIGHT), tl.cdiv(seqlen_q, BLOCK_M), tl.num_programs(0)):
+        _attend_block(
+            q_ptr + q0 * q_sm + head * q_sh, k_ptr + k0 * k_sn + kv_head * k_sh,
+            v_ptr + k0 * v_sn + kv_head * v_sh, o_ptr + q0 * o_sm + head * o_sh, lse_ptr + head * lse_sh + q0,
+            q_sm, k_sn, v_sn, o_sm, seqlen_q, seqlen_k, start_m, win_left, win_right, scale_log2, cap_in,
+            cap_out, table_row, page_size, num_pages, k_page, v_page,
+            HEAD_DIM=HEAD_DIM, BLOCK_D=BLOCK_D, HEAD_DIM_V=HEAD_DIM_V, BLOCK_DV=BLOCK_DV,
+            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, LEFT=LEFT, RIGHT=RIGHT, SOFTCAP=SOFTCAP, BOUNDS=True,
+            UPCAST=UPCAST, PAGED=PAGED,
+        )
 
 
 # The tile and launch shapes gks autotune may choose among (the `config` argument's index;
@@ -349,6 +437,77 @@ def flash_attention_fwd(
         HEAD_DIM=head_dim, BLOCK_D=next_pow2(head_dim), HEAD_DIM_V=head_dim_v,
         BLOCK_DV=next_pow2(head_dim_v), LEFT=left >= 0, RIGHT=right >= 0,
         SOFTCAP=cap > 0, BOUNDS=seqlen_k % cfg["BLOCK_N"] != 0,
+        UPCAST=q.dtype == torch.bfloat16 and interpreter_variant(), **cfg,
+    )
+    return o, lse
+
+
+@on_tensor_device
+def flash_attention_varlen_fwd(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    seqused_k: torch.Tensor | None = None,
+    page_table: torch.Tensor | None = None,
+    causal: bool = False,
+    softmax_scale: float | None = None,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention over packed sequences; the meaning of gks.flash_attention_varlen_fwd.
+
+    q [total_q, Hq, D], k [total_k, Hkv, D], v [total_k, Hkv, Dv] (fp16/bf16, last dim
+    contiguous, other strides free); cu_seqlens_q, cu_seqlens_k [B + 1] int32 and seqused_k
+    [B] int32 on their device; with page_table [B, max_pages] int32, k and v are a paged cache
+    [num_pages, page_size, Hkv, D]. The lengths are read by the kernel (no host synchronization);
+    max_seqlen_q sizes the grid. Returns o [total_q, Hq, Dv] (q's dtype; rows in no sequence
+    unwritten) and lse [Hq, total_q] (float32). The tile shape is flash_attention_fwd's
+    heuristic for the head dim.
+    """
+    op = "gks.triton.flash_attention_varlen_fwd"
+    check_device(q, op, "q")
+    for name, t in (("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k),
+                    ("seqused_k", seqused_k), ("page_table", page_table)):
+        if t is not None:
+            check_same_device(q, "q", t, name, op)
+    check_varlen_inputs(op, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, page_table)
+    paged = page_table is not None
+    total_q, heads_q, head_dim = q.shape
+    total_k, heads_kv, head_dim_v = k.shape[0], k.shape[-2], v.shape[-1]
+    # Strides: packed k [total, H, D] or paged [pages, page_size, H, D].
+    k_page, k_sn, k_sh = (k.stride(0), k.stride(1), k.stride(2)) if paged else (0, k.stride(0), k.stride(1))
+    v_page, v_sn, v_sh = (v.stride(0), v.stride(1), v.stride(2)) if paged else (0, v.stride(0), v.stride(1))
+    page_size = k.shape[1] if paged else 1
+    capacity = page_table.shape[1] * page_size if paged else total_k
+    scale = checked_softmax_scale(op, softmax_scale, head_dim)
+    left, right = checked_window(op, window_size, causal)
+    cap = checked_softcap(op, softcap, scale)
+    batch = cu_seqlens_q.shape[0] - 1
+    o = torch.empty((total_q, heads_q, head_dim_v), dtype=q.dtype, device=q.device)
+    lse = torch.empty((heads_q, total_q), dtype=torch.float32, device=q.device)
+    if o.numel() == 0 or batch == 0:
+        return o, lse
+    if batch * heads_q > 65535:
+        raise ValueError(f"{op}: at most 65535 (sequences x query heads) are supported, got {batch * heads_q}")
+    cfg = _config(head_dim)
+    # No sequence is longer than the packed totals (a paged one than its pages): bounds past
+    # them are dropped.
+    left, right = kernel_window(left, right, total_q, capacity)
+    rows = min(max(int(max_seqlen_q), 1), total_q)
+    grid = (triton.cdiv(rows, cfg["BLOCK_M"]), batch * heads_q)
+    _flash_attention_varlen_fwd_kernel[grid](
+        q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q if seqused_k is None else seqused_k,
+        cu_seqlens_q if page_table is None else page_table,
+        q.stride(1), q.stride(0), k_sh, k_sn, v_sh, v_sn, o.stride(1), o.stride(0), lse.stride(0), k_page, v_page,
+        page_table.stride(0) if paged else 0,
+        total_q, total_k, page_size, k.shape[0] if paged else 0, capacity, heads_q, heads_q // heads_kv,
+        max(left, 0), max(right, 0), LOG2E if cap else scale * LOG2E, scale / cap if cap else 1.0, cap,
+        HEAD_DIM=head_dim, BLOCK_D=next_pow2(head_dim), HEAD_DIM_V=head_dim_v, BLOCK_DV=next_pow2(head_dim_v),
+        LEFT=left >= 0, RIGHT=right >= 0, SOFTCAP=cap > 0, USED=seqused_k is not None, PAGED=paged,
         UPCAST=q.dtype == torch.bfloat16 and interpreter_variant(), **cfg,
     )
     return o, lse

@@ -26,7 +26,7 @@ import math
 import pytest
 import torch
 
-from conftest import DEVICE, HAS_GPU, HAS_NATIVE, poison_allocator, requires_gpu, seed_for
+from conftest import DEVICE, HAS_NATIVE, poison_allocator, public_op, requires_gpu, seed_for
 from gks.specs.attention import (
     check_decode,
     decode_cache,
@@ -39,17 +39,7 @@ DTYPES = ("float16", "bfloat16")
 
 
 def _op(backend: str):
-    if backend == "cuda":
-        if not HAS_GPU:
-            pytest.skip("CUDA backend needs a GPU; this machine has none")
-        if not HAS_NATIVE:
-            pytest.skip("the gks CUDA library is not built")
-        import gks
-
-        return gks.flash_attention_decode
-    from gks.triton import flash_attention_decode
-
-    return flash_attention_decode
+    return public_op("flash_attention_decode", backend)
 
 
 def _inputs(seed, dtype, *, batch_lengths, heads_q=4, heads_kv=2, seqlen_q=1, head_dim=64, capacity=None,

@@ -488,3 +488,115 @@ TEST(FlashAttentionDecodePlan, SplitsFromShapesAlone) {
   expect_error([] { gks::detail::plan_flash_attention_decode(1, 8, 2, 1, 100, 96, 0, 132); },
                gks::ErrorKind::kInvalidArgument, "head dim (the last dim of q) must be one of 64, 128, 256, got 96");
 }
+
+// ---- flash_attention_varlen_fwd: validation (messages in the Triton port's words) ----
+
+namespace {
+
+// 3 sequences: q [50, 8, 64], packed k, v [70, 2, 64] (or a paged cache [9, 16, 2, 64] with
+// a [3, 5] table), o [50, 8, 64], lse [8, 50].
+gks::FlashAttentionVarlenFwdArgs varlen_args(bool paged = false, int64_t head_dim = 64) {
+  gks::FlashAttentionVarlenFwdArgs a;
+  const auto f16 = gks::DType::kFloat16;
+  const auto i32 = gks::DType::kInt32;
+  a.q = gks::TensorRef::make(g_buffer, f16, {50, 8, head_dim}, kGpu);
+  for (auto [t, slot] : {std::pair{&a.k, 2}, std::pair{&a.v, 3}}) {
+    *t = paged ? gks::TensorRef::make(gks_test::fake_address(slot), f16, {9, 16, 2, head_dim}, kGpu)
+               : gks::TensorRef::make(gks_test::fake_address(slot), f16, {70, 2, head_dim}, kGpu);
+  }
+  a.cu_seqlens_q = gks::TensorRef::make(gks_test::fake_address(4), i32, {4}, kGpu);
+  a.cu_seqlens_k = gks::TensorRef::make(gks_test::fake_address(5), i32, {4}, kGpu);
+  a.max_seqlen_q = 30;
+  a.o = gks::TensorRef::make(gks_test::fake_address(6), f16, {50, 8, head_dim}, kGpu);
+  a.lse = gks::TensorRef::make(gks_test::fake_address(7), gks::DType::kFloat32, {8, 50}, kGpu);
+  if (paged) a.page_table = gks::TensorRef::make(gks_test::fake_address(8), i32, {3, 5}, kGpu);
+  return a;
+}
+
+void validate_varlen(const gks::FlashAttentionVarlenFwdArgs& a) {
+  const gks::ValidateOnly scope;
+  gks::flash_attention_varlen_fwd(a, nullptr);
+}
+
+}  // namespace
+
+TEST(FlashAttentionVarlenFwd, AcceptsPackedAndPagedKeys) {
+  for (bool paged : {false, true})
+    for (int64_t d : {32, 64, 96, 128, 192, 256}) EXPECT_NO_THROW(validate_varlen(varlen_args(paged, d)));
+  auto a = varlen_args();
+  a.seqused_k = gks::TensorRef::make(gks_test::fake_address(9), gks::DType::kInt32, {3}, kGpu);
+  a.causal = true;
+  a.window_left = 10;
+  a.softcap = 30.0;
+  a.max_seqlen_q = 0;  // a hint only
+  EXPECT_NO_THROW(validate_varlen(a));
+}
+
+TEST(FlashAttentionVarlenFwd, RejectsBadArguments) {
+  using Edit = void (*)(gks::FlashAttentionVarlenFwdArgs&);
+  struct Case {
+    Edit edit;
+    const char* message;
+    gks::ErrorKind kind = gks::ErrorKind::kInvalidArgument;
+    bool paged = false;
+  };
+  constexpr auto kDtype = gks::ErrorKind::kUnsupportedDtype;
+  const Case cases[] = {
+      {[](auto& a) { a.q.device = gks_test::kCpu; }, "argument 'q' must be a CUDA tensor, got a tensor on cpu"},
+      {[](auto& a) { a.cu_seqlens_k.device.index = 1; },
+       "argument 'cu_seqlens_k' must be on the device of 'q' (cuda:0), got cuda:1"},
+      {[](auto& a) { a.v.dtype = gks::DType::kBFloat16; },
+       "argument 'v' must have the dtype of 'q' (float16), got bfloat16", kDtype},
+      {[](auto& a) { a.q = gks::TensorRef::make(a.q.data, a.q.dtype, {1, 50, 8, 64}, kGpu); },
+       "argument 'q' must have 3 dims [total, heads, head_dim], got 4 dims [1, 50, 8, 64]"},
+      {[](auto& a) { a.q.shape[2] = a.k.shape[2] = a.v.shape[2] = a.o.shape[2] = 48; },
+       "head dim (the last dim of q and k) must be one of 32, 64, 96, 128, 192, 256, got 48"},
+      {[](auto& a) { a.v.shape[0] = 69; },
+       "argument 'v' must have shape [70, 2, 64] (k's first two dims and the head dim; 128 is also allowed with "
+       "head dim 192), got [69, 2, 64]"},
+      {[](auto& a) { a.o.shape[0] = 49; },
+       "argument 'o' must have shape [50, 8, 64] (q's first two dims and v's head dim), got [49, 8, 64]"},
+      {[](auto& a) { a.lse = gks::TensorRef::make(a.lse.data, a.lse.dtype, {50, 8}, kGpu); },
+       "argument 'lse' must have shape [8, 50] (q's heads and rows), got [50, 8]"},
+      {[](auto& a) { a.cu_seqlens_q.dtype = gks::DType::kInt64; }, "argument 'cu_seqlens_q' must be int32, got int64",
+       kDtype},
+      {[](auto& a) { a.cu_seqlens_q.shape[0] = 0; },
+       "argument 'cu_seqlens_q' must have shape [B + 1] (B >= 0 sequences), got [0]"},
+      {[](auto& a) { a.cu_seqlens_k.shape[0] = 5; }, "argument 'cu_seqlens_k' must have shape [4] (cu_seqlens_q's), got [5]"},
+      {[](auto& a) { a.seqused_k = gks::TensorRef::make(gks_test::fake_address(9), gks::DType::kInt32, {4}, kGpu); },
+       "argument 'seqused_k' must have shape [3] (one per sequence), got [4]"},
+      {[](auto& a) { a.max_seqlen_q = -1; }, "argument 'max_seqlen_q' must be an int >= 0, got -1"},
+      {[](auto& a) { a.k.shape[1] = a.v.shape[1] = 3; },
+       "the query heads (8, dim 1 of q) must be a multiple of the key/value heads (3, dim 1 of k and v)"},
+      {[](auto& a) { a.o.data = a.k.data; }, "argument 'o' must not share memory with argument 'k'"},
+      {[](auto& a) { a.config = 2; }, "argument 'config'"},
+      {[](auto& a) { a.q.strides[0] = 8 * 64 + 4; }, "argument 'q' must be 16-byte aligned"},
+      {[](auto& a) { a.k = gks::TensorRef::make(a.k.data, a.k.dtype, {70, 2, 64}, kGpu); },
+       "argument 'k' must have 4 dims [num_pages, page_size, heads, head_dim], got 3 dims [70, 2, 64]",
+       gks::ErrorKind::kInvalidArgument, true},
+      {[](auto& a) { a.v.shape[1] = 8; },
+       "argument 'v' must have shape [9, 16, 2, 64] (k's first three dims and the head dim", gks::ErrorKind::kInvalidArgument,
+       true},
+      {[](auto& a) { a.page_table->dtype = gks::DType::kInt64; }, "argument 'page_table' must be int32, got int64", kDtype,
+       true},
+      {[](auto& a) { *a.page_table = gks::TensorRef::make(a.page_table->data, gks::DType::kInt32, {15}, kGpu); },
+       "argument 'page_table' must have shape [3, max_pages] (one row per sequence), got [15]",
+       gks::ErrorKind::kInvalidArgument, true},
+      {[](auto& a) { a.k.shape[2] = a.v.shape[2] = 3; },
+       "must be a multiple of the key/value heads (3, dim 2 of k and v)", gks::ErrorKind::kInvalidArgument, true},
+  };
+  for (const Case& c : cases) {
+    auto a = varlen_args(c.paged);
+    c.edit(a);
+    expect_error([&] { validate_varlen(a); }, c.kind, c.message);
+  }
+}
+
+TEST(FlashAttentionVarlenFwd, NoSequencesOrRowsLaunchNothing) {
+  auto a = varlen_args();
+  a.cu_seqlens_q.shape[0] = a.cu_seqlens_k.shape[0] = 1;  // B = 0
+  EXPECT_NO_THROW(gks::flash_attention_varlen_fwd(a, nullptr));
+  a = varlen_args();
+  a.q.shape[0] = a.o.shape[0] = a.lse.shape[1] = 0;
+  EXPECT_NO_THROW(gks::flash_attention_varlen_fwd(a, nullptr));
+}

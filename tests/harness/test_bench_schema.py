@@ -409,6 +409,10 @@ FORMULAS = {
     # int32 lengths; write o like q and lse [2, 4, 3] (page tables not counted).
     ("flash_attention_decode", (2, 4, 2, 3, 5, 8, 16), F16): (4 * 8 * 8 * 12, 2 * (2 * 192 + 2 * 160) + 4 * 24 + 4 * 2),
     ("flash_attention_decode", (2, 4, 2, 3, 5, 8, 0), BF16): (4 * 8 * 8 * 12, 2 * (2 * 192 + 2 * 160) + 4 * 24 + 4 * 2),
+    # varlen: the dense op's counts, every sequence full (B x Sq queries against Sk keys), the
+    # page size (8th dim) changes nothing.
+    ("flash_attention_varlen_fwd", (2, 4, 2, 3, 5, 8, 0, 0), F16): (4 * 8 * 8 * 15, ATTENTION_BYTES_16),
+    ("flash_attention_varlen_fwd", (2, 4, 2, 3, 5, 8, 1, 16), BF16): (4 * 8 * 8 * (3 + 4 + 5), ATTENTION_BYTES_16),
     # merge_state on [3, 2, 8]: per value two weighted products and their sum (and the
     # normalizing multiply): 4. Read v_a, v_b [3, 2, 8] and s_a, s_b [3, 2] (fp32); write v
     # and s.

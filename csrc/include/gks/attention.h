@@ -75,6 +75,49 @@ inline constexpr int kFlashAttentionHeadDims[] = {32, 64, 96, 128, 192, 256};
 // (after the same validation).
 const char* flash_attention_fwd_path(const FlashAttentionFwdArgs& args);
 
+// ---- variable-length batches: B sequences packed along one row dim ----
+// Sequence b is rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of q, o and lse, and its keys
+// are rows [cu_seqlens_k[b], cu_seqlens_k[b + 1]) of k and v, of which the first
+// seqused_k[b] when given; within a sequence the semantics are flash_attention_fwd's (causal
+// and windows bottom-right per sequence, GQA, softcap; a row that sees no key gets o = 0,
+// lse = -inf). cu_seqlens stay on the device: the kernel reads them, clamps every bound into
+// [0, total] (a decreasing entry empties its sequence) and never reads outside the tensors,
+// and max_seqlen_q only sizes the grid (a longer sequence is still computed whole), so a
+// call needs no host synchronization and a CUDA graph replays with other lengths.
+// With page_table the keys live in a paged cache (vLLM's and FlashAttention's layout): k and v
+// are [num_pages, page_size, Hkv, D] and key j of sequence b is row j % page_size of page
+// page_table[b, j / page_size]; sequence b has cu_seqlens_k[b + 1] - cu_seqlens_k[b] keys (or
+// seqused_k[b]), clamped to [0, max_pages * page_size]; a page index outside [0, num_pages)
+// reads as zeros (never out of bounds).
+struct FlashAttentionVarlenFwdArgs {
+  TensorRef q;             // [total_q, Hq, D], fp16/bf16, last dim contiguous, other strides free
+  TensorRef k;             // [total_k, Hkv, D] (paged: [num_pages, page_size, Hkv, D]), q's dtype, Hq % Hkv == 0
+  TensorRef v;             // k's shape but for Dv, q's dtype; Dv = D, or 128 with D = 192
+  TensorRef cu_seqlens_q;  // [B + 1], int32, on q's device
+  TensorRef cu_seqlens_k;  // [B + 1], int32
+  std::optional<TensorRef> seqused_k;  // [B], int32: the keys each sequence uses
+  std::optional<TensorRef> page_table;  // [B, max_pages], int32: the keys are paged
+  int64_t max_seqlen_q = 0;            // >= 0; the longest sequence of q, as a hint
+  TensorRef o;             // [total_q, Hq, Dv], q's dtype, last dim contiguous
+  TensorRef lse;           // [Hq, total_q], float32, any strides
+  bool causal = false;
+  std::optional<float> softmax_scale;  // as FlashAttentionFwdArgs
+  int64_t window_left = -1;
+  int64_t window_right = -1;
+  double softcap = 0.0;
+  // -1: the mma.sync kernel (until the wgmma one has been checked on a GPU); else an index
+  // into kFlashAttentionVarlenFwdConfigs: "wgmma" runs on sm_90 at D = Dv = 64 and 128 and
+  // gives way to mma.sync elsewhere.
+  int config = -1;
+};
+inline constexpr FlashAttentionFwdConfig kFlashAttentionVarlenFwdConfigs[] = {
+    {"mma.sync", FlashAttentionFwdConfig::Kernel::kMmaSync},
+    {"wgmma", FlashAttentionFwdConfig::Kernel::kWgmma},
+};
+// Validates the arguments (throws gks::Error) and launches on `stream`. q, k, v and o must
+// be 16-byte aligned (base and every stride but the last a multiple of 8 elements).
+void flash_attention_varlen_fwd(const FlashAttentionVarlenFwdArgs& args, cudaStream_t stream);
+
 // ---- merging partial attention states (split-KV decode, cascade attention) ----
 // A state (v, s) is the attention output of a row over some of its keys and the lse of
 // those scores (natural log, fp32, as flash_attention_fwd writes them). Merged:

@@ -9,6 +9,7 @@
 #include <limits>
 #include <optional>
 
+#include "attention/checks.h"
 #include "core/launch.h"
 #include "core/workspace.h"
 #include "gks/attention.h"
@@ -110,16 +111,6 @@ FlashAttentionDecodePlan plan_flash_attention_decode(int64_t batch, int64_t head
 
 namespace {
 
-void check_aligned16(const TensorRef& t, const char* arg) {
-  const int64_t elems = 16 / dtype_size(t.dtype);
-  bool ok = aligned16(t.data);
-  for (int d = 0; d < t.ndim - 1; ++d) ok = ok && (t.strides[d] % elems == 0 || t.shape[d] <= 1);
-  GKS_CHECK(ok, kInvalidArgument)
-      << kOp << ": argument '" << arg << "' must be 16-byte aligned (data pointer at a multiple of 16 "
-      << "bytes and every stride but the last a multiple of " << elems << " elements); pass a "
-      << "contiguous copy";
-}
-
 struct Validated {
   float scale;
   bool paged;
@@ -181,16 +172,14 @@ Validated validate(const FlashAttentionDecodeArgs& args) {
   GKS_CHECK(heads_kv > 0 && heads_q % heads_kv == 0, kInvalidArgument)
       << kOp << ": the query heads (" << heads_q << ", dim 1 of q) must be a multiple of the key/value heads ("
       << heads_kv << ", dim " << (paged ? 2 : 1) << " of k_cache)";
-  GKS_CHECK(lens.dtype == DType::kInt32, kUnsupportedDtype)
-      << kOp << ": argument 'cache_seqlens' must be int32, got " << dtype_name(lens.dtype);
+  check_dtype(lens, DType::kInt32, kOp, "cache_seqlens");
   GKS_CHECK(lens.ndim == 1 && lens.shape[0] == batch, kInvalidArgument)
       << kOp << ": argument 'cache_seqlens' must have shape [" << batch << "] (q's batch), got "
       << lens.shape_string();
   int64_t capacity = k.shape[2], page_size = 0, num_pages = 0;
   if (paged) {
     const TensorRef& table = *args.page_table;
-    GKS_CHECK(table.dtype == DType::kInt32, kUnsupportedDtype)
-        << kOp << ": argument 'page_table' must be int32, got " << dtype_name(table.dtype);
+    check_dtype(table, DType::kInt32, kOp, "page_table");
     GKS_CHECK(table.ndim == 2 && table.shape[0] == batch, kInvalidArgument)
         << kOp << ": argument 'page_table' must have shape [" << batch << ", max_pages] (q's batch), got "
         << table.shape_string();
@@ -199,27 +188,8 @@ Validated validate(const FlashAttentionDecodeArgs& args) {
     capacity = table.shape[1] * page_size;
   }
 
-  float scale = 1.f / std::sqrt(float(head_dim));
-  if (args.softmax_scale.has_value()) {
-    scale = *args.softmax_scale;
-    GKS_CHECK(std::isfinite(scale) && scale > 0.f, kInvalidArgument)
-        << kOp << ": argument 'softmax_scale' must be a finite number > 0, got " << scale;
-  }
-  GKS_CHECK(args.window_left >= -1 && args.window_right >= -1, kInvalidArgument)
-      << kOp << ": argument 'window_size' must be (left, right) with each -1 (unbounded) or >= 0, "
-      << "got (" << args.window_left << ", " << args.window_right << ")";
-  GKS_CHECK(!args.causal || args.window_right <= 0, kInvalidArgument)
-      << kOp << ": argument 'window_size' must have right -1 or 0 with causal=True (causal is "
-      << "right = 0), got (" << args.window_left << ", " << args.window_right << ")";
-  GKS_CHECK(std::isfinite(args.softcap) && args.softcap >= 0.0, kInvalidArgument)
-      << kOp << ": argument 'softcap' must be 0 (none) or a finite number > 0, got " << args.softcap;
-  GKS_CHECK(args.softcap == 0.0 || (args.softcap >= 1e-30 && args.softcap <= 1e30), kInvalidArgument)
-      << kOp << ": argument 'softcap' must be 0 or between 1e-30 and 1e30 (the kernels take "
-      << "float32 factors of it), got " << args.softcap;
-  const double cap_factor = args.softcap > 0.0 ? double(scale) / args.softcap : 1.0;
-  GKS_CHECK(cap_factor >= double(FLT_MIN) && cap_factor <= double(FLT_MAX), kInvalidArgument)
-      << kOp << ": argument 'softcap' must leave softmax_scale / softcap a float32 normal number "
-      << "(1.2e-38 to 3.4e+38), got " << cap_factor;
+  const float scale = check_attention_options(
+      {args.softmax_scale, args.causal, args.window_left, args.window_right, args.softcap}, head_dim, kOp);
   GKS_CHECK(args.num_splits >= 0 && args.num_splits <= kFlashAttentionDecodeMaxSplits, kInvalidArgument)
       << kOp << ": argument 'num_splits' must be 0 (chosen from the shape) or from 1 to "
       << kFlashAttentionDecodeMaxSplits << ", got " << args.num_splits;
@@ -234,8 +204,7 @@ Validated validate(const FlashAttentionDecodeArgs& args) {
       << dtype_name(o.dtype);
   GKS_CHECK(o.strides[3] == 1 || head_dim <= 1, kInvalidArgument)
       << kOp << ": argument 'o' must be contiguous in its last dim (stride 1), got stride " << o.strides[3];
-  GKS_CHECK(lse.dtype == DType::kFloat32, kUnsupportedDtype)
-      << kOp << ": argument 'lse' must be float32, got " << dtype_name(lse.dtype);
+  check_dtype(lse, DType::kFloat32, kOp, "lse");
   GKS_CHECK(lse.ndim == 3 && lse.shape[0] == batch && lse.shape[1] == heads_q && lse.shape[2] == seqlen_q,
             kInvalidArgument)
       << kOp << ": argument 'lse' must have shape [" << batch << ", " << heads_q << ", " << seqlen_q
@@ -304,11 +273,11 @@ void flash_attention_decode(const FlashAttentionDecodeArgs& args, cudaStream_t s
   const TensorRef &q = args.q, &k = args.k_cache, &v = args.v_cache, &o = args.o, &lse = args.lse;
   const int64_t batch = q.shape[0], heads_q = q.shape[1], seqlen_q = q.shape[2], head_dim = q.shape[3];
   if (batch == 0 || heads_q == 0 || seqlen_q == 0) return;  // nothing to write
-  detail::check_aligned16(q, "q");
-  detail::check_aligned16(o, "o");
+  detail::check_aligned16(q, kOp, "q");
+  detail::check_aligned16(o, kOp, "o");
   if (k.numel() > 0) {
-    detail::check_aligned16(k, "k_cache");
-    detail::check_aligned16(v, "v_cache");
+    detail::check_aligned16(k, kOp, "k_cache");
+    detail::check_aligned16(v, kOp, "v_cache");
   }
   const int device = q.device.index;
   const int sms = validating_only() ? 132 : detail::device_limits(device).sms;

@@ -28,29 +28,23 @@ namespace {
 template <int kHeadDim>
 using TileFor = ka::sm90::Tile<kHeadDim, kHeadDim == 64 ? 128 : 64, 2>;
 
-template <typename T, int kHeadDim, ka::Mask kMask>
-void launch(const ka::FwdParams& p, int64_t batch, int64_t heads_q, int device,
-            cudaStream_t stream) {
+template <typename T, int kHeadDim, ka::Mask kMask, bool kVarlen>
+void launch(const ka::FwdParams& p, const AttentionGrid& g, int device, cudaStream_t stream) {
   using Tile = TileFor<kHeadDim>;
-  constexpr auto kernel = ka::flash_attention_fwd_wgmma_kernel<T, Tile, kMask>;
+  constexpr auto kernel = ka::flash_attention_fwd_wgmma_kernel<T, Tile, kMask, kVarlen>;
   prepare_smem_kernel<kernel>(Tile::kSmemBytes, device, /*max_carveout=*/true);
-  const dim3 grid(static_cast<unsigned>(ceil_div(p.seqlen_q, ka::sm90::kBlockM)),
-                  static_cast<unsigned>(heads_q), static_cast<unsigned>(batch));
+  const dim3 grid(static_cast<unsigned>(std::max<int64_t>(1, ceil_div(g.rows, ka::sm90::kBlockM))),
+                  static_cast<unsigned>(g.heads_q), static_cast<unsigned>(g.batch));
   kernel<<<grid, ka::sm90::kThreads, Tile::kSmemBytes, stream>>>(p);
 }
 
-template <typename T, ka::Mask kMask>
-void launch_head_dim(int64_t head_dim, const ka::FwdParams& p, int64_t batch,
-                     int64_t heads_q, int device, cudaStream_t stream) {
-  if (head_dim == 64) return launch<T, 64, kMask>(p, batch, heads_q, device, stream);
-  launch<T, 128, kMask>(p, batch, heads_q, device, stream);
-}
-
-template <typename T>
-void launch_mask(int64_t head_dim, ka::Mask mask, const ka::FwdParams& p,
-                 int64_t batch, int64_t heads_q, int device, cudaStream_t stream) {
+template <typename T, bool kVarlen>
+void launch_mask(int64_t head_dim, ka::Mask mask, const ka::FwdParams& p, const AttentionGrid& g, int device,
+                 cudaStream_t stream) {
   with_mask(mask, [&](auto m) {
-    launch_head_dim<T, decltype(m)::value>(head_dim, p, batch, heads_q, device, stream);
+    constexpr ka::Mask kMask = decltype(m)::value;
+    if (head_dim == 64) return launch<T, 64, kMask, kVarlen>(p, g, device, stream);
+    launch<T, 128, kMask, kVarlen>(p, g, device, stream);
   });
 }
 
@@ -141,11 +135,20 @@ bool launch_flash_attention_fwd_ws(bool bf16, int64_t head_dim, int64_t head_dim
   return ws_mask<__half>(head_dim, head_dim_v, mask, p, t, device, stream);
 }
 
-void launch_flash_attention_fwd_wgmma(bool bf16, int64_t head_dim, ka::Mask mask,
-                                      const ka::FwdParams& p, int64_t batch,
-                                      int64_t heads_q, int device, cudaStream_t stream) {
-  if (bf16) return launch_mask<__nv_bfloat16>(head_dim, mask, p, batch, heads_q, device, stream);
-  launch_mask<__half>(head_dim, mask, p, batch, heads_q, device, stream);
+void launch_flash_attention_fwd_wgmma(bool bf16, bool varlen, int64_t head_dim, ka::Mask mask,
+                                      const ka::FwdParams& p, const AttentionGrid& g, int device,
+                                      cudaStream_t stream) {
+  const auto with_type = [&](auto type) {
+    using T = decltype(type);
+    if (varlen)
+      launch_mask<T, true>(head_dim, mask, p, g, device, stream);
+    else
+      launch_mask<T, false>(head_dim, mask, p, g, device, stream);
+  };
+  if (bf16)
+    with_type(__nv_bfloat16{});
+  else
+    with_type(__half{});
 }
 
 }  // namespace gks::detail

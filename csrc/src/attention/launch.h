@@ -44,9 +44,16 @@ bool launch_flash_attention_fwd_ws(bool bf16, int64_t head_dim, int64_t head_dim
                                    const kernels::attention::FwdParams& p,
                                    const AttentionTensors& t, int device, cudaStream_t stream);
 
-// head_dim: one wgmma_flash_head_dims serves (64 or 128, v's the same).
-void launch_flash_attention_fwd_wgmma(bool bf16, int64_t head_dim, kernels::attention::Mask mask,
-                                      const kernels::attention::FwdParams& p, int64_t batch,
-                                      int64_t heads_q, int device, cudaStream_t stream);
+// The grid of the mma.sync and wgmma kernels: (ceil(rows / block_m), Hq, B); rows is Sq, or
+// varlen's max_seqlen_q (capped at total_q).
+struct AttentionGrid {
+  int64_t rows, heads_q, batch;
+};
+
+// head_dim: one wgmma_flash_head_dims serves (64 or 128, v's the same). varlen: p's
+// cu_seqlens are set (the kVarlen kernel, query blocks strided over the grid's x).
+void launch_flash_attention_fwd_wgmma(bool bf16, bool varlen, int64_t head_dim, kernels::attention::Mask mask,
+                                      const kernels::attention::FwdParams& p, const AttentionGrid& g,
+                                      int device, cudaStream_t stream);
 
 }  // namespace gks::detail

@@ -43,7 +43,55 @@ struct FwdParams {
   // softmax_scale / softcap; 0: no cap.
   float softcap;
   float softcap_pre;
+  // Varlen (flash_attention_varlen_fwd): sequence b is rows [cu_seqlens_q[b],
+  // cu_seqlens_q[b + 1]) of the packed q, o and lse and keys [cu_seqlens_k[b], + its length
+  // or seqused_k[b]) of k and v; the batch strides are 0 and total_q / total_k the packed
+  // rows. Null cu_seqlens_q: a dense batch.
+  const int* cu_seqlens_q;
+  const int* cu_seqlens_k;
+  const int* seqused_k;
+  int64_t total_q, total_k;
+  // Varlen over a paged KV cache (page_table set): k and v are [num_pages, page_size, Hkv,
+  // D] (k_page, v_page: the page strides) and key j of sequence b is row j % page_size of
+  // page page_table[b * page_table_stride + j / page_size]; its keys are seqused_k[b] (or
+  // cu_seqlens_k[b + 1] - cu_seqlens_k[b]) clamped to [0, capacity = pages per sequence *
+  // page_size]. A page index outside [0, num_pages) reads as zeros.
+  const int* page_table;
+  int64_t page_table_stride;
+  int page_size, num_pages, pages_per_seq;
+  int64_t k_page, v_page;
 };
+
+// A varlen call's sequence b as a one-sequence FwdParams (its rows at the base pointers, its
+// lengths as seqlen_q / seqlen_k), read once by the CTA. Every bound is clamped into the
+// packed tensors, so cu_seqlens that decrease or pass the totals shorten or empty a
+// sequence and never reach outside q, k, v, o or lse.
+template <typename T>
+__device__ __forceinline__ FwdParams sequence_params(const FwdParams& in, int b) {
+  const auto clamp = [](int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : (x > hi ? hi : x); };
+  const int64_t q0 = clamp(in.cu_seqlens_q[b], 0, in.total_q);
+  const int64_t q1 = clamp(in.cu_seqlens_q[b + 1], q0, in.total_q);
+  FwdParams p = in;
+  p.q = static_cast<const T*>(in.q) + q0 * in.q_row;
+  p.o = static_cast<T*>(in.o) + q0 * in.o_row;
+  p.lse = in.lse + q0 * in.lse_row;
+  p.seqlen_q = static_cast<int>(q1 - q0);
+  if (in.page_table != nullptr) {  // keys through the sequence's row of the page table
+    const int64_t capacity = int64_t(in.pages_per_seq) * in.page_size;
+    const int64_t listed = in.cu_seqlens_k == nullptr ? capacity
+                                                       : int64_t(in.cu_seqlens_k[b + 1]) - in.cu_seqlens_k[b];
+    p.seqlen_k = static_cast<int>(clamp(in.seqused_k != nullptr ? in.seqused_k[b] : listed, 0, capacity));
+    p.page_table = in.page_table + int64_t(b) * in.page_table_stride;
+    return p;
+  }
+  const int64_t k0 = clamp(in.cu_seqlens_k[b], 0, in.total_k);
+  int64_t keys = clamp(in.cu_seqlens_k[b + 1], k0, in.total_k) - k0;
+  if (in.seqused_k != nullptr) keys = clamp(in.seqused_k[b], 0, keys);
+  p.k = static_cast<const T*>(in.k) + k0 * in.k_row;
+  p.v = static_cast<const T*>(in.v) + k0 * in.v_row;
+  p.seqlen_k = static_cast<int>(keys);
+  return p;
+}
 
 // Which key bounds a kernel instance applies, beyond Sk: none; a right bound only (causal,
 // or a window with left unbounded), p.window_right after the diagonal; or both bounds.
@@ -56,11 +104,14 @@ template <typename T, Mask kMask>
 struct BlockHeads {
   int m_block, head, batch, kv_head;
 
-  __device__ __forceinline__ explicit BlockHeads(const FwdParams& p)
-      : m_block(kMask == Mask::kRight ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x)),
-        head(blockIdx.y),
-        batch(blockIdx.z),
-        kv_head(int(blockIdx.y) / p.group) {}
+  __device__ __forceinline__ explicit BlockHeads(const FwdParams& p) : BlockHeads(p, first_m_block()) {}
+  // Query block m_block of the grid's (head, batch); a varlen CTA walks several (its p has
+  // the sequence's rows at the base and batch strides 0).
+  __device__ __forceinline__ BlockHeads(const FwdParams& p, int m_block)
+      : m_block(m_block), head(blockIdx.y), batch(blockIdx.z), kv_head(int(blockIdx.y) / p.group) {}
+  static __device__ __forceinline__ int first_m_block() {
+    return kMask == Mask::kRight ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x);
+  }
   __device__ __forceinline__ const T* q(const FwdParams& p) const {
     return static_cast<const T*>(p.q) + batch * p.q_batch + head * p.q_head;
   }

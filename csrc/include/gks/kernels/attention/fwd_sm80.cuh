@@ -194,15 +194,50 @@ struct TileCopy {
       }
     }
   }
+
+  // As operator(), rows of a paged cache (FwdParams::page_table): row g is row g % page_size
+  // of page pages[g / page_size], page_stride elements per page; a page index outside
+  // [0, num_pages) reads as zeros. A page lookup per row: the general path, for any page
+  // size.
+  template <int kRows, typename T>
+  __device__ __forceinline__ void paged(uint32_t tile, const T* base, int64_t row_stride, int64_t page_stride,
+                                        const FwdParams& p, int row0, int rows, int tid) const {
+    static_assert((kRows * kChunks) % kThreads == 0, "whole chunks per thread");
+    constexpr int kPerThread = kRows * kChunks / kThreads;
+#pragma unroll 1
+    for (int i = 0; i < kPerThread; ++i) {
+      int r, c;
+      if constexpr (kColumnPerThread) {
+        r = row + i * kRowStep, c = col;
+      } else {
+        const int idx = tid + i * kThreads;
+        r = idx / kChunks, c = idx % kChunks;
+      }
+      const int g = row0 + r;
+      bool valid = g < rows;
+      const T* src = base;
+      if (valid) {
+        const int page = p.page_table[g / p.page_size];
+        valid = page >= 0 && page < p.num_pages;
+        if (valid) src = base + int64_t(page) * page_stride + int64_t(g % p.page_size) * row_stride + c * 8;
+      }
+      ptx::cp_async_16(tile + tile_offset<kChunks>(r, c), src, valid);
+    }
+  }
 };
 
-}  // namespace sm80
+// a if kFirst, else b (references to the caller's objects).
+template <bool kFirst, class A, class B>
+__device__ __forceinline__ const auto& first_if(const A& a, const B& b) {
+  if constexpr (kFirst)
+    return a;
+  else
+    return b;
+}
 
-// Grid: (ceil(Sq / kBlockM), Hq, B); block: kThreads; dynamic shared memory kSmemBytes.
-template <typename T, typename Tile, Mask kMask>
-__global__ void __launch_bounds__(Tile::kThreads)
-    flash_attention_fwd_kernel(const FwdParams p) {
-  using namespace sm80;
+// Query block m_block of the CTA's (head, batch): the whole forward of its rows.
+template <typename T, typename Tile, Mask kMask, bool kVarlen>
+__device__ __forceinline__ void attend_block(const FwdParams& p, int m_block) {
   constexpr int kD = Tile::kHeadDim, kBM = Tile::kBlockM, kBN = Tile::kBlockN;
   constexpr int kThreads = Tile::kThreads, kChunks = Tile::kChunks, kMT = Tile::kMTiles;
   constexpr int kChunksV = Tile::kChunksV;
@@ -217,7 +252,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
   const uint32_t sK0 = sQ + Tile::kQBytes;
   const uint32_t sV0 = sK0 + 2 * Tile::kKBytes;
 
-  const BlockHeads<T, kMask> heads(p);
+  const BlockHeads<T, kMask> heads(p, m_block);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int m0 = heads.m_block * kBM;
   const int seqlen_q = p.seqlen_q, seqlen_k = p.seqlen_k;
@@ -236,15 +271,24 @@ __global__ void __launch_bounds__(Tile::kThreads)
   const TileCopy<kChunks, kThreads> copy(tid);
   // V's copier: Q and K's where the rows are as wide.
   const TileCopy<kChunksV, kThreads> copy_v_own(tid);
-  const TileCopy<kChunksV, kThreads>& copy_v = [&]() -> const TileCopy<kChunksV, kThreads>& {
-    if constexpr (kChunksV == kChunks) return copy;
-    else return copy_v_own;
-  }();
+  const auto& copy_v = first_if<kChunksV == kChunks>(copy, copy_v_own);
+  // K and V tiles from rows at a stride, or (varlen over a paged cache) through the page
+  // table: a uniform branch.
+  const auto copy_keys = [&](const auto& cp, uint32_t tile, const T* base, int64_t row_stride, int64_t page_stride,
+                             int row0) {
+    if constexpr (kVarlen) {
+      if (p.page_table != nullptr) {
+        cp.template paged<kBN>(tile, base, row_stride, page_stride, p, row0, seqlen_k, tid);
+        return;
+      }
+    }
+    cp.template operator()<kBN>(tile, base, row_stride, row0, seqlen_k, tid);
+  };
   copy.template operator()<kBM>(sQ, q, p.q_row, m0, seqlen_q, tid);
   ptx::cp_async_commit();
-  copy.template operator()<kBN>(sK0, k, p.k_row, (walk.n_max - 1) * kBN, seqlen_k, tid);
+  copy_keys(copy, sK0, k, p.k_row, p.k_page, (walk.n_max - 1) * kBN);
   ptx::cp_async_commit();
-  copy_v.template operator()<kBN>(sV0, v, p.v_row, (walk.n_max - 1) * kBN, seqlen_k, tid);
+  copy_keys(copy_v, sV0, v, p.v_row, p.v_page, (walk.n_max - 1) * kBN);
   ptx::cp_async_commit();
 
   // This thread's place in the mma fragments: in m-tile mt, rows g and g + 8 of its 16,
@@ -308,10 +352,8 @@ __global__ void __launch_bounds__(Tile::kThreads)
 
     // Prefetch the next tile into the stage tile it - 1 used.
     if (n_block > walk.n_min) {
-      copy.template operator()<kBN>(sK0 + next_stage_bytes, k, p.k_row, (n_block - 1) * kBN,
-                                    seqlen_k, tid);
-      copy_v.template operator()<kBN>(sV0 + next_v_stage_bytes, v, p.v_row, (n_block - 1) * kBN,
-                                      seqlen_k, tid);
+      copy_keys(copy, sK0 + next_stage_bytes, k, p.k_row, p.k_page, (n_block - 1) * kBN);
+      copy_keys(copy_v, sV0 + next_v_stage_bytes, v, p.v_row, p.v_page, (n_block - 1) * kBN);
       ptx::cp_async_commit();
     }
 
@@ -462,6 +504,27 @@ __global__ void __launch_bounds__(Tile::kThreads)
     if (m0 + r < seqlen_q) {
       *reinterpret_cast<uint4*>(o + int64_t(m0 + r) * p.o_row + c * 8) =
           *reinterpret_cast<const uint4*>(smem + tile_offset<kChunks>(r, c));
+    }
+  }
+}
+
+}  // namespace sm80
+
+// Grid: (ceil(Sq / kBlockM), Hq, B); block: kThreads; dynamic shared memory kSmemBytes.
+// kVarlen: (ceil(max_seqlen_q / kBlockM), Hq, B) over packed sequences (p.cu_seqlens_q);
+// a CTA takes query blocks first_m_block, + gridDim.x, ... of its sequence, so rows past
+// max_seqlen_q are still computed.
+template <typename T, typename Tile, Mask kMask, bool kVarlen = false>
+__global__ void __launch_bounds__(Tile::kThreads)
+    flash_attention_fwd_kernel(const FwdParams params) {
+  const int first = BlockHeads<T, kMask>::first_m_block();
+  if constexpr (!kVarlen) {
+    sm80::attend_block<T, Tile, kMask, false>(params, first);
+  } else {
+    const FwdParams p = sequence_params<T>(params, int(blockIdx.z));
+    for (int m_block = first; m_block * Tile::kBlockM < p.seqlen_q; m_block += gridDim.x) {
+      sm80::attend_block<T, Tile, kMask, true>(p, m_block);
+      __syncthreads();  // the next block's copies overwrite the tiles this one read
     }
   }
 }

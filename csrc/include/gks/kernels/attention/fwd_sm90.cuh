@@ -93,6 +93,33 @@ __device__ __forceinline__ void copy_tile(uint32_t tile, const void* base_ptr, i
   }
 }
 
+// As copy_tile, rows of a paged cache (FwdParams::page_table): row g is row g % page_size of
+// page pages[g / page_size], page_stride elements per page; a page index outside
+// [0, num_pages) reads as zeros. One page-table lookup per copied row.
+template <int kD, int kRows>
+__device__ __forceinline__ void copy_tile_paged(uint32_t tile, const void* base_ptr, int64_t row_stride,
+                                                int64_t page_stride, const FwdParams& p, int row0, int rows,
+                                                int tid) {
+  constexpr int kChunks = kD / 8;
+  constexpr int kRowStep = kThreads / kChunks;
+  const auto* base = static_cast<const uint16_t*>(base_ptr);
+  const int row = tid / kChunks, col = tid % kChunks;
+  uint32_t dst = tile + chunk_offset<kRows>(row, col);
+#pragma unroll 1
+  for (int i = 0; i < kRows / kRowStep; ++i) {
+    const int g = row0 + row + i * kRowStep;
+    bool valid = g < rows;
+    const void* src = base_ptr;
+    if (valid) {
+      const int page = p.page_table[g / p.page_size];
+      valid = page >= 0 && page < p.num_pages;
+      if (valid) src = base + int64_t(page) * page_stride + int64_t(g % p.page_size) * row_stride + col * 8;
+    }
+    ptx::cp_async_16(dst, src, valid);
+    dst += kRowStep * 128;
+  }
+}
+
 // A warp's 16 rows of O (the accumulator layout: this thread's rows `row` and row + 8,
 // columns 2t, 2t + 1 of each 8-column group), times each row's normalizer, as 16-bit values
 // into a swizzled tile of kRows rows.
@@ -109,13 +136,9 @@ __device__ __forceinline__ void stage_o(uint8_t* tile, const float (&acc_o)[kDTi
   }
 }
 
-}  // namespace sm90
-
-// Grid: (ceil(Sq / 128), Hq, B); block: 256 threads; dynamic shared memory Tile::kSmemBytes.
-template <typename T, class Cfg, Mask kMask>
-__global__ void __launch_bounds__(sm90::kThreads, Cfg::kCtasPerSm)
-    flash_attention_fwd_wgmma_kernel(const FwdParams p) {
-  using namespace sm90;
+// Query block m_block of the CTA's (head, batch): the whole forward of its rows.
+template <typename T, class Cfg, Mask kMask, bool kVarlen>
+__device__ __forceinline__ void attend_block(const FwdParams& p, int m_block) {
   constexpr int kD = Cfg::kD, kBN = Cfg::kBN;
   constexpr int kBM = kBlockM;
   constexpr int kKSteps = kD / 16;    // k-steps of S = Q K^T
@@ -131,7 +154,7 @@ __global__ void __launch_bounds__(sm90::kThreads, Cfg::kCtasPerSm)
   const uint32_t sK0 = sQ + Cfg::kQBytes;
   const uint32_t sV0 = sK0 + 2 * Cfg::kKVBytes;
 
-  const BlockHeads<T, kMask> heads(p);
+  const BlockHeads<T, kMask> heads(p, m_block);
   const int tid = threadIdx.x, wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32;
   const int m0 = heads.m_block * kBM;
   const int seqlen_q = p.seqlen_q, seqlen_k = p.seqlen_k;
@@ -146,10 +169,21 @@ __global__ void __launch_bounds__(sm90::kThreads, Cfg::kCtasPerSm)
     return;
   }
 
+  // K and V tiles from rows at a stride, or (varlen over a paged cache) through the page
+  // table: a uniform branch.
+  const auto copy_keys = [&](uint32_t tile, const T* base, int64_t row_stride, int64_t page_stride, int row0) {
+    if constexpr (kVarlen) {
+      if (p.page_table != nullptr) {
+        copy_tile_paged<kD, kBN>(tile, base, row_stride, page_stride, p, row0, seqlen_k, tid);
+        return;
+      }
+    }
+    copy_tile<kD, kBN>(tile, base, row_stride, row0, seqlen_k, tid);
+  };
   copy_tile<kD, kBM>(sQ, q, p.q_row, m0, seqlen_q, tid);
   ptx::cp_async_commit();
-  copy_tile<kD, kBN>(sK0, k, p.k_row, (walk.n_max - 1) * kBN, seqlen_k, tid);
-  copy_tile<kD, kBN>(sV0, v, p.v_row, (walk.n_max - 1) * kBN, seqlen_k, tid);
+  copy_keys(sK0, k, p.k_row, p.k_page, (walk.n_max - 1) * kBN);
+  copy_keys(sV0, v, p.v_row, p.v_page, (walk.n_max - 1) * kBN);
   ptx::cp_async_commit();
 
   const int g = lane / 4, t = lane % 4;
@@ -172,8 +206,8 @@ __global__ void __launch_bounds__(sm90::kThreads, Cfg::kCtasPerSm)
     ptx::fence_proxy_async_shared();  // ... and are visible to wgmma's reads ...
     __syncthreads();              // ... for every thread's; every warpgroup is done with it - 1
     if (n_block > walk.n_min) {
-      copy_tile<kD, kBN>(sK0 + next_stage_bytes, k, p.k_row, (n_block - 1) * kBN, seqlen_k, tid);
-      copy_tile<kD, kBN>(sV0 + next_stage_bytes, v, p.v_row, (n_block - 1) * kBN, seqlen_k, tid);
+      copy_keys(sK0 + next_stage_bytes, k, p.k_row, p.k_page, (n_block - 1) * kBN);
+      copy_keys(sV0 + next_stage_bytes, v, p.v_row, p.v_page, (n_block - 1) * kBN);
       ptx::cp_async_commit();
     }
 
@@ -259,6 +293,26 @@ __global__ void __launch_bounds__(sm90::kThreads, Cfg::kCtasPerSm)
     if (m0 + r < seqlen_q) {
       *reinterpret_cast<uint4*>(o + int64_t(m0 + r) * p.o_row + c * 8) =
           *reinterpret_cast<const uint4*>(smem + chunk_offset<kBM>(r, c));
+    }
+  }
+}
+
+}  // namespace sm90
+
+// Grid: (ceil(Sq / 128), Hq, B); block: 256 threads; dynamic shared memory Tile::kSmemBytes.
+// kVarlen: as the mma.sync kernel's (fwd_sm80.cuh), query blocks first, + gridDim.x, ... of
+// the CTA's sequence.
+template <typename T, class Cfg, Mask kMask, bool kVarlen = false>
+__global__ void __launch_bounds__(sm90::kThreads, Cfg::kCtasPerSm)
+    flash_attention_fwd_wgmma_kernel(const FwdParams params) {
+  const int first = BlockHeads<T, kMask>::first_m_block();
+  if constexpr (!kVarlen) {
+    sm90::attend_block<T, Cfg, kMask, false>(params, first);
+  } else {
+    const FwdParams p = sequence_params<T>(params, int(blockIdx.z));
+    for (int m_block = first; m_block * sm90::kBlockM < p.seqlen_q; m_block += gridDim.x) {
+      sm90::attend_block<T, Cfg, kMask, true>(p, m_block);
+      __syncthreads();  // the next block's copies overwrite the tiles this one read
     }
   }
 }

@@ -1,0 +1,67 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "attention/checks.h"
+
+#include <cfloat>
+#include <cmath>
+#include <string>
+
+#include "core/launch.h"
+#include "gks/error.h"
+
+namespace gks::detail {
+
+float check_attention_options(const AttentionOptions& o, int64_t head_dim, const char* op) {
+  float scale = 1.f / std::sqrt(float(head_dim));
+  if (o.softmax_scale.has_value()) {
+    scale = *o.softmax_scale;
+    GKS_CHECK(std::isfinite(scale) && scale > 0.f, kInvalidArgument)
+        << op << ": argument 'softmax_scale' must be a finite number > 0, got " << scale;
+  }
+  GKS_CHECK(o.window_left >= -1 && o.window_right >= -1, kInvalidArgument)
+      << op << ": argument 'window_size' must be (left, right) with each -1 (unbounded) or >= 0, "
+      << "got (" << o.window_left << ", " << o.window_right << ")";
+  GKS_CHECK(!o.causal || o.window_right <= 0, kInvalidArgument)
+      << op << ": argument 'window_size' must have right -1 or 0 with causal=True (causal is "
+      << "right = 0), got (" << o.window_left << ", " << o.window_right << ")";
+  GKS_CHECK(std::isfinite(o.softcap) && o.softcap >= 0.0, kInvalidArgument)
+      << op << ": argument 'softcap' must be 0 (none) or a finite number > 0, got " << o.softcap;
+  GKS_CHECK(o.softcap == 0.0 || (o.softcap >= 1e-30 && o.softcap <= 1e30), kInvalidArgument)
+      << op << ": argument 'softcap' must be 0 or between 1e-30 and 1e30 (the kernels take "
+      << "float32 factors of it), got " << o.softcap;
+  // The kernels multiply raw scores by scale / softcap in float32.
+  const double cap_factor = o.softcap > 0.0 ? double(scale) / o.softcap : 1.0;
+  GKS_CHECK(cap_factor >= double(FLT_MIN) && cap_factor <= double(FLT_MAX), kInvalidArgument)
+      << op << ": argument 'softcap' must leave softmax_scale / softcap a float32 normal number "
+      << "(1.2e-38 to 3.4e+38), got " << cap_factor;
+  return scale;
+}
+
+void check_aligned16(const TensorRef& t, const char* op, const char* arg) {
+  const int64_t elems = 16 / dtype_size(t.dtype);
+  bool ok = aligned16(t.data);
+  for (int d = 0; d < t.ndim - 1; ++d) ok = ok && (t.strides[d] % elems == 0 || t.shape[d] <= 1);
+  if (ok) return;
+  std::string strides;
+  for (int d = 0; d < t.ndim; ++d) strides += (d ? ", " : "") + std::to_string(t.strides[d]);
+  GKS_CHECK(false, kInvalidArgument)
+      << op << ": argument '" << arg << "' must be 16-byte aligned (data pointer at a multiple of 16 "
+      << "bytes and every stride but the last a multiple of " << elems << " elements), got strides ["
+      << strides << "]; pass a contiguous copy";
+}
+
+void check_devices_and_dtypes(const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef& o,
+                              const TensorRef& lse, const char* op) {
+  check_cuda(q, op, "q");
+  check_same_device(q, "q", k, "k", op);
+  check_same_device(q, "q", v, "v", op);
+  check_same_device(q, "q", o, "o", op);
+  check_same_device(q, "q", lse, "lse", op);
+  GKS_CHECK(q.dtype == DType::kFloat16 || q.dtype == DType::kBFloat16, kUnsupportedDtype)
+      << op << ": argument 'q' must be float16 or bfloat16, got " << dtype_name(q.dtype);
+  check_same_dtype(q, "q", k, "k", op);
+  check_same_dtype(q, "q", v, "v", op);
+  check_same_dtype(q, "q", o, "o", op);
+  check_dtype(lse, DType::kFloat32, op, "lse");
+}
+
+}  // namespace gks::detail

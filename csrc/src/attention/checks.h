@@ -1,0 +1,33 @@
+// SPDX-License-Identifier: Apache-2.0
+// The checks the attention ops share (flash_attention_fwd, its varlen form,
+// flash_attention_decode): their options (softmax scale, sliding window, softcap), the
+// 16-byte alignment the kernels' copies need, and q, k, v, o and lse's devices and dtypes.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "gks/tensor.h"
+
+namespace gks::detail {
+
+struct AttentionOptions {
+  std::optional<float> softmax_scale;
+  bool causal = false;
+  int64_t window_left = -1, window_right = -1;
+  double softcap = 0.0;
+};
+
+// Throws naming the option (op's words) unless every option is valid; returns the softmax
+// scale (1 / sqrt(head_dim) when unset).
+float check_attention_options(const AttentionOptions& o, int64_t head_dim, const char* op);
+
+// cp.async and the output stores move 16-byte chunks: the base and every stride but the
+// last must be at 16 bytes.
+void check_aligned16(const TensorRef& t, const char* op, const char* arg);
+
+// q fp16/bf16 on a CUDA device; k, v and o on its device in its dtype; lse float32 there.
+void check_devices_and_dtypes(const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef& o,
+                              const TensorRef& lse, const char* op);
+
+}  // namespace gks::detail
