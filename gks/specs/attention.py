@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # annotations only: the module loads without torch
 # ---- the reference: the op's meaning in plain PyTorch (gks.reference.<op>). torch is
 # imported where it is used, so the registry loads without it.
 
-__all__ = ["flash_attention_decode", "flash_attention_fwd", "flash_attention_varlen_fwd", "merge_state", "merge_states"]
+__all__ = ["flash_attention_bwd", "flash_attention_decode", "flash_attention_fwd", "flash_attention_varlen_fwd", "merge_state", "merge_states"]
 
 
 HEAD_DIMS = (32, 64, 96, 128, 192, 256)  # the q/k head dims every backend compiles
@@ -531,6 +531,16 @@ def _bench_shapes():
     return tuple(shapes)
 
 
+# The dense attention ops' shapes (flash_attention_fwd's and its backward's): Dv last and
+# optional (D unless given), so the shapes of D = Dv keep their 7 dims; the head dims pick
+# the kernels' tiles, causal is a flag, not a size.
+_DENSE_SHAPES = dict(
+    shape_names=("B", "Hq", "Hkv", "Sq", "Sk", "D", "causal", "Dv"),
+    optional_dims={"Dv": "D"},
+    bucket_exact=("D", "causal", "Dv"),
+    dtypes=("float16", "bfloat16"),
+)
+
 FLASH_ATTENTION_FWD = register(
     OpSpec(
         name="flash_attention_fwd",
@@ -542,12 +552,7 @@ FLASH_ATTENTION_FWD = register(
             "causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0) "
             "-> (o[B, Hq, Sq, Dv] (q's dtype), lse[B, Hq, Sq] (fp32))"
         ),
-        # Dv last and optional (D unless given): the shapes of D = Dv keep their 7 dims.
-        shape_names=("B", "Hq", "Hkv", "Sq", "Sk", "D", "causal", "Dv"),
-        optional_dims={"Dv": "D"},
-        # The head dims pick the kernel's tiles; causal is a flag, not a size.
-        bucket_exact=("D", "causal", "Dv"),
-        dtypes=("float16", "bfloat16"),
+        **_DENSE_SHAPES,
         make_inputs=make_inputs,
         reference=flash_attention_fwd,
         # Only used where `check` is not: the bound of a plain comparison of o.
@@ -1673,5 +1678,471 @@ FLASH_ATTENTION_DECODE = register(
             i.get("softcap", 0.0), i.get("num_splits", 0), **kw),
         outputs=("o", "lse"),
         sass_kernels=(r"attention::flash_attention_decode_kernel<", r"attention::merge_partials_kernel<"),
+    )
+)
+
+
+# ---- flash_attention_bwd: the gradients of flash_attention_fwd (issue 31). From the
+# forward's o and lse and the gradient dO of o, with S the (scaled, capped, masked) scores:
+#   P = exp(S - lse) (0 on a row with lse = -inf: it saw no key), dV = P^T dO,
+#   dP = dO V^T, delta = rowsum(dO * o), dS = P * (dP - delta) (times 1 - tanh^2 of the
+#   capped score under a softcap), dQ = scale dS K, dK = scale dS^T Q;
+# dK and dV summed over the query heads of a group. A shape is the forward's (B, Hq, Hkv,
+# Sq, Sk, D, causal[, Dv]); its inputs hold the forward's o and lse of q, k and v.
+
+BWD_OP = "flash_attention_bwd"
+
+
+def flash_attention_bwd(
+    do: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    o: torch.Tensor,
+    lse: torch.Tensor,
+    causal: bool = False,
+    softmax_scale: float | None = None,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    *,
+    precise: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The gradients of attention (flash_attention_fwd's meaning) with respect to q, k, v.
+
+    do and o [B, Hq, Sq, Dv] (the gradient of o, and o), lse [B, Hq, Sq] (float32, from the
+    forward), q, k, v and the options as flash_attention_fwd takes them. Returns dq
+    [B, Hq, Sq, D], dk [B, Hkv, Sk, D] and dv [B, Hkv, Sk, Dv] in q's dtype (float64 when
+    precise), dk and dv summed over the Hq / Hkv query heads of each key/value head. The
+    gradient is computed from the given o and lse, as every FlashAttention backward does: P =
+    exp(S - lse), delta = rowsum(dO * o). Only the (query, key) pairs the mask leaves
+    contribute; a row with lse = -inf (it saw no key) contributes nothing and gets dq = 0.
+    """
+    import torch
+
+    compute = torch.float64 if precise else torch.float32
+    grads = attention_bwd_in(do, q, k, v, o, lse, causal, softmax_scale, compute, window_size, softcap)
+    if precise:
+        return grads
+    return tuple(g.to(q.dtype) for g in grads)
+
+
+def _hidden_pairs(start: int, stop: int, seqlen_q: int, seqlen_k: int, left: int, right: int, device):
+    """[stop - start, Sk] True where query row i (of rows start..stop) does not see key j
+    (bottom-right aligned bounds, -1 unbounded); None when every pair is seen."""
+    import torch
+
+    if left < 0 and right < 0:
+        return None
+    rows = torch.arange(start, stop, device=device)[:, None]
+    cols = torch.arange(seqlen_k, device=device)[None, :]
+    diag = cols - rows - (seqlen_k - seqlen_q)
+    hidden = torch.zeros_like(diag, dtype=torch.bool)
+    if right >= 0:
+        hidden |= diag > right
+    if left >= 0:
+        hidden |= diag < -left
+    return hidden
+
+
+def _bwd_options(q, k, causal, softmax_scale, window_size, softcap):
+    """(scale, left, right, cap) as the references take them (right 0 with causal)."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else float(softmax_scale)
+    left, right = window_pair(BWD_OP, window_size)
+    return scale, left, 0 if causal else right, float(softcap)
+
+
+def _check_ref_dims(op: str, **tensors) -> None:
+    for name, t in tensors.items():
+        want = 3 if name == "lse" else 4
+        if t.dim() != want:
+            raise ValueError(f"{op}: argument '{name}' must have {want} dims, got {t.dim()}")
+    heads_q, heads_kv = tensors["q"].shape[1], tensors["k"].shape[1]
+    if heads_kv == 0 or heads_q % heads_kv != 0:
+        raise ValueError(f"{op}: the query heads ({heads_q}) must be a multiple of the key/value heads ({heads_kv})")
+
+
+def attention_bwd_in(do, q, k, v, o, lse, causal, softmax_scale, dtype: torch.dtype, window_size=(-1, -1),
+                     softcap: float = 0.0):
+    """flash_attention_bwd's formulas done entirely in `dtype`, a block of query rows at a
+    time (the scores of the bench shapes do not fit at once in float64)."""
+    import torch
+
+    _check_ref_dims(BWD_OP, do=do, q=q, k=k, v=v, o=o, lse=lse)
+    batch, heads_q, seqlen_q, head_dim = q.shape
+    heads_kv, seqlen_k, head_dim_v = k.shape[1], k.shape[2], v.shape[3]
+    scale, left, right, cap = _bwd_options(q, k, causal, softmax_scale, window_size, softcap)
+    group = heads_q // heads_kv
+    qc, kc, vc, doc = (t.to(dtype) for t in (q, k, v, do))
+    if group > 1:
+        kc = kc.repeat_interleave(group, dim=1)
+        vc = vc.repeat_interleave(group, dim=1)
+    delta = (doc * o.to(dtype)).sum(-1)
+    lse_c = lse.to(dtype)
+    dq = torch.zeros_like(qc)
+    dk = torch.zeros((batch, heads_q, seqlen_k, head_dim), dtype=dtype, device=q.device)
+    dv = torch.zeros((batch, heads_q, seqlen_k, head_dim_v), dtype=dtype, device=q.device)
+    # Scores, capped scores, P, dP and dS of a block are alive at once.
+    scores_per_row = max(1, batch * heads_q * seqlen_k)
+    block = max(1, _SCORES_BUDGET_BYTES // (6 * scores_per_row * qc.element_size()))
+    zero = torch.zeros((), dtype=dtype, device=q.device)
+    for start in range(0, seqlen_q, block):
+        stop = min(seqlen_q, start + block)
+        x = torch.matmul(qc[:, :, start:stop], kc.transpose(-1, -2)) * scale
+        t = None
+        if cap > 0:
+            t = torch.tanh(x / cap)
+            x = t * cap
+        hidden = _hidden_pairs(start, stop, seqlen_q, seqlen_k, left, right, q.device)
+        if hidden is not None:
+            x = x.masked_fill(hidden, float("-inf"))
+        row_lse = lse_c[:, :, start:stop, None]
+        p = torch.where(torch.isneginf(row_lse), zero, torch.exp(x - row_lse))
+        del x
+        d_o = doc[:, :, start:stop]
+        dv += torch.matmul(p.transpose(-1, -2), d_o)
+        ds = p * (torch.matmul(d_o, vc.transpose(-1, -2)) - delta[:, :, start:stop, None])
+        del p
+        if t is not None:
+            ds = ds * (1 - t * t)
+        dq[:, :, start:stop] = torch.matmul(ds, kc) * scale
+        dk += torch.matmul(ds.transpose(-1, -2), qc[:, :, start:stop]) * scale
+    if group > 1:
+        dk = dk.view(batch, heads_kv, group, seqlen_k, head_dim).sum(2)
+        dv = dv.view(batch, heads_kv, group, seqlen_k, head_dim_v).sum(2)
+    return dq, dk, dv
+
+
+def attention_grads_autograd(do, q, k, v, causal, softmax_scale, dtype: torch.dtype, window_size=(-1, -1),
+                             softcap: float = 0.0):
+    """(dq, dk, dv) by torch.autograd through attention done in `dtype` (torch.softmax of the
+    masked scores, then P V; rows that see no key give 0): with the inputs' own dtype, what a
+    PyTorch training step computes, the yardstick of check_bwd. A block of query rows at a
+    time (each block's o depends on its own rows of q alone, so its gradients add up); dk and
+    dv accumulate over the blocks in float32 and round once, as one matmul would."""
+    import torch
+
+    _check_ref_dims(BWD_OP, do=do, q=q, k=k, v=v)
+    batch, heads_q, seqlen_q, _ = q.shape
+    seqlen_k = k.shape[2]
+    scale, left, right, cap = _bwd_options(q, k, causal, softmax_scale, window_size, softcap)
+    group = heads_q // k.shape[1]
+    acc = torch.float64 if dtype == torch.float64 else torch.float32
+    dq = torch.zeros(q.shape, dtype=dtype, device=q.device)
+    dk = torch.zeros(k.shape, dtype=acc, device=q.device)
+    dv = torch.zeros(v.shape, dtype=acc, device=q.device)
+    scores_per_row = max(1, batch * heads_q * seqlen_k)
+    block = max(1, _SCORES_BUDGET_BYTES // (6 * scores_per_row * torch.finfo(dtype).bits // 8))
+    for start in range(0, seqlen_q, block):
+        stop = min(seqlen_q, start + block)
+        with torch.enable_grad():
+            qb = q[:, :, start:stop].detach().to(dtype).requires_grad_()
+            kb = k.detach().to(dtype).requires_grad_()
+            vb = v.detach().to(dtype).requires_grad_()
+            kr = kb.repeat_interleave(group, dim=1) if group > 1 else kb
+            vr = vb.repeat_interleave(group, dim=1) if group > 1 else vb
+            scores = torch.matmul(qb, kr.transpose(-1, -2)) * scale
+            if cap > 0:
+                scores = torch.tanh(scores / cap) * cap
+            hidden = _hidden_pairs(start, stop, seqlen_q, seqlen_k, left, right, q.device)
+            if hidden is not None:
+                scores = scores.masked_fill(hidden, float("-inf"))
+            p = torch.softmax(scores, dim=-1)
+            if hidden is not None:  # a row that sees no key: softmax gives NaN, the op 0
+                p = p.masked_fill(hidden.all(-1, keepdim=True), 0.0)
+            out = torch.matmul(p, vr)
+            gq, gk, gv = torch.autograd.grad(out, (qb, kb, vb), do[:, :, start:stop].to(dtype))
+        dq[:, :, start:stop] = gq
+        dk += gk
+        dv += gv
+    return dq, dk.to(dtype), dv.to(dtype)
+
+
+def make_bwd_inputs(shape, dtype, device, seed):
+    """The forward's q, k, v (make_inputs), its o and lse (the fp32 reference, o rounded to
+    the dtype), and dO ~ N(0, 1)."""
+    import torch
+
+    fwd = make_inputs(shape, dtype, device, seed)
+    o, lse = flash_attention_fwd(fwd["q"], fwd["k"], fwd["v"], fwd["causal"], fwd["softmax_scale"])
+    gen = torch.Generator(device=device).manual_seed((seed + 0x9E3779B9) % (1 << 63))
+    do = torch.randn(o.shape, generator=gen, device=device, dtype=torch.float32).to(o.dtype)
+    # q first: the argument the others' devices and dtypes are named against.
+    return {"q": fwd["q"], "k": fwd["k"], "v": fwd["v"], "o": o, "lse": lse, "do": do,
+            "causal": fwd["causal"], "softmax_scale": None}
+
+
+def bwd_flops(shape) -> float:
+    """Five matmuls over the pairs the mask leaves: Q K^T, dO V^T, P^T dO, dS K and dS^T Q, of
+    2 flops a multiply-add: 2 (3 D + 2 Dv) a pair, 2.5x the forward's where D = Dv."""
+    batch, heads_q, _, seqlen_q, seqlen_k, head_dim, causal, head_dim_v = full_shape(shape)
+    return (2.0 * batch * heads_q * (3 * head_dim + 2 * head_dim_v)
+            * visible_pairs(seqlen_q, seqlen_k, bool(causal)))
+
+
+def bwd_bytes_moved(shape, dtype) -> float:
+    """Read q, k, v, o, dO and lse once, write dq, dk and dv once."""
+    batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, _, head_dim_v = full_shape(shape)
+    elem = ELEM_BYTES[dtype]
+    return (elem * (batch * heads_q * seqlen_q * (2 * head_dim + 2 * head_dim_v)
+                    + 2 * batch * heads_kv * seqlen_k * (head_dim + head_dim_v))
+            + 4.0 * batch * heads_q * seqlen_q)
+
+
+def check_bwd_shapes(op: str, q_shape, v_shape, do_shape, o_shape, lse_shape) -> None:
+    """The rules for do, o and lse the Triton and Pallas backends enforce once q, k and v
+    passed check_attention_shapes: do and o [B, Hq, Sq, Dv] (q's first three dims, v's head
+    dim), lse [B, Hq, Sq]. ValueError naming the argument."""
+    for name, shape in (("do", do_shape), ("o", o_shape)):
+        if len(shape) != 4:
+            raise ValueError(f"{op}: argument '{name}' must have 4 dims [batch, heads, seq, head_dim], got "
+                             f"{len(shape)} dims {list(shape)}")
+    if len(lse_shape) != 3:
+        raise ValueError(f"{op}: argument 'lse' must have 3 dims [batch, heads, seq], got {len(lse_shape)} dims "
+                         f"{list(lse_shape)}")
+    want = [*q_shape[:3], v_shape[3]]
+    for name, shape in (("do", do_shape), ("o", o_shape)):
+        if list(shape) != want:
+            raise ValueError(f"{op}: argument '{name}' must have shape {want} (q's batch, heads and sequence, "
+                             f"v's head dim), got {list(shape)}")
+    if list(lse_shape) != want[:3]:
+        raise ValueError(f"{op}: argument 'lse' must have shape {want[:3]} (q's batch, heads and sequence), got "
+                         f"{list(lse_shape)}")
+
+
+def _nan_reach(inputs):
+    """(dq, dk, dv) masks of where a NaN among the inputs must show: through every (query,
+    key) pair the mask leaves on a row that saw a key, which every kernel computes. (Through
+    a masked pair, P = 0 times a NaN, it may or may not: the reference's plain matmuls carry
+    it everywhere, a kernel only within the tiles it visits.)"""
+    import torch
+
+    q, k, v, o, lse, do = (inputs[n].detach().cpu() for n in ("q", "k", "v", "o", "lse", "do"))
+    batch, heads_q, seqlen_q, head_dim = q.shape
+    heads_kv, seqlen_k, head_dim_v = k.shape[1], k.shape[2], v.shape[3]
+    group = heads_q // heads_kv
+    _, left, right, _ = _bwd_options(q, k, inputs.get("causal", False), inputs.get("softmax_scale"),
+                                     inputs.get("window_size", (-1, -1)), inputs.get("softcap", 0.0))
+    hidden = _hidden_pairs(0, seqlen_q, seqlen_q, seqlen_k, left, right, "cpu")
+    seen = torch.ones(seqlen_q, seqlen_k, dtype=torch.bool) if hidden is None else ~hidden
+    active = seen & ~torch.isneginf(lse)[..., None]  # [B, Hq, Sq, Sk]
+    nan_k = torch.isnan(k).repeat_interleave(group, 1)
+    nan_v = torch.isnan(v).repeat_interleave(group, 1)
+    nan_q, nan_do = torch.isnan(q), torch.isnan(do)
+    nan_p = active & (nan_q.any(-1)[..., None] | nan_k.any(-1)[..., None, :] | torch.isnan(lse)[..., None])
+    nan_ds = active & (nan_p | nan_do.any(-1)[..., None] | nan_v.any(-1)[..., None, :]
+                       | torch.isnan(o).any(-1)[..., None])
+    a, f = active.double(), lambda m: m.double()
+    dq = (nan_ds.any(-1)[..., None] | (a @ f(nan_k) > 0)).expand(batch, heads_q, seqlen_q, head_dim)
+    dk = (nan_ds.any(-2)[..., None] | (a.transpose(-1, -2) @ f(nan_q) > 0)).expand(
+        batch, heads_q, seqlen_k, head_dim)
+    dv = (nan_p.any(-2)[..., None] | (a.transpose(-1, -2) @ f(nan_do) > 0)).expand(
+        batch, heads_q, seqlen_k, head_dim_v)
+    dk = dk.reshape(batch, heads_kv, group, seqlen_k, head_dim).any(2)
+    dv = dv.reshape(batch, heads_kv, group, seqlen_k, head_dim_v).any(2)
+    return dq, dk, dv
+
+
+def check_bwd(out, ref, dtype, inputs, what: str = "flash_attention_bwd") -> None:
+    """out = (dq, dk, dv) from a backend, ref = the float64 reference. FlashAttention's
+    criterion for each: the max error at most ERROR_MULTIPLE x PyTorch's own (autograd in the
+    input dtype, attention_grads_autograd) plus twice the output's rounding; dq exactly 0 on
+    the rows that saw no key. A NaN input: NaN nowhere the reference is finite, and NaN
+    wherever it must reach (_nan_reach)."""
+    import torch
+
+    dt = getattr(torch, dtype)
+    names = ("dq", "dk", "dv")
+    assert isinstance(out, (tuple, list)) and len(out) == 3, f"{what}: want (dq, dk, dv), got {type(out)}"
+    for name, g, r in zip(names, out, ref):
+        assert tuple(g.shape) == tuple(r.shape), f"{what}: {name} shape {tuple(g.shape)} != {tuple(r.shape)}"
+        assert g.dtype == dt, f"{what}: {name} dtype {g.dtype} != {dtype}"
+    tensors = [inputs[n] for n in ("q", "k", "v", "o", "lse", "do")]
+    has_nan = any(torch.isnan(t).any().item() for t in tensors)
+    reach = _nan_reach(inputs) if has_nan else (None, None, None)
+    # PyTorch's same-dtype gradients set the scale of acceptable error. With a NaN input it
+    # is taken on the inputs with the NaN as 0: a scale, compared where the reference is
+    # finite (which a NaN does not reach).
+    clean = {n: (inputs[n].nan_to_num(0.0) if has_nan else inputs[n]) for n in ("do", "q", "k", "v")}
+    base = attention_grads_autograd(clean["do"], clean["q"], clean["k"], clean["v"], inputs.get("causal", False),
+                                    inputs.get("softmax_scale"), dt, inputs.get("window_size", (-1, -1)),
+                                    inputs.get("softcap", 0.0))
+    for name, g, r, b, must in zip(names, out, ref, base, reach):
+        if g.numel() == 0:
+            continue
+        g64, r64, b64 = g.double().cpu(), r.double().cpu(), b.double().cpu()
+        may = torch.isnan(r64)
+        got = torch.isnan(g64)
+        assert not (got & ~may).any(), (
+            f"{what}: {name} is NaN at {(got & ~may).sum().item()} places where the reference is finite")
+        if must is not None:
+            missed = must & ~got
+            assert not missed.any(), f"{what}: {name} lacks the NaN of an input at {missed.sum().item()} places"
+        finite = ~may
+        if not finite.any():
+            continue
+        assert torch.isfinite(g64[finite]).all(), f"{what}: {name} is not finite where the reference is"
+        both = finite & torch.isfinite(b64)
+        base_err = (b64 - r64)[both].abs().max().item() if both.any() else 0.0
+        rounding = (r64.to(dt).double() - r64)[finite].abs().max().item()
+        err = (g64 - r64)[finite].abs().max().item()
+        allowed = ERROR_MULTIPLE * base_err + 2.0 * rounding + 1e-5
+        assert err <= allowed, (
+            f"{what}: {name} max error {err:.3g} > {allowed:.3g} ({ERROR_MULTIPLE} x PyTorch's {dtype} "
+            f"error {base_err:.3g} + 2 x output rounding {rounding:.3g})")
+    unseen = torch.isneginf(inputs["lse"].cpu())
+    dq = out[0].cpu()
+    if unseen.any() and dq.numel():
+        rows = dq[unseen]
+        rows_ref = ref[0].cpu()[unseen]
+        assert (rows[~torch.isnan(rows_ref)] == 0).all(), f"{what}: dq must be 0 on rows that see no key"
+
+
+def _attention_bwd_bad_inputs() -> tuple[BadInput, ...]:
+    """What every backend refuses alike: flash_attention_fwd's rules on q, k, v and the
+    options, do and o of q's dtype and shape [B, Hq, Sq, Dv], lse float32 [B, Hq, Sq], do
+    contiguous in its last dim."""
+
+    def call(t, d, q=(1, 4, 16, 64), kv=(1, 2, 16, 64), v=None, dtype="float16", k_dtype=None, do=None,
+             o=None, lse=None, do_dtype=None, o_dtype=None, lse_dtype="float32", strided_do=False, **extra):
+        dt = getattr(t, dtype)
+        out = (*q[:3], (v or kv)[-1])
+        args = {"q": t.randn(q, device=d).to(dt), "k": t.randn(kv, device=d).to(getattr(t, k_dtype or dtype)),
+                "v": t.randn(v or kv, device=d).to(dt),
+                "o": t.randn(o or out, device=d).to(getattr(t, o_dtype or dtype)),
+                "lse": t.randn(lse or out[:3], device=d).to(getattr(t, lse_dtype)),
+                "do": t.randn(do or out, device=d).to(getattr(t, do_dtype or dtype))}
+        if strided_do:
+            args["do"] = t.randn(*out[:3], 2 * out[3], device=d).to(dt)[..., ::2]
+        return {**args, **extra}
+
+    heads = "the query heads (4, dim 1 of q) must be a multiple of the key/value heads (3"
+    out_shape = "argument '{}' must have shape [1, 4, 16, 64] (q's batch, heads and sequence, v's head dim), got {}"
+    return (
+        BadInput("head_dim_48", lambda t, d: call(t, d, (1, 4, 16, 48), (1, 2, 16, 48)), ValueError,
+                 "head dim (the last dim of q and k) must be one of 32, 64, 96, 128, 192, 256, got 48"),
+        BadInput("v_head_dim_128_with_64", lambda t, d: call(t, d, v=(1, 2, 16, 128)), ValueError,
+                 "argument 'v' must have shape [1, 2, 16, 64] (k's first three dims and the head dim; 128 is "
+                 "also allowed with head dim 192), got [1, 2, 16, 128]"),
+        BadInput("heads_not_multiple", lambda t, d: call(t, d, kv=(1, 3, 16, 64)), ValueError, heads),
+        BadInput("float32", lambda t, d: call(t, d, dtype="float32"), TypeError,
+                 "argument 'q' must be float16 or bfloat16, got"),
+        BadInput("k_dtype", lambda t, d: call(t, d, k_dtype="bfloat16"), TypeError,
+                 "argument 'k' must have the dtype of 'q'"),
+        BadInput("o_dtype", lambda t, d: call(t, d, o_dtype="bfloat16"), TypeError,
+                 "argument 'o' must have the dtype of 'q'"),
+        BadInput("do_dtype", lambda t, d: call(t, d, do_dtype="float32"), TypeError,
+                 "argument 'do' must have the dtype of 'q'"),
+        BadInput("lse_float16", lambda t, d: call(t, d, lse_dtype="float16"), TypeError,
+                 "argument 'lse' must be float32, got"),
+        BadInput("q_three_dims", lambda t, d: call(t, d, (4, 16, 64)), ValueError,
+                 "argument 'q' must have 4 dims [batch, heads, seq, head_dim]"),
+        BadInput("do_three_dims", lambda t, d: call(t, d, do=(4, 16, 64)), ValueError,
+                 "argument 'do' must have 4 dims [batch, heads, seq, head_dim]"),
+        BadInput("lse_four_dims", lambda t, d: call(t, d, lse=(1, 4, 16, 1)), ValueError,
+                 "argument 'lse' must have 3 dims [batch, heads, seq]"),
+        BadInput("do_seqlen", lambda t, d: call(t, d, do=(1, 4, 17, 64)), ValueError,
+                 out_shape.format("do", "[1, 4, 17, 64]")),
+        BadInput("o_head_dim", lambda t, d: call(t, d, o=(1, 4, 16, 32)), ValueError,
+                 out_shape.format("o", "[1, 4, 16, 32]")),
+        BadInput("lse_heads", lambda t, d: call(t, d, lse=(1, 2, 16)), ValueError,
+                 "argument 'lse' must have shape [1, 4, 16] (q's batch, heads and sequence), got [1, 2, 16]"),
+        BadInput("do_last_dim_strided", lambda t, d: call(t, d, strided_do=True), ValueError,
+                 "argument 'do' must be contiguous in its last dim (stride 1), got stride 2", jax=False),
+        BadInput("softmax_scale", lambda t, d: call(t, d, softmax_scale=-1.0), ValueError,
+                 "argument 'softmax_scale' must be a finite number > 0"),
+        BadInput("window_element_below_-1", lambda t, d: call(t, d, window_size=(-2, 0)), ValueError,
+                 WINDOW_ERROR + "(-2, 0)"),
+        BadInput("window_right_with_causal", lambda t, d: call(t, d, causal=True, window_size=(4, 1)), ValueError,
+                 CAUSAL_WINDOW_ERROR + "(4, 1)"),
+        BadInput("softcap_nan", lambda t, d: call(t, d, softcap=float("nan")), ValueError, SOFTCAP_ERROR + "nan"),
+        BadInput("softcap_negative", lambda t, d: call(t, d, softcap=-1.0), ValueError, SOFTCAP_ERROR + "-1"),
+    )
+
+
+def _autograd_peer(make_forward):
+    """A peer's backward timed alone: the attention forward `make_forward()` returns (q, k,
+    v, causal=, softmax_scale=) -> o (or (o, ...)) runs once per input set, on its first
+    call, keeping its graph; every call then runs torch.autograd.grad of that o with the
+    set's dO. Returns (dq, dk, dv)."""
+
+    def make():
+        import torch
+
+        forward = make_forward()
+        graphs = {}
+
+        def run(q, k, v, o, lse, do, causal=False, softmax_scale=None):
+            key = (id(q), id(k), id(v), bool(causal), softmax_scale)
+            entry = graphs.get(key)
+            if entry is None or entry[0] is not q or entry[1] is not k or entry[2] is not v:
+                leaves = tuple(t.detach().requires_grad_() for t in (q, k, v))
+                with torch.enable_grad():
+                    out = forward(*leaves, causal=causal, softmax_scale=softmax_scale)
+                out = out[0] if isinstance(out, tuple) else out
+                entry = graphs[key] = (q, k, v, leaves, out)
+            return torch.autograd.grad(entry[4], entry[3], do, retain_graph=True)
+
+        return run
+
+    return make
+
+
+FLASH_ATTENTION_BWD = register(
+    OpSpec(
+        name=BWD_OP,
+        family="attention",
+        summary=("FlashAttention backward (dq, dk, dv from dO, o, lse): causal, sliding window, softcap, "
+                 "GQA/MQA summed per KV head, any Sq/Sk, head dims 192/128"),
+        signature=(
+            "flash_attention_bwd(do[B, Hq, Sq, Dv], q[B, Hq, Sq, D], k[B, Hkv, Sk, D], v[B, Hkv, Sk, Dv], "
+            "o[B, Hq, Sq, Dv], lse[B, Hq, Sq] fp32, causal=False, softmax_scale=None, window_size=(-1, -1), "
+            "softcap=0.0) -> (dq[B, Hq, Sq, D], dk[B, Hkv, Sk, D], dv[B, Hkv, Sk, Dv]) (q's dtype)"
+        ),
+        **_DENSE_SHAPES,
+        make_inputs=make_bwd_inputs,
+        reference=flash_attention_bwd,
+        tolerance={"float16": (2e-3, 2e-3), "bfloat16": (1.6e-2, 1.6e-2)},
+        flops=bwd_flops,
+        bytes_moved=bwd_bytes_moved,
+        backends=(
+            # No CUDA kernel yet. Triton and Pallas: dK, dV per key block (looping over the
+            # query heads of its group), dQ per query block: deterministic, no atomics.
+            Backend("triton", archs=("sm_80", "sm_90"), interpreted=True),
+            Backend("pallas", archs=("sm_80", "sm_90"), interpreted=True),
+        ),
+        # Under the interpreters' size limit as flash_attention_fwd's (the product of a
+        # shape, causal included, at most 2^18 runs interpreted; the last ones run on a GPU).
+        test_shapes=(
+            (1, 1, 1, 1, 1, 32, 0),
+            (2, 4, 1, 45, 45, 64, 0),        # MQA, odd lengths
+            (1, 4, 4, 40, 100, 128, 0),      # Sq < Sk
+            (1, 4, 2, 37, 300, 32, 0),       # GQA, longer Sk
+            (1, 2, 2, 90, 40, 96, 0),        # Sq > Sk, D = 96
+            (1, 2, 1, 33, 50, 256, 0),
+            (1, 2, 1, 33, 50, 192, 0),
+            (1, 4, 2, 33, 50, 192, 0, 128),  # DeepSeek's D = 192, Dv = 128, GQA
+            (1, 1, 1, 0, 16, 64, 0),         # Sq = 0: dk = dv = 0
+            (1, 2, 1, 5, 0, 64, 0),          # Sk = 0: dq = 0
+            (1, 1, 1, 64, 64, 64, 1),
+            (1, 2, 1, 37, 53, 32, 1),        # causal, Sq < Sk
+            (1, 2, 2, 53, 17, 32, 1),        # causal, Sq > Sk: rows that see no key
+            (1, 1, 1, 16, 40, 256, 1),
+            (1, 1, 1, 2, 5, 192, 1, 128),
+            (1, 1, 1, 1, 1, 64, 1),
+            (2, 8, 1, 129, 129, 128, 1),     # GPU only under an interpreter's size limit (see above)
+            (1, 4, 4, 200, 1000, 96, 1),
+            (2, 8, 2, 300, 517, 192, 1, 128),
+        ),
+        bench_shapes=_bench_shapes(),
+        compute="tensor",
+        peers=(
+            Peer("sdpa-flash", _autograd_peer(_sdpa("FLASH_ATTENTION"))),
+            Peer("sdpa-cudnn", _autograd_peer(_sdpa("CUDNN_ATTENTION"))),
+            Peer("FA4", _autograd_peer(_fa4), package="flash-attn-4"),
+        ),
+        check=check_bwd,
+        example_shape=(1, 2, 1, 37, 53, 32, 1),
+        bad_inputs=_attention_bwd_bad_inputs(),
+        outputs=("dq", "dk", "dv"),
     )
 )

@@ -26,6 +26,7 @@ from gks.specs.attention import (
     DECODE_OP,
     VARLEN_OP,
     check_attention_shapes,
+    check_bwd_shapes,
     check_decode_inputs,
     checked_num_splits,
     checked_softcap,
@@ -48,8 +49,8 @@ from gks.triton._common import (
     row_start,
 )
 
-__all__ = ["flash_attention_decode", "flash_attention_fwd", "flash_attention_fwd_config_names",
-           "flash_attention_varlen_fwd", "merge_state", "merge_states"]
+__all__ = ["flash_attention", "flash_attention_bwd", "flash_attention_decode", "flash_attention_fwd",
+           "flash_attention_fwd_config_names", "flash_attention_varlen_fwd", "merge_state", "merge_states"]
 
 LOG2E = 1.4426950408889634
 
@@ -145,6 +146,25 @@ def _online_softmax_step(acc, m_i, l_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs
 
 
 @triton.jit
+def _key_walk(m0, seqlen_q, seqlen_k, win_left, win_right, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+              LEFT: tl.constexpr, RIGHT: tl.constexpr):
+    """(diag, lo, hi): row i sees key j when j < seqlen_k and i + diag - win_left <= j <= i +
+    diag + win_right (each bound only where LEFT / RIGHT); the walk over the query block
+    [m0, m0 + BLOCK_M) starts at the tile of the first key its first row sees (lo, a tile
+    boundary) and stops after the last key its last row sees (hi)."""
+    diag = seqlen_k - seqlen_q
+    if RIGHT:
+        hi = tl.minimum(tl.maximum(m0 + BLOCK_M + diag + win_right, 0), seqlen_k)
+    else:
+        hi = seqlen_k
+    if LEFT:
+        lo = tl.minimum(tl.maximum(m0 + diag - win_left, 0), seqlen_k) // BLOCK_N * BLOCK_N
+    else:
+        lo = 0
+    return diag, lo, hi
+
+
+@triton.jit
 def _attend_block(
     q_base, k_base, v_base, o_base, lse_base, q_sm, k_sn, v_sn, o_sm, seqlen_q, seqlen_k, start_m,
     win_left, win_right, scale_log2, cap_in, cap_out, table_ptr, page_size, num_pages, k_page, v_page,
@@ -174,19 +194,8 @@ def _attend_block(
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)
 
-    # Row i sees key j when j < seqlen_k and i + diag_offset - win_left <= j <= i +
-    # diag_offset + win_right (each bound only where LEFT / RIGHT); the walk starts at the
-    # tile of the first key the block's first row sees and stops after the last key its
-    # last row sees.
-    diag_offset = seqlen_k - seqlen_q
-    if RIGHT:
-        hi = tl.minimum(tl.maximum(m0 + BLOCK_M + diag_offset + win_right, 0), seqlen_k)
-    else:
-        hi = seqlen_k
-    if LEFT:
-        lo = tl.minimum(tl.maximum(m0 + diag_offset - win_left, 0), seqlen_k) // BLOCK_N * BLOCK_N
-    else:
-        lo = 0
+    diag_offset, lo, hi = _key_walk(m0, seqlen_q, seqlen_k, win_left, win_right, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
+                                    LEFT=LEFT, RIGHT=RIGHT)
     # The pointers start at the walk's first tile and advance one tile per pass (64-bit
     # pointer arithmetic, no start * stride products in the loop); the step itself is 64-bit,
     # as BLOCK_N times a sequence stride of a KV-cache view passes 2^31 elements.
@@ -835,3 +844,338 @@ def flash_attention_decode(
         _launch_merge(target, target, target_lse, target_lse, o, lse, rows_all, head_dim, splits,
                       target.stride(0), target_lse.stride(0), layouts, stacked=True)
     return o, lse
+
+
+# ---- flash_attention_bwd (see gks.specs.attention), FlashAttention-2's split: a preprocess
+# kernel per query block (delta = rowsum(dO * O) and lse in log2 units, fp32), then one
+# program per (key block, batch x KV head) that recomputes P^T from k, q and lse for every
+# query block of every query head of its group, accumulating dK and dV in registers, and one
+# program per (query block, batch x query head) for dQ. Each gradient is summed in one
+# program in a fixed order: deterministic, no atomics, and GQA's sum over the group happens
+# in the dK/dV program. Masks, bounds and head-dim padding are the forward's.
+
+@triton.jit
+def _bwd_preprocess_kernel(
+    o_ptr, do_ptr, lse_ptr, delta_ptr, lse2_ptr,
+    o_sb, o_sh, o_sm, do_sb, do_sh, do_sm, lse_sb, lse_sh, lse_sm,
+    heads_q, seqlen_q,
+    HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_M: tl.constexpr,
+):
+    bh = tl.program_id(1)
+    batch = (bh // heads_q).to(tl.int64)
+    head = (bh % heads_q).to(tl.int64)
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    row_ok = offs_m < seqlen_q
+    mask = row_ok[:, None] & (offs_dv[None, :] < HEAD_DIM_V)
+    rows = offs_m[:, None].to(tl.int64)
+    o = tl.load(o_ptr + batch * o_sb + head * o_sh + rows * o_sm + offs_dv[None, :], mask=mask, other=0.0)
+    do = tl.load(do_ptr + batch * do_sb + head * do_sh + rows * do_sm + offs_dv[None, :], mask=mask, other=0.0)
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
+    lse = tl.load(lse_ptr + batch * lse_sb + head * lse_sh + offs_m.to(tl.int64) * lse_sm, mask=row_ok, other=0.0)
+    # A row that saw no key (lse = -inf) has P = 0: +inf makes exp2(s - lse) 0 for it.
+    lse2 = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
+    at = bh.to(tl.int64) * seqlen_q + offs_m
+    tl.store(delta_ptr + at, delta, mask=row_ok)
+    tl.store(lse2_ptr + at, lse2, mask=row_ok)
+
+
+@triton.jit
+def _rounded(x, dtype: tl.constexpr, UPCAST: tl.constexpr):
+    """x (fp32) rounded to dtype. Triton's interpreter truncates fp32 to bfloat16 where a GPU
+    rounds to nearest even: its variant (UPCAST, whose bf16 dot operands go to fp32 anyway)
+    rounds by hand and keeps fp32 (exact in bf16, so a later cast is exact too)."""
+    if UPCAST:
+        bits = x.to(tl.uint32, bitcast=True)
+        bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+        return tl.where(x != x, x, bits.to(tl.float32, bitcast=True))  # a NaN's bits may wrap
+    return x.to(dtype)
+
+
+@triton.jit
+def _bwd_scores(a, b, qk_log2, cap_in, cap_log2, SOFTCAP: tl.constexpr, UPCAST: tl.constexpr):
+    """a b^T in log2 units (scaled, capped under a softcap), and tanh of the capped argument
+    (for its derivative; the raw product when there is no cap)."""
+    s = _dot(a, tl.trans(b), UPCAST)
+    if SOFTCAP:
+        t = _tanh(s * cap_in)
+        return t * cap_log2, t
+    return s * qk_log2, s
+
+
+@triton.jit(do_not_specialize=["win_left", "win_right"])
+def _bwd_dkdv_kernel(
+    q_ptr, k_ptr, v_ptr, do_ptr, lse2_ptr, delta_ptr, dk_ptr, dv_ptr,
+    q_sb, q_sh, q_sm, k_sb, k_sh, k_sn, v_sb, v_sh, v_sn, do_sb, do_sh, do_sm,
+    dk_sb, dk_sh, dk_sn, dv_sb, dv_sh, dv_sn,
+    heads_q, heads_kv, group, seqlen_q, seqlen_k, win_left, win_right, scale, qk_log2, cap_in, cap_log2,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LEFT: tl.constexpr, RIGHT: tl.constexpr,
+    SOFTCAP: tl.constexpr, UPCAST: tl.constexpr,
+):
+    bh = tl.program_id(1)
+    batch = (bh // heads_kv).to(tl.int64)
+    kv_head = (bh % heads_kv).to(tl.int64)
+    n0 = tl.program_id(0) * BLOCK_N
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    d_mask = offs_d < HEAD_DIM
+    dv_mask = offs_dv < HEAD_DIM_V
+    key_ok = offs_n < seqlen_k
+    cols = offs_n[:, None].to(tl.int64)
+    k = tl.load(k_ptr + batch * k_sb + kv_head * k_sh + cols * k_sn + offs_d[None, :],
+                mask=key_ok[:, None] & d_mask[None, :], other=0.0)
+    v = tl.load(v_ptr + batch * v_sb + kv_head * v_sh + cols * v_sn + offs_dv[None, :],
+                mask=key_ok[:, None] & dv_mask[None, :], other=0.0)
+    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_DV], dtype=tl.float32)
+
+    # Row i sees key j when i + diag - left <= j <= i + diag + right: the rows that see a key
+    # of this block are n0 - diag - right ... n0 + BLOCK_N - 1 - diag + left.
+    diag = seqlen_k - seqlen_q
+    if RIGHT:
+        lo = tl.minimum(tl.maximum(n0 - diag - win_right, 0), seqlen_q) // BLOCK_M * BLOCK_M
+    else:
+        lo = 0
+    if LEFT:
+        hi = tl.minimum(tl.maximum(n0 + BLOCK_N - diag + win_left, 0), seqlen_q)
+    else:
+        hi = seqlen_q
+    q_step = BLOCK_M * tl.cast(q_sm, tl.int64)
+    do_step = BLOCK_M * tl.cast(do_sm, tl.int64)
+    for g in range(0, group):
+        head = kv_head * group + g
+        q_ptrs = q_ptr + batch * q_sb + head * q_sh + (lo + offs_m)[:, None].to(tl.int64) * q_sm + offs_d[None, :]
+        do_ptrs = (do_ptr + batch * do_sb + head * do_sh + (lo + offs_m)[:, None].to(tl.int64) * do_sm
+                   + offs_dv[None, :])
+        row_base = (batch * heads_q + head) * seqlen_q  # delta and lse2: [B, Hq, Sq], contiguous
+        for start_m in tl.range(lo, hi, BLOCK_M):
+            rows = start_m + offs_m
+            row_ok = rows < seqlen_q
+            q = tl.load(q_ptrs, mask=row_ok[:, None] & d_mask[None, :], other=0.0)
+            do = tl.load(do_ptrs, mask=row_ok[:, None] & dv_mask[None, :], other=0.0)
+            # Rows past Sq: lse2 = +inf, so P = 0 there.
+            lse2 = tl.load(lse2_ptr + row_base + rows, mask=row_ok, other=float("inf"))
+            delta = tl.load(delta_ptr + row_base + rows, mask=row_ok, other=0.0)
+            s_t, t_t = _bwd_scores(k, q, qk_log2, cap_in, cap_log2, SOFTCAP=SOFTCAP, UPCAST=UPCAST)
+            # Only the tiles that cross a bound of the window pay for its mask (keys past Sk
+            # need none: their rows of dK, dV are never stored).
+            if RIGHT:
+                if n0 + BLOCK_N > start_m + diag + win_right + 1:
+                    s_t = tl.where(offs_n[:, None] <= rows[None, :] + diag + win_right, s_t, float("-inf"))
+            if LEFT:
+                if n0 < start_m + BLOCK_M - 1 + diag - win_left:
+                    s_t = tl.where(offs_n[:, None] >= rows[None, :] + diag - win_left, s_t, float("-inf"))
+            p_t = tl.math.exp2(s_t - lse2[None, :])
+            dv = _dot_acc(_rounded(p_t, do.dtype, UPCAST), do, dv, UPCAST)
+            ds_t = p_t * (_dot(v, tl.trans(do), UPCAST) - delta[None, :])
+            if SOFTCAP:
+                ds_t = ds_t * (1.0 - t_t * t_t)
+            dk = _dot_acc(_rounded(ds_t, q.dtype, UPCAST), q, dk, UPCAST)
+            q_ptrs += q_step
+            do_ptrs += do_step
+    out_rows = offs_n[:, None].to(tl.int64)
+    dk_ty: tl.constexpr = dk_ptr.dtype.element_ty
+    dv_ty: tl.constexpr = dv_ptr.dtype.element_ty
+    tl.store(dk_ptr + batch * dk_sb + kv_head * dk_sh + out_rows * dk_sn + offs_d[None, :],
+             _rounded(dk * scale, dk_ty, UPCAST).to(dk_ty), mask=key_ok[:, None] & d_mask[None, :])
+    tl.store(dv_ptr + batch * dv_sb + kv_head * dv_sh + out_rows * dv_sn + offs_dv[None, :],
+             _rounded(dv, dv_ty, UPCAST).to(dv_ty), mask=key_ok[:, None] & dv_mask[None, :])
+
+
+@triton.jit(do_not_specialize=["win_left", "win_right"])
+def _bwd_dq_kernel(
+    q_ptr, k_ptr, v_ptr, do_ptr, lse2_ptr, delta_ptr, dq_ptr,
+    q_sb, q_sh, q_sm, k_sb, k_sh, k_sn, v_sb, v_sh, v_sn, do_sb, do_sh, do_sm, dq_sb, dq_sh, dq_sm,
+    heads_q, group, seqlen_q, seqlen_k, win_left, win_right, scale, qk_log2, cap_in, cap_log2,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LEFT: tl.constexpr, RIGHT: tl.constexpr,
+    SOFTCAP: tl.constexpr, BOUNDS: tl.constexpr, UPCAST: tl.constexpr,
+):
+    bh = tl.program_id(1)
+    batch = (bh // heads_q).to(tl.int64)
+    head = (bh % heads_q).to(tl.int64)
+    kv_head = head // group
+    m0 = _first_block(LEFT, RIGHT) * BLOCK_M
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    d_mask = offs_d < HEAD_DIM
+    dv_mask = offs_dv < HEAD_DIM_V
+    row_ok = offs_m < seqlen_q
+    rows = offs_m[:, None].to(tl.int64)
+    q = tl.load(q_ptr + batch * q_sb + head * q_sh + rows * q_sm + offs_d[None, :],
+                mask=row_ok[:, None] & d_mask[None, :], other=0.0)
+    do = tl.load(do_ptr + batch * do_sb + head * do_sh + rows * do_sm + offs_dv[None, :],
+                 mask=row_ok[:, None] & dv_mask[None, :], other=0.0)
+    row_base = bh.to(tl.int64) * seqlen_q
+    lse2 = tl.load(lse2_ptr + row_base + offs_m, mask=row_ok, other=float("inf"))
+    delta = tl.load(delta_ptr + row_base + offs_m, mask=row_ok, other=0.0)
+    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+
+    # The forward's walk.
+    diag, lo, hi = _key_walk(m0, seqlen_q, seqlen_k, win_left, win_right, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
+                             LEFT=LEFT, RIGHT=RIGHT)
+    k_ptrs = k_ptr + batch * k_sb + kv_head * k_sh + (lo + offs_n)[:, None].to(tl.int64) * k_sn + offs_d[None, :]
+    v_ptrs = v_ptr + batch * v_sb + kv_head * v_sh + (lo + offs_n)[:, None].to(tl.int64) * v_sn + offs_dv[None, :]
+    k_step = BLOCK_N * tl.cast(k_sn, tl.int64)
+    v_step = BLOCK_N * tl.cast(v_sn, tl.int64)
+    for start_n in tl.range(lo, hi, BLOCK_N):
+        cols = start_n + offs_n
+        key_ok = cols < seqlen_k
+        k = tl.load(k_ptrs, mask=key_ok[:, None] & d_mask[None, :], other=0.0)
+        v = tl.load(v_ptrs, mask=key_ok[:, None] & dv_mask[None, :], other=0.0)
+        s, t = _bwd_scores(q, k, qk_log2, cap_in, cap_log2, SOFTCAP=SOFTCAP, UPCAST=UPCAST)
+        if BOUNDS:  # keys past Sk: P = 0 (their zero rows of k would still give P > 0)
+            s = tl.where(key_ok[None, :], s, float("-inf"))
+        if RIGHT:
+            if start_n + BLOCK_N > m0 + diag + win_right + 1:
+                s = tl.where(cols[None, :] <= offs_m[:, None] + diag + win_right, s, float("-inf"))
+        if LEFT:
+            if start_n < m0 + BLOCK_M - 1 + diag - win_left:
+                s = tl.where(cols[None, :] >= offs_m[:, None] + diag - win_left, s, float("-inf"))
+        p = tl.math.exp2(s - lse2[:, None])
+        ds = p * (_dot(do, tl.trans(v), UPCAST) - delta[:, None])
+        if SOFTCAP:
+            ds = ds * (1.0 - t * t)
+        dq = _dot_acc(_rounded(ds, k.dtype, UPCAST), k, dq, UPCAST)
+        k_ptrs += k_step
+        v_ptrs += v_step
+    dq_ty: tl.constexpr = dq_ptr.dtype.element_ty
+    tl.store(dq_ptr + batch * dq_sb + head * dq_sh + offs_m[:, None].to(tl.int64) * dq_sm + offs_d[None, :],
+             _rounded(dq * scale, dq_ty, UPCAST).to(dq_ty), mask=row_ok[:, None] & d_mask[None, :])
+
+
+# Tiles per padded head dim (the larger of q/k's and v's): (BLOCK_M, BLOCK_N, warps, stages)
+# of the dK/dV kernel (BLOCK_N keys held, BLOCK_M query rows a step) and of the dQ kernel
+# (BLOCK_M rows held, BLOCK_N keys a step). FlashAttention-2's shapes, smaller as the head
+# dim grows, with the warps that keep the fp32 accumulators in registers on sm_90 (no
+# spills in the SASS of tools/dump_triton_ir.py; at 4 warps the D = 64 dK/dV tile spills).
+# Not yet timed on a GPU.
+BWD_CONFIGS = {
+    64: ((32, 128, 8, 3), (128, 32, 4, 3)),
+    128: ((32, 64, 8, 2), (64, 32, 8, 2)),
+    256: ((16, 64, 8, 1), (64, 16, 8, 1)),
+}
+BWD_PRE_BLOCK_M = 64
+
+
+def _bwd_config(head_dim: int, head_dim_v: int):
+    width = max(next_pow2(head_dim), next_pow2(head_dim_v))
+    return BWD_CONFIGS[64 if width <= 64 else 128 if width <= 128 else 256]
+
+
+def _check_bwd_inputs(op, do, q, k, v, o, lse):
+    """q, k, v as the forward checks them, then do, o (q's device and dtype, 4 dims, last dim
+    contiguous, [B, Hq, Sq, Dv]) and lse (float32 [B, Hq, Sq], any strides)."""
+    _check_inputs(q, k, v, op)
+    check_same(q, "q", o, "o", op)
+    check_same_device(q, "q", lse, "lse", op)
+    check_same(q, "q", do, "do", op)
+    if lse.dtype != torch.float32:
+        raise TypeError(f"{op}: argument 'lse' must be float32, got {lse.dtype}")
+    check_bwd_shapes(op, q.shape, v.shape, do.shape, o.shape, lse.shape)
+    for name, t in (("do", do), ("o", o)):
+        if t.shape[-1] > 1 and t.stride(-1) != 1:
+            raise ValueError(f"{op}: argument '{name}' must be contiguous in its last dim (stride 1), got "
+                             f"stride {t.stride(-1)}")
+
+
+@on_tensor_device
+def flash_attention_bwd(
+    do: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    o: torch.Tensor,
+    lse: torch.Tensor,
+    causal: bool = False,
+    softmax_scale: float | None = None,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The attention backward; the meaning of gks.reference.flash_attention_bwd.
+
+    do, o [B, Hq, Sq, Dv] (the gradient of o and o, q's dtype, last dim contiguous), lse
+    [B, Hq, Sq] (float32) from flash_attention_fwd, and q, k, v and the options as it takes
+    them. Returns dq [B, Hq, Sq, D], dk [B, Hkv, Sk, D], dv [B, Hkv, Sk, Dv] (q's dtype,
+    contiguous; dk, dv summed over each KV head's query heads). Deterministic: the same
+    inputs give the same bits.
+    """
+    op = "gks.triton.flash_attention_bwd"
+    _check_bwd_inputs(op, do, q, k, v, o, lse)
+    batch, heads_q, seqlen_q, head_dim = q.shape
+    heads_kv, seqlen_k, head_dim_v = k.shape[1], k.shape[2], v.shape[3]
+    scale = checked_softmax_scale(op, softmax_scale, head_dim)
+    left, right = checked_window(op, window_size, causal)
+    cap = checked_softcap(op, softcap, scale)
+    dq = torch.empty((batch, heads_q, seqlen_q, head_dim), dtype=q.dtype, device=q.device)
+    dk = torch.empty((batch, heads_kv, seqlen_k, head_dim), dtype=q.dtype, device=q.device)
+    dv = torch.empty((batch, heads_kv, seqlen_k, head_dim_v), dtype=q.dtype, device=q.device)
+    if batch * heads_q == 0:
+        return dq, dk, dv
+    if seqlen_q == 0 or seqlen_k == 0:  # no pairs: every gradient is 0
+        return dq.zero_(), dk.zero_(), dv.zero_()
+    if batch * heads_q > 65535:
+        raise ValueError(f"{op}: at most 65535 (batch x query heads) are supported, got {batch * heads_q}")
+    left, right = kernel_window(left, right, seqlen_q, seqlen_k)
+    delta = torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device)
+    lse2 = torch.empty_like(delta)
+    bd, bdv = next_pow2(head_dim), next_pow2(head_dim_v)
+    upcast = q.dtype == torch.bfloat16 and interpreter_variant()
+    _bwd_preprocess_kernel[(triton.cdiv(seqlen_q, BWD_PRE_BLOCK_M), batch * heads_q)](
+        o, do, lse, delta, lse2, *o.stride()[:3], *do.stride()[:3], *lse.stride(),
+        heads_q, seqlen_q, HEAD_DIM_V=head_dim_v, BLOCK_DV=bdv, BLOCK_M=BWD_PRE_BLOCK_M, num_warps=4,
+    )
+    (m1, n1, w1, s1), (m2, n2, w2, s2) = _bwd_config(head_dim, head_dim_v)
+    # With a cap the scale goes into the tanh's argument (cap_in), the cap out of it.
+    scalars = (max(left, 0), max(right, 0), scale, scale * LOG2E, scale / cap if cap else 1.0, cap * LOG2E)
+    flags = dict(HEAD_DIM=head_dim, BLOCK_D=bd, HEAD_DIM_V=head_dim_v, BLOCK_DV=bdv, LEFT=left >= 0,
+                 RIGHT=right >= 0, SOFTCAP=cap > 0, UPCAST=upcast)
+    _bwd_dkdv_kernel[(triton.cdiv(seqlen_k, n1), batch * heads_kv)](
+        q, k, v, do, lse2, delta, dk, dv, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
+        *dk.stride()[:3], *dv.stride()[:3], heads_q, heads_kv, heads_q // heads_kv, seqlen_q, seqlen_k, *scalars,
+        BLOCK_M=m1, BLOCK_N=n1, num_warps=w1, num_stages=s1, **flags,
+    )
+    _bwd_dq_kernel[(triton.cdiv(seqlen_q, m2), batch * heads_q)](
+        q, k, v, do, lse2, delta, dq, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
+        *dq.stride()[:3], heads_q, heads_q // heads_kv, seqlen_q, seqlen_k, *scalars,
+        BLOCK_M=m2, BLOCK_N=n2, BOUNDS=seqlen_k % n2 != 0, num_warps=w2, num_stages=s2, **flags,
+    )
+    return dq, dk, dv
+
+
+class _FlashAttention(torch.autograd.Function):
+    """o = attention(q, k, v) with the Triton forward and backward; saves q, k, v, o, lse."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, softmax_scale, window_size, softcap):
+        o, lse = flash_attention_fwd(q, k, v, causal, softmax_scale, window_size, softcap)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.options = (causal, softmax_scale, window_size, softcap)
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        if do.shape[-1] > 1 and do.stride(-1) != 1:  # e.g. the expanded gradient of a sum
+            do = do.contiguous()
+        dq, dk, dv = flash_attention_bwd(do, q, k, v, o, lse, *ctx.options)
+        return dq, dk, dv, None, None, None, None
+
+
+def flash_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = False,
+    softmax_scale: float | None = None,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+) -> torch.Tensor:
+    """Differentiable attention: o of gks.triton.flash_attention_fwd (same arguments), whose
+    backward is gks.triton.flash_attention_bwd (torch.autograd; q, k, v, o and lse saved)."""
+    return _FlashAttention.apply(q, k, v, causal, softmax_scale, window_size, softcap)

@@ -436,6 +436,16 @@ FORMULAS = {
     # o [2,4,3,8] (192), lse [2,4,3].
     ("flash_attention_fwd", (2, 4, 2, 3, 5, 16, 0, 8), F16): (2 * 8 * (16 + 8) * 15,
                                                              2 * (384 + 320 + 160 + 192) + 4 * 24),
+    # The backward's five matmuls (Q K^T, dO V^T, P^T dO, dS K, dS^T Q): 2 x (3 D + 2 Dv)
+    # FLOPs a visible pair, per batch x query head (2 x 4), 15 pairs or causal 3 + 4 + 5. Read
+    # q, o, dO [2,4,3,8] (192 each), k, v [2,2,5,8] (160 each) and fp32 lse [2,4,3]; write dq
+    # (192), dk and dv (160 each).
+    ("flash_attention_bwd", (2, 4, 2, 3, 5, 8, 0), F16): (2 * 8 * 40 * 15, 2 * (4 * 192 + 4 * 160) + 4 * 24),
+    ("flash_attention_bwd", (2, 4, 2, 3, 5, 8, 1), BF16): (2 * 8 * 40 * 12, 2 * (4 * 192 + 4 * 160) + 4 * 24),
+    # D = 16, Dv = 8: 2 x (48 + 16) a pair; q, dq [2,4,3,16] (384 each), o, dO [2,4,3,8] (192
+    # each), k, dk [2,2,5,16] (320 each), v, dv [2,2,5,8] (160 each), lse.
+    ("flash_attention_bwd", (2, 4, 2, 3, 5, 16, 0, 8), F16): (2 * 8 * 64 * 15,
+                                                             2 * (2 * 384 + 2 * 192 + 2 * 320 + 2 * 160) + 4 * 24),
 }
 
 
