@@ -78,6 +78,20 @@ class Peer:
     package: str = ""
 
 
+def mixed_sizes(count: int, largest: int, gen) -> list[int]:
+    """Sizes of `count` parts (sequences, groups) up to `largest`, mixed as the specs' test
+    inputs want them: the first full, the second empty (with three or more), the others
+    uniform in [0, largest] from `gen` (a CPU torch.Generator)."""
+    import torch
+
+    sizes = torch.randint(0, largest + 1, (count,), generator=gen).tolist()
+    if count:
+        sizes[0] = largest
+    if count >= 3:
+        sizes[1] = 0
+    return sizes
+
+
 def reference_peer(op: str, *, compiled: bool) -> Peer:
     """gks.reference.<op> itself ("torch eager") or under torch.compile ("torch.compile"):
     the fused code PyTorch makes of the op's plain definition, the peer the memory-bound

@@ -9,6 +9,9 @@
   gemm       fp16/bf16 GEMM with fp32 accumulation, c in a's dtype: the Hopper-native
              kernel on sm_90a (TMA + wgmma, warp-specialized, persistent), the WMMA kernel
              elsewhere.
+  grouped_gemm  the MoE expert GEMMs in one launch: group g of a's rows times b[g], fp16/
+             bf16 with fp32 accumulation, contiguous (group_offsets) or masked
+             (group_counts) layout; shapes (G, M, N, K, masked). See grouped_gemm below.
 
 The check bounds |out - ref| element-wise (ref in float64) by the error the arithmetic can
 make, scaled by K, so one tolerance serves K = 1 and K = 14336 alike:
@@ -30,7 +33,7 @@ from typing import TYPE_CHECKING
 
 import math
 
-from gks.registry import Backend, BadInput, ELEM_BYTES, OpSpec, Peer, register
+from gks.registry import Backend, BadInput, ELEM_BYTES, OpSpec, Peer, mixed_sizes, register
 
 if TYPE_CHECKING:  # annotations only: the module loads without torch
     import torch
@@ -39,7 +42,7 @@ if TYPE_CHECKING:  # annotations only: the module loads without torch
 # ---- the reference: the op's meaning in plain PyTorch (gks.reference.<op>). torch is
 # imported where it is used, so the registry loads without it.
 
-__all__ = ["sgemm", "wmma_gemm", "int8_gemm", "gemm"]
+__all__ = ["sgemm", "wmma_gemm", "int8_gemm", "gemm", "grouped_gemm"]
 
 
 def sgemm(a: torch.Tensor, b: torch.Tensor, *, precise: bool = False) -> torch.Tensor:
@@ -484,5 +487,434 @@ GEMM = register(
             r"sm90::gemm_kernel<gks::kernels::gemm::sm90::Mainloop<gks::kernels::gemm::sm90::HalfOperands<",
             r"sm90::split_k_reduce_kernel<gks::kernels::gemm::sm90::HalfOperands<",
         ),
+    )
+)
+
+
+# ---- grouped_gemm: the MoE expert GEMMs in one launch.
+#
+# Two layouts of the same product, chosen by which of group_offsets / group_counts is given:
+#   contiguous  a [T, K], tokens sorted by expert; group g is rows [group_offsets[g],
+#               group_offsets[g + 1]) of a and of c [T, N] (prefill, training).
+#   masked      a [G, M_max, K], group g its first group_counts[g] rows; c [G, M_max, N]
+#               (decode under CUDA graphs: the counts stay on the device).
+# Shapes (G, M, N, K, masked): M is the rows a group may have (the contiguous layout's group
+# sizes are drawn in [0, M], the masked layout's M_max = M).
+
+_INT32_LIMIT = 2**31
+
+
+def check_grouped_gemm(a, b, group_offsets, group_counts, op: str) -> bool:
+    """Refuses a bad grouped_gemm call with the error every backend (and the reference)
+    raises: TypeError or ValueError naming the argument and what was expected. Reads no
+    value of group_offsets / group_counts (no host synchronization). Returns whether the
+    call is the masked layout."""
+    import torch
+
+    if (group_offsets is None) == (group_counts is None):
+        given = "both" if group_offsets is not None else "neither"
+        raise ValueError(f"{op}: exactly one of the arguments 'group_offsets' (the contiguous layout) "
+                         f"and 'group_counts' (the masked layout) must be given, got {given}")
+    masked = group_counts is not None
+    groups_name, groups = ("group_counts", group_counts) if masked else ("group_offsets", group_offsets)
+    for name, t in (("a", a), ("b", b), (groups_name, groups)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{op}: argument '{name}' must be a torch.Tensor, got {type(t).__name__}")
+    if a.dtype not in (torch.float16, torch.bfloat16):
+        raise TypeError(f"{op}: argument 'a' must be float16 or bfloat16, got {a.dtype}")
+    a_rank, a_dims = (3, "[G, M_max, K] (the masked layout: group_counts given)") if masked else \
+        (2, "[T, K] (the contiguous layout: group_offsets given)")
+    if a.dim() != a_rank:
+        raise ValueError(f"{op}: argument 'a' must be {a_rank}-D {a_dims}, got {a.dim()} dims "
+                         f"(shape {list(a.shape)})")
+    for name, t in (("b", b), (groups_name, groups)):
+        if t.device != a.device:
+            raise ValueError(f"{op}: argument '{name}' must be on the device of 'a' ({a.device}), got {t.device}")
+    if b.dtype != a.dtype:
+        raise TypeError(f"{op}: argument 'b' must have the dtype of 'a' ({a.dtype}), got {b.dtype}")
+    if b.dim() != 3:
+        raise ValueError(f"{op}: argument 'b' must be 3-D [G, K, N], got {b.dim()} dims (shape {list(b.shape)})")
+    k = a.shape[-1]
+    if b.shape[1] != k:
+        raise ValueError(f"{op}: argument 'b' must have shape [G, K, N] with K = {k} (the last dim of 'a', "
+                         f"{list(a.shape)}), got {list(b.shape)}")
+    groups_count = b.shape[0]
+    if masked and a.shape[0] != groups_count:
+        raise ValueError(f"{op}: argument 'b' must have shape [G, K, N] with G = {a.shape[0]} (dim 0 of 'a', "
+                         f"{list(a.shape)}), got {list(b.shape)}")
+    if groups.dtype != torch.int32:
+        raise TypeError(f"{op}: argument '{groups_name}' must be int32, got {groups.dtype}")
+    want = groups_count if masked else groups_count + 1
+    if list(groups.shape) != [want]:
+        what = "[G]" if masked else "[G + 1]"
+        raise ValueError(f"{op}: argument '{groups_name}' must have shape {what} = [{want}] (G = {groups_count}, "
+                         f"dim 0 of 'b'), got {list(groups.shape)}")
+    # Rows are loaded as vectors along their last dim; the other dims may be strided. As
+    # with the other GEMMs, a transposed view is refused, not copied.
+    for name, t in (("a", a), ("b", b)):
+        if t.shape[-1] > 1 and t.stride(-1) != 1:
+            raise ValueError(f"{op}: argument '{name}' must be row-major with a contiguous last dim "
+                             f"(stride(-1) == 1), got strides {tuple(t.stride())}")
+    if max((*a.shape, *b.shape), default=0) >= _INT32_LIMIT:
+        raise ValueError(f"{op}: every dim of 'a' and 'b' must be below 2^31, got {list(a.shape)} and "
+                         f"{list(b.shape)}")
+    return masked
+
+
+def grouped_gemm_bounds(group_offsets, total: int) -> list[tuple[int, int]]:
+    """[start, end) of each group's rows as the kernels read group_offsets: every bound
+    clamped into [0, total] and each end to at least its start, exactly as
+    gks.specs.attention.varlen_bounds reads cu_seqlens (a host copy: for the reference and
+    the tests)."""
+    import torch
+
+    offsets = group_offsets.to("cpu", torch.int64).tolist()
+    bounds = []
+    for g in range(len(offsets) - 1):
+        lo = min(max(offsets[g], 0), total)
+        bounds.append((lo, min(max(offsets[g + 1], lo), total)))
+    return bounds
+
+
+def grouped_gemm_counts(group_counts, rows: int) -> list[int]:
+    """Each group's rows as the kernels read group_counts: clamped into [0, rows] (M_max)."""
+    import torch
+
+    return [min(max(m, 0), rows) for m in group_counts.to("cpu", torch.int64).tolist()]
+
+
+def grouped_gemm_owners(bounds, total: int) -> list[int]:
+    """The group whose product each of the `total` rows of the contiguous layout holds: the
+    last group that contains the row (only non-monotone offsets make groups overlap), -1 for
+    a row in no group."""
+    owner = [-1] * total
+    for g, (lo, hi) in enumerate(bounds):
+        owner[lo:hi] = [g] * (hi - lo)
+    return owner
+
+
+def grouped_gemm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    group_offsets: torch.Tensor | None = None,
+    group_counts: torch.Tensor | None = None,
+    *,
+    precise: bool = False,
+) -> torch.Tensor:
+    """The MoE expert GEMMs, c = a @ b[g] for each group g of a's rows; exactly one of
+    group_offsets and group_counts is given (ValueError naming both otherwise).
+
+    Contiguous layout (group_offsets): a [T, K] (tokens sorted by expert), b [G, K, N],
+    group_offsets [G + 1] int32 on a's device. Group g is rows [group_offsets[g],
+    group_offsets[g + 1]) of a, and c [T, N] has c[rows of g] = a[rows of g] @ b[g]. Every
+    bound is clamped into [0, T] and each end to at least its start (as
+    gks.specs.attention.varlen_bounds reads cu_seqlens), so no offset can make a kernel read
+    or write out of bounds; groups may be empty. The op owns its whole output: a row in no
+    group is written as 0, and a row in several groups (only non-monotone offsets give
+    overlapping bounds) holds the product of the last of them.
+
+    Masked layout (group_counts): a [G, M_max, K], b [G, K, N], group_counts [G] int32 on
+    a's device; c [G, M_max, N] with c[g, :m_g] = a[g, :m_g] @ b[g], m_g =
+    clamp(group_counts[g], 0, M_max), and rows past m_g written as 0. For decode under CUDA
+    graphs: the counts stay on the device, nothing is sized by their values and nothing
+    synchronizes with the host (this reference does, to read them).
+
+    a and b are float16 or bfloat16 of one dtype, each row-major in its last dim (other dims
+    may be strided). The kernels accumulate in fp32 and write c in a's dtype; this reference
+    computes in fp32 and rounds once to a's dtype, or in float64 throughout with
+    precise=True."""
+    import torch
+
+    masked = check_grouped_gemm(a, b, group_offsets, group_counts, "gks.reference.grouped_gemm")
+    compute = torch.float64 if precise else torch.float32
+    out_dtype = torch.float64 if precise else a.dtype
+    n = b.shape[2]
+    c = torch.zeros((*a.shape[:-1], n), dtype=out_dtype, device=a.device)
+    if a.device.type == "meta":  # shapes alone: no groups to read
+        return c
+    if masked:
+        for g, m in enumerate(grouped_gemm_counts(group_counts, a.shape[1])):
+            if m:
+                c[g, :m] = (a[g, :m].to(compute) @ b[g].to(compute)).to(out_dtype)
+        return c
+    for g, (lo, hi) in enumerate(grouped_gemm_bounds(group_offsets, a.shape[0])):
+        if hi > lo:  # in group order: a later group's rows overwrite an earlier one's
+            c[lo:hi] = (a[lo:hi].to(compute) @ b[g].to(compute)).to(out_dtype)
+    return c
+
+
+def grouped_gemm_check(out, ref, dtype, inputs) -> None:
+    """Each group's rows against the float64 reference with gemm_check's "mma" bound (fp32
+    accumulation on Tensor Cores, one rounding to the dtype), and rows in no group or past
+    a group's count exactly 0 (an unwritten row, NaN-poisoned, fails)."""
+    import torch
+
+    a, b = inputs["a"], inputs["b"]
+    counts = inputs.get("group_counts")
+    what = f"grouped_gemm/{dtype}"
+    shape = (*a.shape[:-1], b.shape[2])
+    assert tuple(out.shape) == shape, f"{what}: shape {tuple(out.shape)} != {shape}"
+    assert out.dtype == a.dtype, f"{what}: dtype {out.dtype} != {a.dtype}"
+    r = ref.to(out.device)
+
+    def zeros(rows, where):
+        if rows.numel() and not bool((rows == 0).all()):
+            bad = int((rows != 0).sum())
+            raise AssertionError(f"{what}: {where}: {bad} elements are not 0 (first values "
+                                 f"{rows[rows != 0][:4].tolist()})")
+
+    if counts is not None:
+        for g, m in enumerate(grouped_gemm_counts(counts, a.shape[1])):
+            if m:
+                gemm_check(out[g, :m], r[g, :m], a[g, :m], b[g], dtype, "mma", f"{what} group {g}")
+            zeros(out[g, m:], f"group {g}'s rows past its count {m}")
+        return
+    owner = torch.tensor(grouped_gemm_owners(grouped_gemm_bounds(inputs["group_offsets"], a.shape[0]),
+                                             a.shape[0]), dtype=torch.int64, device=out.device)
+    for g in range(b.shape[0]):
+        rows = (owner == g).nonzero().squeeze(1)
+        if rows.numel():
+            ad = a.index_select(0, rows.to(a.device))
+            gemm_check(out.index_select(0, rows), r.index_select(0, rows), ad, b[g], dtype, "mma",
+                       f"{what} group {g}")
+    zeros(out[owner < 0], "rows in no group")
+
+
+def grouped_gemm_sizes(groups: int, rows: int, gen, full: bool = False) -> list[int]:
+    """Rows of each of G groups, at most `rows`: every group full, or (mixed) the first
+    full, the second empty (with three or more) and the others uniform in [0, rows] from
+    `gen` (a CPU generator)."""
+    return [rows] * groups if full else mixed_sizes(groups, rows, gen)
+
+
+def make_grouped_gemm_inputs(sizes, rows: int, n: int, k: int, dtype: str, device, seed: int,
+                             masked: bool) -> dict:
+    """A grouped_gemm call with groups of these sizes: contiguous (a [sum(sizes), K] and
+    group_offsets, their running sums) or masked (a [G, rows, K], all of it random, the
+    rows past each count included, and group_counts = sizes)."""
+    import itertools
+
+    import torch
+
+    gen = torch.Generator(device=device).manual_seed(seed)
+    dt = getattr(torch, dtype)
+
+    def randn(*size):
+        return torch.randn(size, generator=gen, device=device, dtype=torch.float32).to(dt)
+
+    groups = len(sizes)
+    if masked:
+        return {"a": randn(groups, rows, k), "b": randn(groups, k, n),
+                "group_counts": torch.tensor(sizes, dtype=torch.int32, device=device)}
+    offsets = [0, *itertools.accumulate(sizes)]
+    return {"a": randn(offsets[-1], k), "b": randn(groups, k, n),
+            "group_offsets": torch.tensor(offsets, dtype=torch.int32, device=device)}
+
+
+# Shapes (G, M, N, K, masked). The contract tests run a test shape in the interpreters when
+# the product of its dims is at most 2^18, which a contiguous shape's masked = 0 always
+# makes it: those stay small. Groups that cross the 32-row tiles of the interpreter's block,
+# N and K off every tile size; the masked layout's larger ones run on a GPU only, as do
+# tests/gemm/test_grouped_gemm.py's large contiguous ones (DeepSeek-V3's expert shapes).
+GROUPED_TEST_SHAPES = (
+    (1, 1, 1, 1, 0), (3, 21, 17, 33, 0), (4, 24, 40, 48, 0), (6, 9, 130, 65, 0), (2, 70, 8, 16, 0),
+    (1, 1, 1, 1, 1), (3, 20, 17, 33, 1), (4, 33, 40, 40, 1),
+    (8, 100, 1000, 520, 1), (16, 48, 2048, 7168, 1), (8, 64, 7168, 2048, 1),
+)
+# Prefill (contiguous): 32 experts of 512 tokens each (the issue's two projections), then
+# the issue's models at 4k tokens routed top-k: DeepSeek-V3 (256 experts of 7168 -> 2048,
+# top-8: 128 tokens an expert), Qwen3-MoE (128 of 4096 -> 1536, top-8: 256) and Mixtral (8
+# of 4096 -> 14336, top-2: 1024). Decode (masked): 32 experts of up to 64 tokens.
+GROUPED_BENCH_SHAPES = (
+    (32, 512, 4096, 7168, 0), (32, 512, 7168, 2048, 0),
+    (256, 128, 2048, 7168, 0), (128, 256, 1536, 4096, 0), (8, 1024, 14336, 4096, 0),
+    (32, 64, 4096, 7168, 1), (32, 64, 7168, 2048, 1),
+)
+
+
+def _grouped_shape_seed(shape) -> int:
+    import hashlib
+
+    return int.from_bytes(hashlib.sha256(repr(tuple(shape)).encode()).digest()[:4], "little")
+
+
+def _grouped_inputs(shape, dtype, device, seed):
+    """Groups mixed at the test shapes (grouped_gemm_sizes), every group full at any other
+    shape (the bench shapes: flops and bytes_moved count full groups). The contiguous
+    layout's sizes follow from the shape alone, so that every input set of a shape has one
+    T (a CUDA graph replays on new values of the same sizes); the masked layout's counts,
+    which size nothing, from the seed."""
+    import torch
+
+    groups, rows, n, k, masked = shape
+    full = tuple(shape) not in GROUPED_TEST_SHAPES
+    gen = torch.Generator().manual_seed(seed if masked else _grouped_shape_seed(shape))
+    sizes = grouped_gemm_sizes(groups, rows, gen, full)
+    return make_grouped_gemm_inputs(sizes, rows, n, k, dtype, device, seed, bool(masked))
+
+
+def _grouped_flops(shape) -> float:
+    """2 sum(m_g) N K with every group full (m_g = M), as at the bench shapes."""
+    groups, rows, n, k, _ = shape
+    return 2.0 * groups * rows * n * k
+
+
+def _grouped_bytes(shape, dtype) -> float:
+    """a [G M, K] (or [G, M, K]), b [G, K, N] and c [G M, N], every group full; the int32
+    offsets or counts left out."""
+    groups, rows, n, k, _ = shape
+    return ELEM_BYTES[dtype] * (groups * rows * k + groups * k * n + groups * rows * n)
+
+
+def _host_groups(group_offsets, group_counts, a):
+    """The groups' rows on the host (the peers' loop needs them there; a MoE layer that
+    loops knows its split on the host already): [(group, rows)] with rows a slice of a's
+    first (contiguous) or second (masked) dim, and the contiguous layout's stretches of rows
+    in no group."""
+    if group_counts is not None:
+        return [(g, slice(0, m)) for g, m in enumerate(grouped_gemm_counts(group_counts, a.shape[1]))], []
+    total = a.shape[0]
+    bounds = grouped_gemm_bounds(group_offsets, total)
+    gaps, start = [], None
+    for r, g in enumerate(grouped_gemm_owners(bounds, total) + [0]):  # a sentinel row ends the last
+        if g < 0 and start is None:
+            start = r
+        elif g >= 0 and start is not None:
+            gaps.append(slice(start, r))
+            start = None
+    return [(g, slice(lo, hi)) for g, (lo, hi) in enumerate(bounds)], gaps
+
+
+def _torch_loop():
+    """A torch.matmul (cuBLAS) call per group into its rows of c (in group order, so a
+    later group's rows win where bounds overlap), the rows in no group zeroed. The groups
+    are read to the host on an input set's first call and kept (holding the tensors keeps
+    their addresses unique)."""
+    import torch
+
+    cached = {}
+
+    def run(a, b, group_offsets=None, group_counts=None, **_):
+        groups = group_counts if group_counts is not None else group_offsets
+        key = (groups.data_ptr(), a.data_ptr())
+        if key not in cached:
+            cached[key] = (groups, a, *_host_groups(group_offsets, group_counts, a))
+        _, _, parts, gaps = cached[key]
+        c = torch.empty((*a.shape[:-1], b.shape[2]), dtype=a.dtype, device=a.device)
+        if group_counts is not None:
+            for g, rows in parts:
+                torch.matmul(a[g, rows], b[g], out=c[g, rows])
+                c[g, rows.stop:].zero_()
+            return c
+        for g, rows in parts:
+            if rows.stop > rows.start:
+                torch.matmul(a[rows], b[g], out=c[rows])
+        for rows in gaps:  # at the bench shapes, none
+            c[rows].zero_()
+        return c
+
+    return run
+
+
+def _torch_grouped_mm():
+    """torch._grouped_mm (CUTLASS grouped GEMM on sm_90). Contiguous: offs = the groups' end
+    rows (group_offsets[1:], its first bound 0). Masked: the 3-D x 3-D batched form, which
+    computes all M_max rows of every group (at the bench shapes every group is full)."""
+    import torch
+
+    if not hasattr(torch, "_grouped_mm"):
+        raise RuntimeError(f"torch {torch.__version__} has no torch._grouped_mm")
+
+    def run(a, b, group_offsets=None, group_counts=None, **_):
+        if group_counts is not None:
+            return torch._grouped_mm(a, b)
+        return torch._grouped_mm(a, b, offs=group_offsets[1:])
+
+    return run
+
+
+def _grouped_args(t, d, *, masked=False, dtype=None, **change):
+    """A valid grouped_gemm call (G = 3, 4 rows a group, N = 5, K = 8) with `change`
+    applied (bad_inputs)."""
+    dt = dtype or t.float16
+    if masked:
+        args = {"a": t.randn(3, 4, 8, device=d).to(dt), "b": t.randn(3, 8, 5, device=d).to(dt),
+                "group_counts": t.tensor([4, 0, 2], dtype=t.int32, device=d)}
+    else:
+        args = {"a": t.randn(6, 8, device=d).to(dt), "b": t.randn(3, 8, 5, device=d).to(dt),
+                "group_offsets": t.tensor([0, 4, 4, 6], dtype=t.int32, device=d)}
+    return {**args, **change}
+
+
+def _grouped_bad_inputs():
+    def offsets(t, d, values, dtype=None):
+        return t.tensor(values, dtype=dtype or t.int32, device=d)
+
+    return (
+        BadInput("both-layouts", lambda t, d: _grouped_args(t, d, group_counts=offsets(t, d, [4, 0, 2])),
+                 ValueError, "exactly one of the arguments 'group_offsets' (the contiguous layout) and "
+                             "'group_counts' (the masked layout) must be given, got both"),
+        BadInput("neither-layout", lambda t, d: _grouped_args(t, d, group_offsets=None),
+                 ValueError, "and 'group_counts' (the masked layout) must be given, got neither"),
+        BadInput("a-float32", lambda t, d: _grouped_args(t, d, dtype=t.float32),
+                 TypeError, "argument 'a' must be float16 or bfloat16, got torch.float32"),
+        BadInput("b-dtype", lambda t, d: _grouped_args(t, d, b=t.randn(3, 8, 5, device=d).bfloat16()),
+                 TypeError, "argument 'b' must have the dtype of 'a'"),
+        BadInput("a-3d-contiguous", lambda t, d: _grouped_args(t, d, a=t.randn(3, 2, 8, device=d).half()),
+                 ValueError, "argument 'a' must be 2-D [T, K]"),
+        BadInput("a-2d-masked", lambda t, d: _grouped_args(t, d, masked=True, a=t.randn(6, 8, device=d).half()),
+                 ValueError, "argument 'a' must be 3-D [G, M_max, K]"),
+        BadInput("b-2d", lambda t, d: _grouped_args(t, d, b=t.randn(8, 5, device=d).half()),
+                 ValueError, "argument 'b' must be 3-D [G, K, N]"),
+        BadInput("b-inner-dim", lambda t, d: _grouped_args(t, d, b=t.randn(3, 9, 5, device=d).half()),
+                 ValueError, "argument 'b' must have shape [G, K, N] with K = 8"),
+        BadInput("b-groups-masked", lambda t, d: _grouped_args(t, d, masked=True, b=t.randn(2, 8, 5, device=d).half()),
+                 ValueError, "argument 'b' must have shape [G, K, N] with G = 3"),
+        BadInput("b-transposed", lambda t, d: _grouped_args(t, d, b=t.randn(3, 5, 8, device=d).half().transpose(1, 2)),
+                 ValueError, "argument 'b' must be row-major with a contiguous last dim"),
+        BadInput("a-transposed", lambda t, d: _grouped_args(t, d, a=t.randn(8, 6, device=d).half().t()),
+                 ValueError, "argument 'a' must be row-major with a contiguous last dim"),
+        BadInput("group_offsets-int64", lambda t, d: _grouped_args(t, d, group_offsets=offsets(t, d, [0, 4, 4, 6], t.int64)),
+                 TypeError, "argument 'group_offsets' must be int32, got torch.int64"),
+        BadInput("group_offsets-length", lambda t, d: _grouped_args(t, d, group_offsets=offsets(t, d, [0, 4, 6])),
+                 ValueError, "argument 'group_offsets' must have shape [G + 1] = [4] (G = 3, dim 0 of 'b')"),
+        BadInput("group_counts-length", lambda t, d: _grouped_args(t, d, masked=True, group_counts=offsets(t, d, [4, 0])),
+                 ValueError, "argument 'group_counts' must have shape [G] = [3] (G = 3, dim 0 of 'b')"),
+        BadInput("group_counts-float", lambda t, d: _grouped_args(t, d, masked=True, group_counts=offsets(t, d, [4, 0, 2], t.float32)),
+                 TypeError, "argument 'group_counts' must be int32, got torch.float32"),
+        BadInput("group_offsets-on-cpu", lambda t, d: _grouped_args(t, d, group_offsets=t.tensor([0, 4, 4, 6], dtype=t.int32)),
+                 ValueError, "argument 'group_offsets' must be on the device of 'a'", gpu=True),
+        BadInput("group_counts-on-cpu", lambda t, d: _grouped_args(t, d, masked=True, group_counts=t.tensor([4, 0, 2], dtype=t.int32)),
+                 ValueError, "argument 'group_counts' must be on the device of 'a'", gpu=True),
+    )
+
+
+GROUPED_GEMM = register(
+    OpSpec(
+        name="grouped_gemm",
+        family="gemm",
+        summary="MoE grouped GEMM (fp32 accumulation): contiguous (tokens sorted by expert, group offsets) "
+                "or masked (per-group counts on the device, CUDA-graph safe); empty groups allowed",
+        signature="grouped_gemm(a[T, K] | a[G, M_max, K], b[G, K, N], group_offsets=None ([G + 1] int32), "
+                  "group_counts=None ([G] int32)) -> c[T, N] | c[G, M_max, N] (a's dtype)",
+        shape_names=("G", "M", "N", "K", "masked"),
+        bucket_exact=("masked",),
+        dtypes=("float16", "bfloat16"),
+        make_inputs=_grouped_inputs,
+        reference=grouped_gemm,
+        # Nominal (atol, rtol); `check` applies gemm_check's K-aware bound group by group.
+        tolerance={"float16": (1e-3, 2e-3), "bfloat16": (1e-2, 8e-3)},
+        flops=_grouped_flops,
+        bytes_moved=_grouped_bytes,
+        backends=(Backend("triton", archs=("sm_80", "sm_90"), interpreted=True),),
+        test_shapes=GROUPED_TEST_SHAPES,
+        bench_shapes=GROUPED_BENCH_SHAPES,
+        peers=(Peer("torch.matmul per group (cuBLAS)", _torch_loop),
+               Peer("torch._grouped_mm", _torch_grouped_mm)),
+        compute="tensor",
+        check=grouped_gemm_check,
+        example_shape=(4, 24, 40, 48, 0),
+        bad_inputs=_grouped_bad_inputs(),
+        outputs=("c",),
     )
 )

@@ -7,6 +7,9 @@
              fp32 by default or the input dtype. Any strides, any M, N, K.
   int8_gemm  int8 a_q @ b_q with int32 accumulation (tl.dot), then the per-row scale of a
              and the per-column scale of b, output float16 (default), bfloat16 or float32.
+  grouped_gemm  the MoE expert GEMMs in one launch (fp16/bf16, fp32 accumulation), the
+             contiguous and the masked layout: kernels of their own, at the end of this
+             module.
 
 The kernels behind them: one tiled kernel (grouped tile order for L2 reuse, masked edges,
 int64 offsets, any strides) with a compile-time arithmetic mode:
@@ -41,9 +44,10 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from gks.triton._common import check_device, check_same_device, on_tensor_device
+from gks.triton._common import (check_device, check_same_device, interpreter_variant, next_pow2,
+                                on_tensor_device)
 
-__all__ = ["sgemm", "wmma_gemm", "int8_gemm", "gemm_config_names", "sgemm_config_names",
+__all__ = ["sgemm", "wmma_gemm", "int8_gemm", "grouped_gemm", "gemm_config_names", "sgemm_config_names",
            "wmma_gemm_config_names", "int8_gemm_config_names"]
 
 
@@ -573,4 +577,185 @@ def int8_gemm(a_q: torch.Tensor, b_q: torch.Tensor, a_scale: torch.Tensor, b_sca
     sb = _scale(b_scale, a_q, b_q.shape[1], False, op, "b_scale")
     c = torch.empty((a_q.shape[0], b_q.shape[1]), dtype=out_dtype, device=a_q.device)
     launch("int8_gemm", a_q, b_q, c, sa, sb, config=config, plan=plan)
+    return c
+
+
+# ---------------------------------------------------------------------------------------
+# grouped_gemm: the MoE expert GEMMs in one launch (gks.specs.gemm.grouped_gemm says what
+# they mean). The group offsets and counts are read on the device only: nothing waits for
+# the host and nothing is sized by their values, so a call captures into a CUDA graph and
+# replays with other groups.
+# ---------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _group_tile(acc, a_ptrs, b_ptrs, rows_ok, rn, K, tiles_k, stride_ak, stride_bk, N,
+                BLOCK_K: tl.constexpr, UPCAST: tl.constexpr):
+    """acc + a's rows where rows_ok (the others read as 0) @ one group's b, over the first
+    tiles_k k-tiles of K (all of them, or none)."""
+    rk = tl.arange(0, BLOCK_K)
+    for kt in range(0, tiles_k):
+        k_left = K - kt * BLOCK_K
+        x = tl.load(a_ptrs, mask=rows_ok[:, None] & (rk[None, :] < k_left), other=0)
+        w = tl.load(b_ptrs, mask=(rk[:, None] < k_left) & (rn[None, :] < N), other=0)
+        if UPCAST:
+            # Triton's CPU interpreter multiplies bfloat16 as raw 16-bit integers; there
+            # (only) the operands go up to fp32 first, which is exact.
+            acc = tl.dot(x.to(tl.float32), w.to(tl.float32), acc)
+        else:
+            acc = tl.dot(x, w, acc, out_dtype=tl.float32)
+        a_ptrs += tl.cast(stride_ak, tl.int64) * BLOCK_K
+        b_ptrs += tl.cast(stride_bk, tl.int64) * BLOCK_K
+    return acc
+
+
+@triton.jit
+def _grouped_contiguous_kernel(
+    a_ptr, b_ptr, c_ptr, off_ptr, T, N, K, G,
+    stride_am, stride_ak, stride_bg, stride_bk, stride_bn, stride_cm, stride_cn, stride_off,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    G_BLOCK: tl.constexpr, UPCAST: tl.constexpr,
+):
+    """One program per (row tile of a's T rows, column tile of N): every group whose rows
+    meet the tile, in group order, multiplies its rows of the tile by b[g] and stores them;
+    the tile's rows in no group are stored as 0."""
+    pid_m, pid_n = _tile_of(tl.program_id(0), T, N, BLOCK_M, BLOCK_N, GROUP_M)
+    row0 = pid_m * BLOCK_M
+    rm = row0 + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    # Every group's bounds at once, clamped as the spec says (start into [0, T], end into
+    # [start, T]): a search by comparison rather than bisection, so that offsets in no order
+    # still find every group that meets the tile. G_BLOCK (G + 1 rounded up to a power of
+    # two) values a program: cheap for MoE's hundreds of experts.
+    gi = tl.arange(0, G_BLOCK)
+    g_ok = gi < G
+    lo = tl.load(off_ptr + gi.to(tl.int64) * stride_off, mask=g_ok, other=0)
+    hi = tl.load(off_ptr + (gi + 1).to(tl.int64) * stride_off, mask=g_ok, other=0)
+    lo = tl.minimum(tl.maximum(lo, 0), T)
+    hi = tl.minimum(tl.maximum(hi, lo), T)
+    meets = g_ok & (lo < hi) & (lo < row0 + BLOCK_M) & (hi > row0)
+    g = tl.min(tl.where(meets, gi, G_BLOCK), axis=0)
+
+    a_rows = a_ptr + rm[:, None].to(tl.int64) * stride_am + rk[None, :].to(tl.int64) * stride_ak
+    b_cols = b_ptr + rk[:, None].to(tl.int64) * stride_bk + rn[None, :].to(tl.int64) * stride_bn
+    c_ptrs = c_ptr + rm[:, None].to(tl.int64) * stride_cm + rn[None, :].to(tl.int64) * stride_cn
+    n_ok = rn[None, :] < N
+    covered = rm < 0
+    while g < G:  # usually once; twice where the tile holds a group boundary
+        g_lo = tl.sum(tl.where(gi == g, lo, 0), axis=0)
+        g_hi = tl.sum(tl.where(gi == g, hi, 0), axis=0)
+        in_g = (rm >= g_lo) & (rm < g_hi)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc = _group_tile(acc, a_rows, b_cols + g.to(tl.int64) * stride_bg, in_g, rn, K,
+                          tl.cdiv(K, BLOCK_K), stride_ak, stride_bk, N, BLOCK_K, UPCAST)
+        # Only this group's rows are stored: the others' accumulators hold 0 x b[g], which
+        # is NaN where b[g] is not finite. A later group's store overwrites an earlier one's
+        # where bounds overlap (offsets in no order), as the spec says.
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=in_g[:, None] & n_ok)
+        covered = covered | in_g
+        meets = meets & (gi > g)
+        g = tl.min(tl.where(meets, gi, G_BLOCK), axis=0)
+    zero = tl.zeros((BLOCK_M, BLOCK_N), dtype=c_ptr.dtype.element_ty)
+    tl.store(c_ptrs, zero, mask=(~covered & (rm < T))[:, None] & n_ok)
+
+
+@triton.jit
+def _grouped_masked_kernel(
+    a_ptr, b_ptr, c_ptr, count_ptr, M, N, K,
+    stride_ag, stride_am, stride_ak, stride_bg, stride_bk, stride_bn,
+    stride_cg, stride_cm, stride_cn, stride_count,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
+    """One program per (group, row tile of M_max, column tile of N), a group's tiles
+    together (they share b[g] in L2): rows below the group's count are a[g] @ b[g], the rest
+    stored as 0; a tile wholly past the count reads nothing."""
+    tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    pid = tl.program_id(0)
+    g = pid // tiles
+    pid_m, pid_n = _tile_of(pid % tiles, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    count = tl.load(count_ptr + g.to(tl.int64) * stride_count)
+    rows = tl.minimum(tl.maximum(count, 0), M)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    rows_ok = rm < rows
+    a_rows = (a_ptr + g.to(tl.int64) * stride_ag + rm[:, None].to(tl.int64) * stride_am
+              + rk[None, :].to(tl.int64) * stride_ak)
+    b_cols = (b_ptr + g.to(tl.int64) * stride_bg + rk[:, None].to(tl.int64) * stride_bk
+              + rn[None, :].to(tl.int64) * stride_bn)
+    # A tile wholly past the count runs no k-tile (a trip count of 0 rather than a branch
+    # around the loop, which Triton's pipeliner would leave unpipelined).
+    tiles_k = tl.where(pid_m * BLOCK_M < rows, tl.cdiv(K, BLOCK_K), 0)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc = _group_tile(acc, a_rows, b_cols, rows_ok, rn, K, tiles_k, stride_ak, stride_bk, N, BLOCK_K, UPCAST)
+    # Rows past the count read a as 0, so their accumulators hold 0 x b[g]: NaN where b[g]
+    # is not finite. They are written as 0 by selection.
+    out = tl.where(rows_ok[:, None], acc, 0.0)
+    c_ptrs = (c_ptr + g.to(tl.int64) * stride_cg + rm[:, None].to(tl.int64) * stride_cm
+              + rn[None, :].to(tl.int64) * stride_cn)
+    tl.store(c_ptrs, out.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+class GroupedBlock(NamedTuple):
+    """A grouped_gemm block shape: BLOCK_M x BLOCK_N x BLOCK_K, warps, pipeline stages."""
+    m: int
+    n: int
+    k: int
+    warps: int
+    stages: int
+
+
+# Under the interpreter: one small shape (tl.dot takes blocks of 16 and more).
+GROUPED_INTERPRETER_BLOCK = GroupedBlock(32, 32, 32, 4, 1)
+
+
+def grouped_block(rows_per_group: int) -> GroupedBlock:
+    """The block shape for groups of about this many rows (the contiguous layout's mean,
+    the masked layout's M_max): row tiles no taller than a group needs, so few rows of a
+    tile go to waste past a count or on a second group. A heuristic, not yet timed against
+    alternatives on a GPU."""
+    if rows_per_group >= 128:
+        return GroupedBlock(128, 128, 64, 8, 3)
+    if rows_per_group > 32:
+        return GroupedBlock(64, 128, 64, 4, 4)
+    return GroupedBlock(max(16, next_pow2(rows_per_group)), 64, 128, 4, 4)
+
+
+@on_tensor_device
+def grouped_gemm(a: torch.Tensor, b: torch.Tensor, group_offsets: torch.Tensor | None = None,
+                 group_counts: torch.Tensor | None = None) -> torch.Tensor:
+    """The MoE expert GEMMs in one launch, as gks.reference.grouped_gemm says: contiguous
+    (a [T, K], b [G, K, N], group_offsets [G + 1] int32 -> c [T, N]) or masked (a [G, M_max,
+    K], group_counts [G] int32 -> c [G, M_max, N]); fp16/bf16, fp32 accumulation, c in a's
+    dtype, every element of c written (0 outside the groups). No host synchronization."""
+    from gks.specs.gemm import check_grouped_gemm
+
+    op = "gks.triton.grouped_gemm"
+    masked = check_grouped_gemm(a, b, group_offsets, group_counts, op)
+    check_device(a, op, "a")  # the others are on a's device (checked above)
+    n, k = b.shape[2], b.shape[1]
+    c = torch.empty((*a.shape[:-1], n), dtype=a.dtype, device=a.device)
+    if c.numel() == 0:
+        return c
+    interpreted = interpreter_variant()
+    upcast = interpreted and a.dtype == torch.bfloat16
+    groups = b.shape[0]
+    if masked:
+        rows = a.shape[1]
+        blk = GROUPED_INTERPRETER_BLOCK if interpreted else grouped_block(rows)
+        grid = (groups * triton.cdiv(rows, blk.m) * triton.cdiv(n, blk.n),)
+        _grouped_masked_kernel[grid](
+            a, b, c, group_counts, rows, n, k, *a.stride(), *b.stride(), *c.stride(), group_counts.stride(0),
+            BLOCK_M=blk.m, BLOCK_N=blk.n, BLOCK_K=blk.k, GROUP_M=8, UPCAST=upcast,
+            num_warps=blk.warps, num_stages=blk.stages)
+        return c
+    total = a.shape[0]
+    blk = GROUPED_INTERPRETER_BLOCK if interpreted else grouped_block(total // max(groups, 1))
+    grid = (triton.cdiv(total, blk.m) * triton.cdiv(n, blk.n),)
+    _grouped_contiguous_kernel[grid](
+        a, b, c, group_offsets, total, n, k, groups, *a.stride(), *b.stride(), *c.stride(),
+        group_offsets.stride(0), BLOCK_M=blk.m, BLOCK_N=blk.n, BLOCK_K=blk.k, GROUP_M=8,
+        G_BLOCK=next_pow2(groups + 1), UPCAST=upcast, num_warps=blk.warps, num_stages=blk.stages)
     return c

@@ -90,6 +90,19 @@ def test_mixed_lengths(backend, dtype, causal):
 
 @requires_gpu
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", [(8, 8, 2, 300, 700, 128, 1, 0), (5, 16, 4, 900, 900, 64, 1, 0),
+                                   (16, 32, 8, 128, 1000, 128, 1, 0), (4, 32, 8, 512, 2048, 128, 0, 0)])
+def test_larger_packed_shapes(backend, shape):
+    """The spec's inputs at serving sizes (mixed lengths below 1024 rows, full from 1024)."""
+    from gks import registry
+
+    spec = registry.get("flash_attention_varlen_fwd")
+    inputs = spec.make_inputs(shape, "bfloat16", DEVICE, seed_for("varlen-larger", backend, shape))
+    _check(backend, "bfloat16", inputs, f"shape {shape}")
+
+
+@requires_gpu
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_few_thousand_rows(backend):
     inputs = _inputs(seed_for("varlen-long", backend), "bfloat16", lens_q=[3000, 1, 517, 2048],
                      lens_k=[3000, 4000, 517, 2048], heads_q=8, heads_kv=1, head_dim=128)

@@ -162,7 +162,7 @@ def _run_bench(tmp_path, kernels: list[str], shapes: str) -> dict:
 
 
 KERNELS = [s.name for s in registry.ops()]
-SHAPES = "24x40,16x32x64,8x256x2x1,8x4x2x16x8,1x4x2x16x24x8x1,2x2x2x16x16x32x0"
+SHAPES = "24x40,16x32x64,8x256x2x1,8x4x2x16x8,1x4x2x16x24x8x1,2x2x2x16x16x32x0,2x2x2x16x16x32x0x16"
 
 
 @pytest.mark.parametrize("with_ceilings", [True, False], ids=["ceilings", "no-ceilings"])
@@ -401,6 +401,11 @@ FORMULAS = {
     ("int8_gemm", (2, 3, 4), F16): (48, 8 + 12 + 4 * (2 + 3) + 2 * 6),
     ("int8_gemm", (2, 3, 4), BF16): (48, 8 + 12 + 4 * (2 + 3) + 2 * 6),
     ("int8_gemm", (2, 3, 4), F32): (48, 8 + 12 + 4 * (2 + 3) + 4 * 6),
+    # grouped_gemm (G, M, N, K, masked) = (2, 3, 4, 5, *), every group full (3 rows): 2 x 6
+    # rows x N x K. Read a [6, 5] (contiguous; masked [2, 3, 5]) and b [2, 5, 4], write c
+    # [6, 4], all in the dtype (the int32 offsets / counts not counted).
+    ("grouped_gemm", (2, 3, 4, 5, 0), F16): (2 * 6 * 4 * 5, 2 * (30 + 40 + 24)),
+    ("grouped_gemm", (2, 3, 4, 5, 1), BF16): (2 * 6 * 4 * 5, 2 * (30 + 40 + 24)),
     # Q K^T and P V: 2 x 2 x D FLOPs per (query, key) pair the mask leaves, per batch x query
     # head (2 x 4): 3 x 5 pairs, or causal (bottom-right aligned) rows 0, 1, 2 see 3, 4, 5 keys.
     # Read q [2,4,3,8] (192), k and v [2,2,5,8] (160 each), write o (192) and fp32 lse [2,4,3].
