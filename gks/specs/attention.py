@@ -610,7 +610,9 @@ FLASH_ATTENTION_FWD = register(
             i["q"], i["k"], i["v"], o[0], o[1], i["causal"], i["softmax_scale"],
             i.get("window_size", (-1, -1)), i.get("softcap", 0.0), **kw),
         outputs=("o", "lse"),
-        sass_kernels=(r"attention::(ws::)?flash_attention_fwd(_wgmma|_ws)?_kernel<",),
+        # The mma.sync and wgmma kernels' last template argument is kVarlen: false here.
+        sass_kernels=(r"attention::flash_attention_fwd(_wgmma)?_kernel<.*, false>\(",
+                      r"attention::ws::flash_attention_fwd_ws_kernel<"),
     )
 )
 
@@ -1043,7 +1045,7 @@ FLASH_ATTENTION_VARLEN_FWD = register(
             o[0], o[1], i.get("seqused_k"), i.get("page_table"), i.get("causal", False), i.get("softmax_scale"),
             i.get("window_size", (-1, -1)), i.get("softcap", 0.0), **kw),
         outputs=("o", "lse"),
-        sass_kernels=(r"attention::flash_attention_fwd_kernel<.*, true>",),
+        sass_kernels=(r"attention::flash_attention_fwd(_wgmma)?_kernel<.*, true>\(",),
     )
 )
 

@@ -177,15 +177,22 @@ KERNELS = {
     "merge_states": [
         f"void {A}merge_state_kernel<__nv_bfloat16, 8, 32, true>({A}MergeStateParams)",
     ],
+    # The mma.sync and wgmma kernels' last template argument is kVarlen.
     "flash_attention_fwd": [
         f"void {A}flash_attention_fwd_kernel<__half, {A}FlashFwdTile<128, 128, 64, 4, "
-         f"false, false>, false>({A}FwdParams)",
+         f"false, false>, ({A}Mask)0, false>({A}FwdParams)",
         f"void {A}flash_attention_fwd_kernel<__nv_bfloat16, {A}FlashFwdTile<96, 128, 64, "
-         f"4, false, false>, true>({A}FwdParams)",
+         f"4, false, false>, ({A}Mask)1, false>({A}FwdParams)",
         f"void {A}flash_attention_fwd_wgmma_kernel<__half, {A}sm90::Tile<128, 64, 2>, "
-         f"false>({A}FwdParams)",
+         f"({A}Mask)0, false>({A}FwdParams)",
+        f"void {A}ws::flash_attention_fwd_ws_kernel<__half, {A}ws::Tile<128, 128, 2>, "
+         f"({A}Mask)1>(CUtensorMap_st, CUtensorMap_st, {A}FwdParams, {A}ws::Schedule)",
+    ],
+    "flash_attention_varlen_fwd": [
+        f"void {A}flash_attention_fwd_kernel<__half, {A}FlashFwdTile<128, 128, 64, 4, "
+         f"false, false>, ({A}Mask)1, true>({A}FwdParams)",
         f"void {A}flash_attention_fwd_wgmma_kernel<__nv_bfloat16, {A}sm90::Tile<64, 128, "
-         f"2>, true>({A}FwdParams)",
+         f"2>, ({A}Mask)2, true>({A}FwdParams)",
     ],
 }
 ALL = [name for names in KERNELS.values() for name in names]
