@@ -261,4 +261,22 @@ __device__ __forceinline__ float finish_row(float row_sum, float row_max, int ro
   return sum != 0.f ? 1.f / sum : 0.f;
 }
 
+// The query blocks a CTA of the mma.sync / wgmma kernels computes, attend(p, m_block) each.
+// Dense: its one block (first_m_block). Varlen: its sequence's (sequence_params) blocks
+// first, + gridDim.x, ..., so a sequence longer than the grid's max_seqlen_q is still
+// computed whole.
+template <typename T, Mask kMask, bool kVarlen, int kBlockM, class Attend>
+__device__ __forceinline__ void for_each_query_block(const FwdParams& params, Attend&& attend) {
+  const int first = BlockHeads<T, kMask>::first_m_block();
+  if constexpr (!kVarlen) {
+    attend(params, first);
+  } else {
+    const FwdParams p = sequence_params<T>(params, int(blockIdx.z));
+    for (int m_block = first; m_block * kBlockM < p.seqlen_q; m_block += gridDim.x) {
+      attend(p, m_block);
+      __syncthreads();  // the next block's copies overwrite the tiles this one read
+    }
+  }
+}
+
 }  // namespace gks::kernels::attention

@@ -517,16 +517,8 @@ __device__ __forceinline__ void attend_block(const FwdParams& p, int m_block) {
 template <typename T, typename Tile, Mask kMask, bool kVarlen = false>
 __global__ void __launch_bounds__(Tile::kThreads)
     flash_attention_fwd_kernel(const FwdParams params) {
-  const int first = BlockHeads<T, kMask>::first_m_block();
-  if constexpr (!kVarlen) {
-    sm80::attend_block<T, Tile, kMask, false>(params, first);
-  } else {
-    const FwdParams p = sequence_params<T>(params, int(blockIdx.z));
-    for (int m_block = first; m_block * Tile::kBlockM < p.seqlen_q; m_block += gridDim.x) {
-      sm80::attend_block<T, Tile, kMask, true>(p, m_block);
-      __syncthreads();  // the next block's copies overwrite the tiles this one read
-    }
-  }
+  for_each_query_block<T, kMask, kVarlen, Tile::kBlockM>(
+      params, [](const FwdParams& p, int m_block) { sm80::attend_block<T, Tile, kMask, kVarlen>(p, m_block); });
 }
 
 }  // namespace gks::kernels::attention

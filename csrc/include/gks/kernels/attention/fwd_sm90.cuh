@@ -305,16 +305,8 @@ __device__ __forceinline__ void attend_block(const FwdParams& p, int m_block) {
 template <typename T, class Cfg, Mask kMask, bool kVarlen = false>
 __global__ void __launch_bounds__(sm90::kThreads, Cfg::kCtasPerSm)
     flash_attention_fwd_wgmma_kernel(const FwdParams params) {
-  const int first = BlockHeads<T, kMask>::first_m_block();
-  if constexpr (!kVarlen) {
-    sm90::attend_block<T, Cfg, kMask, false>(params, first);
-  } else {
-    const FwdParams p = sequence_params<T>(params, int(blockIdx.z));
-    for (int m_block = first; m_block * sm90::kBlockM < p.seqlen_q; m_block += gridDim.x) {
-      sm90::attend_block<T, Cfg, kMask, true>(p, m_block);
-      __syncthreads();  // the next block's copies overwrite the tiles this one read
-    }
-  }
+  for_each_query_block<T, kMask, kVarlen, sm90::kBlockM>(
+      params, [](const FwdParams& p, int m_block) { sm90::attend_block<T, Cfg, kMask, kVarlen>(p, m_block); });
 }
 
 }  // namespace gks::kernels::attention
