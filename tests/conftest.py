@@ -58,6 +58,28 @@ def public_op(name: str, backend: str):
     return registry.get(name).public(backend)
 
 
+def capture(op, inputs: dict):
+    """op(**inputs) captured in a CUDA graph on a side stream, after a warm-up call there (so
+    compiling and the allocator's first blocks stay off the capture): (graph, the captured
+    call's outputs, the warm-up's outputs)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        eager = op(**inputs)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            captured = op(**inputs)
+    torch.cuda.current_stream().wait_stream(stream)
+    return graph, captured, eager
+
+
+def refill(inputs: dict, fresh: dict) -> None:
+    """Copies fresh's tensors into inputs' (a captured graph reads them at its next replay)."""
+    for name, value in inputs.items():
+        if isinstance(value, torch.Tensor):
+            value.copy_(fresh[name])
+
+
 def seed_for(*parts) -> int:
     """A fresh, reproducible seed per test case (stable across runs and machines)."""
     digest = hashlib.sha256(repr(parts).encode()).digest()

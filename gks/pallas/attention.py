@@ -195,18 +195,7 @@ def flash_attention_fwd(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool =
     if not isinstance(config, int) or not -1 <= config < len(CONFIGS):
         raise ValueError(f"{op}: argument 'config' must be -1 or an index below {len(CONFIGS)} "
                          f"(see gks.pallas.flash_attention_fwd_config_names()), got {config!r}")
-    if q.dtype not in (jnp.float16, jnp.bfloat16):
-        raise TypeError(f"{op}: argument 'q' must be float16 or bfloat16, got {q.dtype}")
-    for name, t in (("k", k), ("v", v)):
-        if t.dtype != q.dtype:
-            raise TypeError(f"{op}: argument '{name}' must have the dtype of 'q' ({q.dtype}), got {t.dtype}")
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if t.ndim != 4:
-            raise ValueError(
-                f"{op}: argument '{name}' must have 4 dims [batch, heads, seq, head_dim], "
-                f"got {t.ndim} dims {list(t.shape)}"
-            )
-    check_attention_shapes(op, q.shape, k.shape, v.shape)
+    _check_qkv(op, q, k, v)
     batch, heads_q, seqlen_q, head_dim = q.shape
     heads_kv, seqlen_k = k.shape[1], k.shape[2]
     o_shape = (batch, heads_q, seqlen_q, v.shape[3])

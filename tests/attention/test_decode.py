@@ -26,7 +26,7 @@ import math
 import pytest
 import torch
 
-from conftest import DEVICE, HAS_NATIVE, poison_allocator, public_op, requires_gpu, seed_for
+from conftest import DEVICE, HAS_NATIVE, capture, poison_allocator, public_op, refill, requires_gpu, seed_for
 from gks.specs.attention import (
     check_decode,
     decode_cache,
@@ -219,23 +219,14 @@ def test_cuda_graph_replays_with_other_lengths(backend, page):
     new page order): right each time. The split count and partials come from shapes only."""
     op = _op(backend)
     inputs = _graph_inputs(seed_for("decode-graph", backend, page), page)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        op(**inputs)  # warm-up off the capture
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            captured = op(**inputs)
-    torch.cuda.current_stream().wait_stream(stream)
+    graph, captured, _ = capture(op, inputs)
     graph.replay()
     torch.cuda.synchronize()
     check_decode(captured, reference(**inputs, precise=True), "float16", inputs, f"{backend} captured")
     for lengths in ([1, 1024, 513, 0], [0, 0, 0, 0], [1024, 1024, 1024, 1024], [64, 65, 63, 1]):
         fresh = _graph_inputs(seed_for("decode-graph-replay", backend, page, lengths), page)
         fresh["cache_seqlens"] = torch.tensor(lengths, dtype=torch.int32, device=DEVICE)
-        for name, value in fresh.items():
-            if isinstance(value, torch.Tensor):
-                inputs[name].copy_(value)
+        refill(inputs, fresh)
         graph.replay()
         torch.cuda.synchronize()
         check_decode(captured, reference(**inputs, precise=True), "float16", inputs,

@@ -23,7 +23,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import DEVICE, HAS_GPU, HAS_NATIVE, poison_allocator, public_op, requires_gpu, seed_for
+from conftest import (DEVICE, HAS_GPU, HAS_NATIVE, capture, poison_allocator, public_op, refill, requires_gpu,
+                      seed_for)
 from gks.specs.attention import check_varlen, cu_seqlens, decode_cache, flash_attention_varlen_fwd as reference
 
 BACKENDS = ("cuda", "triton")
@@ -227,20 +228,10 @@ def test_cuda_graph_replays_with_other_lengths(backend):
     op = _op(backend)
     lens = [[300, 0, 212, 512], [1, 1, 1, 1021], [256, 256, 256, 256], [0, 0, 0, 1024]]
     inputs = _inputs(seed_for("varlen-graph", backend), "float16", lens_q=lens[0], heads_q=8, heads_kv=2)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        op(**inputs)  # warm-up off the capture
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            captured = op(**inputs)
-    torch.cuda.current_stream().wait_stream(stream)
+    graph, captured, _ = capture(op, inputs)
     for lengths in lens:
-        fresh = _inputs(seed_for("varlen-graph-replay", backend, lengths), "float16", lens_q=lengths, heads_q=8,
-                        heads_kv=2)
-        for name, value in fresh.items():
-            if isinstance(value, torch.Tensor):
-                inputs[name].copy_(value)
+        refill(inputs, _inputs(seed_for("varlen-graph-replay", backend, lengths), "float16", lens_q=lengths,
+                               heads_q=8, heads_kv=2))
         graph.replay()
         torch.cuda.synchronize()
         check_varlen(captured, reference(**inputs, precise=True), "float16", inputs,

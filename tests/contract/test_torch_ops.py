@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from checks import check_output
-from conftest import HAS_GPU, HAS_NATIVE, seed_for
+from conftest import HAS_GPU, HAS_NATIVE, capture, refill, seed_for
 from gks import registry
 
 pytestmark = pytest.mark.skipif(not (HAS_GPU and HAS_NATIVE),
@@ -54,20 +54,10 @@ def test_torch_compile_fullgraph(spec, dtype):
 def test_cuda_graph_on_a_side_stream_replays_on_new_inputs(spec, dtype):
     op = spec.public("cuda")
     inputs = _inputs(spec, dtype, "graph")
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        eager = op(**inputs)  # warm-up off the capture, on the side stream
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            captured = op(**inputs)
-    torch.cuda.current_stream().wait_stream(stream)
+    graph, captured, eager = capture(op, inputs)  # the warm-up on the side stream too
     torch.cuda.synchronize()
     check_output(spec, eager, inputs, dtype, f"{spec.name} on a side stream")
-    fresh = _inputs(spec, dtype, "graph-replay")
-    for name, value in inputs.items():
-        if isinstance(value, torch.Tensor):
-            value.copy_(fresh[name])
+    refill(inputs, _inputs(spec, dtype, "graph-replay"))
     graph.replay()
     torch.cuda.synchronize()
     check_output(spec, captured, inputs, dtype, f"{spec.name} graph replay")

@@ -18,7 +18,7 @@ import contextlib
 import pytest
 import torch
 
-from conftest import DEVICE, HAS_GPU, poison_allocator, requires_gpu, seed_for
+from conftest import DEVICE, HAS_GPU, capture, poison_allocator, refill, requires_gpu, seed_for
 import gks.triton
 from gks import registry
 from gks.specs.gemm import (check_grouped_gemm, gemm_check, grouped_gemm_bounds, grouped_gemm_sizes,
@@ -304,19 +304,11 @@ def test_cuda_graph_replays_with_other_offsets_and_counts(layout):
     masked = layout == "masked"
     dtype = "bfloat16"
     inputs = _inputs([40, 0, 70, 9], 96, 200, dtype, masked, "graph", rows=80 if masked else None)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        gks.triton.grouped_gemm(**inputs)  # compiles off the capture
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            captured = gks.triton.grouped_gemm(**inputs)
-    torch.cuda.current_stream().wait_stream(stream)
+    graph, captured, _ = capture(gks.triton.grouped_gemm, inputs)  # compiles off the capture
     # Other groups of the same total: emptied, grown, moved.
     other = [0, 90, 1, 28] if not masked else [80, 3, 0, 55]
     fresh = _inputs(other, 96, 200, dtype, masked, "graph-replay", rows=80 if masked else None)
-    for name, value in inputs.items():
-        value.copy_(fresh[name])
+    refill(inputs, fresh)
     graph.replay()
     torch.cuda.synchronize()
     _check(captured, inputs, dtype, f"{layout} graph replay")
