@@ -23,7 +23,8 @@
 # GKS_STEP_TIMEOUT (seconds any one step may run, default 3600: a step past it is stopped so
 # the later steps and the summary still run), GKS_BENCH_EACH (e.g. "sgemm gemm": the bench
 # step runs once per op listed, each with the bench args, its own time limit, log
-# bench-OP.log and JSON bench-OP.json), GKS_AUTOTUNE (the "autotune" step's BACKEND:KERNEL
+# bench-OP.log and JSON bench-OP.json; an entry OP@SHAPE,SHAPE,... benches only those
+# shapes, e.g. "rmsnorm@1x4096,65536x2560"), GKS_AUTOTUNE (the "autotune" step's BACKEND:KERNEL
 # list, default every tunable kernel; the cache goes to OUTDIR/autotune.json, which is what
 # gks/runtime/tuned/nvidia-h200.json is made of).
 # Wheels in .whl/ (apache-tvm-ffi and the server extra, absent from the GPU image; made by
@@ -188,9 +189,11 @@ else
 fi
 run_step profile $PY -m gks profile ${GKS_PROFILE_ARGS:---kernel rmsnorm --shape 8192x32768 --dtype bfloat16 --report /tmp/gks-profile-rmsnorm}
 if [ -n "${GKS_BENCH_EACH:-}" ]; then
-  case " $STEPS " in *" bench "*) STEPS="$STEPS $(printf 'bench-%s ' $GKS_BENCH_EACH)" ;; esac
-  for op in $GKS_BENCH_EACH; do
-    run_step "bench-$op" $PY -m gks bench --kernel "$op" "${BENCH_ARGS[@]}" --json "$OUT/bench-$op.json"
+  for entry in $GKS_BENCH_EACH; do  # OP or OP@SHAPE,SHAPE,...: that op on those shapes alone
+    op=${entry%%@*} shapes=()
+    [ "$entry" != "$op" ] && shapes=(--shapes "${entry#*@}")
+    case " $STEPS " in *" bench "*) STEPS="$STEPS bench-$op" ;; esac
+    run_step "bench-$op" $PY -m gks bench --kernel "$op" "${shapes[@]}" "${BENCH_ARGS[@]}" --json "$OUT/bench-$op.json"
   done
 else
   run_step bench $PY -m gks bench "${BENCH_ARGS[@]}" --json "$OUT/bench.json"

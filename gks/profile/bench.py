@@ -43,8 +43,9 @@ be null. tests/harness/test_bench_schema.py reads this list and holds the JSON t
     shape: list[int]              in the order of the spec's shape_names
     dtype: str
     checked: str                  "ok" | "FAILED: <why>" (output wrong) | "n/a" (peers) |
-                                  "FAILED to run: <why>" (then none of the keys below)
-    Keys of a row whose variant ran (absent from a "FAILED to run" row):
+                                  "FAILED to run: <why>" | "n/a: <why>" (a peer that does not
+                                  cover the shape; these two without the keys below)
+    Keys of a row whose variant ran (absent from a "FAILED to run" or "n/a" row):
     median_us: float
     p20_us: float
     p80_us: float
@@ -231,6 +232,9 @@ def bench_op(spec, *, backends, dtypes, shapes, with_references, reps, progress,
                 try:  # compile / first call outside the timing; a failure is reported, not fatal
                     v.fn(**v.input_sets[0])
                     torch.cuda.synchronize()
+                except NotImplementedError as e:
+                    # A peer that does not cover this shape (SDPA and a paged cache) says so.
+                    failed[v.name] = f"n/a: {str(e)[:200]}"
                 except Exception as e:  # noqa: BLE001
                     failed[v.name] = f"FAILED to run: {type(e).__name__}: {str(e)[:200]}"
                     variants.remove(v)

@@ -970,11 +970,16 @@ def _fa4_varlen():
 
     takes = inspect.signature(flash_attn_varlen_func).parameters
 
-    def run(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=None, causal=False,
-            softmax_scale=None):
+    def run(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=None, page_table=None,
+            causal=False, softmax_scale=None):
         kw = {"cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k, "seqused_k": seqused_k,
               "max_seqlen_q": max_seqlen_q, "max_seqlen_k": max_seqlen_k, "softmax_scale": softmax_scale,
               "causal": bool(causal), "return_lse": True}
+        if page_table is not None:
+            # FA takes a paged cache's lengths as seqused_k alone (no cu_seqlens_k); the
+            # difference is one small kernel, timed with the call.
+            kw.update(page_table=page_table, cu_seqlens_k=None,
+                      seqused_k=seqused_k if seqused_k is not None else cu_seqlens_k.diff())
         return flash_attn_varlen_func(q, k, v, **{n: x for n, x in kw.items() if n in takes})
 
     return run
@@ -1615,6 +1620,39 @@ def _decode_bench_shapes():
     return tuple(shapes)
 
 
+def _fa4_decode():
+    from flash_attn.cute import flash_attn_varlen_func
+
+    def run(q, k_cache, v_cache, cache_seqlens, page_table=None, causal=True, softmax_scale=None):
+        # FA's layouts: q [B, Sq, Hq, D]; a dense cache [B, S, Hkv, D] (ours, [B, Hkv, S, D],
+        # as a transposed view) or the same pages as ours. num_splits=0: FA's split heuristic.
+        if page_table is None:
+            k_cache, v_cache = k_cache.transpose(1, 2), v_cache.transpose(1, 2)
+        o, lse = flash_attn_varlen_func(q.transpose(1, 2), k_cache, v_cache, seqused_k=cache_seqlens,
+                                        page_table=page_table, softmax_scale=softmax_scale, causal=bool(causal),
+                                        num_splits=0, return_lse=True)
+        return o.transpose(1, 2), lse
+
+    return run
+
+
+def _sdpa_decode(backend_name: str):
+    """SDPA on a dense cache whose sequences are all full (the bench shapes): with one query
+    row, bottom-right causal sees every key, which SDPA's unmasked call computes."""
+
+    def make():
+        sdpa = _sdpa(backend_name)()
+
+        def run(q, k_cache, v_cache, cache_seqlens, page_table=None, causal=True, softmax_scale=None):
+            if page_table is not None or q.shape[2] != 1:
+                raise NotImplementedError("SDPA takes neither a paged cache nor bottom-right causal rows")
+            return sdpa(q, k_cache, v_cache, causal=False, softmax_scale=softmax_scale)
+
+        return run
+
+    return make
+
+
 FLASH_ATTENTION_DECODE = register(
     OpSpec(
         name="flash_attention_decode",
@@ -1656,6 +1694,8 @@ FLASH_ATTENTION_DECODE = register(
         ),
         bench_shapes=_decode_bench_shapes(),
         compute="tensor",
+        peers=(Peer("FA4", _fa4_decode, package="flash-attn-4"), Peer("sdpa-cudnn", _sdpa_decode("CUDNN_ATTENTION")),
+               Peer("sdpa-flash", _sdpa_decode("FLASH_ATTENTION"))),
         check=check_decode,
         example_shape=(3, 4, 2, 2, 70, 64, 16),
         bad_inputs=_decode_bad_inputs(),
