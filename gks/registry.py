@@ -78,6 +78,15 @@ class Peer:
     package: str = ""
 
 
+def shape_seed(shape) -> int:
+    """A seed that depends on the shape alone: for sizes that must be the same in every input
+    set of a shape (packed sequences, contiguous groups), so that a CUDA graph captured on
+    one set replays on another."""
+    import hashlib
+
+    return int.from_bytes(hashlib.sha256(repr(tuple(shape)).encode()).digest()[:4], "little")
+
+
 def mixed_sizes(count: int, largest: int, gen) -> list[int]:
     """Sizes of `count` parts (sequences, groups) up to `largest`, mixed as the specs' test
     inputs want them: the first full, the second empty (with three or more), the others
@@ -213,7 +222,7 @@ class OpSpec:
     # default, the form the tuned tables key on.
     optional_dims: Mapping[str, str] = dataclasses.field(default_factory=dict)
     # The unit the FLOPs run on, for the roofline: "fp32" (CUDA cores), "tensor" (FP16/BF16
-    # Tensor Cores), "int8" (INT8 Tensor Cores).
+    # Tensor Cores), "int8" (INT8 Tensor Cores), "fp8" (FP8 Tensor Cores).
     compute: str = "fp32"
     # Compares an output with the reference; default is allclose with `tolerance`.
     check: Callable[..., None] | None = None

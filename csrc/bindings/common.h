@@ -30,6 +30,7 @@ inline gks::DType to_gks_dtype(DLDataType t) {
   if (t.code == kDLInt && t.bits == 32) return gks::DType::kInt32;
   if (t.code == kDLInt && t.bits == 64) return gks::DType::kInt64;
   if (t.code == kDLFloat8_e4m3fn && t.bits == 8) return gks::DType::kFloat8E4M3;
+  if (t.code == kDLFloat8_e5m2 && t.bits == 8) return gks::DType::kFloat8E5M2;
   return gks::DType::kUnsupported;
 }
 

@@ -62,10 +62,10 @@ def flash_attention_varlen_fwd_out(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seql
     and every stride but the last). page_table ([B, max_pages] int32): k and v are a paged
     cache [num_pages, page_size, Hkv, D]. max_seqlen_q sizes the grid (a longer sequence is
     still computed whole); max_seqlen_k is checked (an int >= 0) and not needed by the
-    kernel. config: -1 runs the mma.sync kernel (until the wgmma one has been checked on a
-    GPU), else an index into the library's table (gks.registry.get(
-    "flash_attention_varlen_fwd").configs: "mma.sync", "wgmma"; wgmma runs on sm_90 at D = Dv
-    = 64 and 128 and gives way to mma.sync elsewhere)."""
+    kernel. config: -1 runs the wgmma kernel where it can (sm_90, D = Dv = 64 or 128) and
+    the mma.sync kernel elsewhere, else an index into the library's table (gks.registry.get(
+    "flash_attention_varlen_fwd").configs: "mma.sync", "wgmma"; wgmma gives way to mma.sync
+    where it cannot run)."""
     seqlen_q = checked_max_seqlen(VARLEN_OP, "max_seqlen_q", max_seqlen_q)
     checked_max_seqlen(VARLEN_OP, "max_seqlen_k", max_seqlen_k)
     causal, scale, left, right, cap, config = _args(causal, softmax_scale, window_size, softcap, config, VARLEN_OP)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import math
 import operator
 
-from gks.registry import Backend, BadInput, ELEM_BYTES, OpSpec, Peer, mixed_sizes, reference_peer, register
+from gks.registry import Backend, BadInput, ELEM_BYTES, OpSpec, Peer, mixed_sizes, reference_peer, register, shape_seed
 from gks.runtime.args import float32_scalar
 
 if TYPE_CHECKING:  # annotations only: the module loads without torch
@@ -764,7 +764,9 @@ def make_varlen_inputs(shape, dtype, device, seed):
     import torch
 
     batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, causal, page, head_dim_v = varlen_shape(shape)
-    host = torch.Generator().manual_seed(seed)
+    # The packed sizes follow from the shape alone (every input set of a shape has the same
+    # total_q and total_k: a CUDA graph replays on new values).
+    host = torch.Generator().manual_seed(shape_seed(shape))
     lens_q, lens_k = varlen_lengths(batch, seqlen_q, host), varlen_lengths(batch, seqlen_k, host)
     gen = torch.Generator(device=device).manual_seed(seed)
     dt = getattr(torch, dtype)
@@ -1008,8 +1010,8 @@ FLASH_ATTENTION_VARLEN_FWD = register(
         flops=lambda shape: flops(_as_dense_shape(shape)),
         bytes_moved=lambda shape, dtype: bytes_moved(_as_dense_shape(shape), dtype),
         backends=(
-            # Its configs: mma.sync on every GPU (the default) and, on sm_90, wgmma at D = Dv =
-            # 64 and 128 (elsewhere it gives way); the warp-specialized kernel is dense-only.
+            # Its configs: on sm_90 wgmma at D = Dv = 64 and 128 (the default there), mma.sync
+            # on every GPU; the warp-specialized kernel is dense-only.
             Backend("cuda", archs=("sm_80", "sm_90a"), tunable=True),
             Backend("triton", archs=("sm_80", "sm_90"), interpreted=True),
         ),

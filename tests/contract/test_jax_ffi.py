@@ -279,9 +279,12 @@ def _run_on_cpu_stand_in(op, entry, inputs, outputs, kw=None):
     name = f"gks_test.{op}.{len(_CPU_TARGETS)}"
     _CPU_TARGETS[name] = 1
     jax_tvm_ffi.register_ffi_target(name, function, list(plan.arg_spec), platform="cpu", pass_owned_tensor=True)
-    arrays = {k: v for k, v in inputs.items() if _ffi.is_array(v)}
+    # The target is the CPU's: run there also on a machine whose default device is a GPU.
+    cpu = jax.devices("cpu")[0]
+    arrays = {k: jax.device_put(v, cpu) for k, v in inputs.items() if _ffi.is_array(v)}
     static = {k: v for k, v in inputs.items() if k not in arrays}
-    out = jax.jit(lambda arrays: _ffi._invoke(name, plan, {**arrays, **static}, outputs))(arrays)
+    with jax.default_device(cpu):
+        out = jax.jit(lambda arrays: _ffi._invoke(name, plan, {**arrays, **static}, outputs))(arrays)
     return out, recorded, seen
 
 

@@ -128,3 +128,26 @@ def test_bench_reports_an_enabled_missing_reference(monkeypatch):
     failed = {r["variant"]: r["checked"] for r in rows if "median_us" not in r}
     assert failed == {"QuACK": "FAILED: upstream reference quack-kernels==9 is not installed (test)",
                       "Liger": "FAILED: upstream reference liger-kernel==9 is not installed (test)"}
+
+
+@pytest.mark.skipif(not (HAS_GPU and HAS_NATIVE), reason="times on a GPU")
+def test_bench_reports_a_peer_that_does_not_cover_a_shape_as_n_a(monkeypatch):
+    """A peer raising NotImplementedError (SDPA on a paged cache) gets an "n/a" row, untimed,
+    and the other variants of the shape are still timed."""
+    import dataclasses
+
+    from gks.profile import bench
+    from gks.registry import Peer
+
+    def make():
+        def run(**kwargs):
+            raise NotImplementedError("not this shape (test)")
+        return run
+
+    spec = dataclasses.replace(registry.get("softmax"), peers=(Peer("uncovering", make),))
+    rows = bench.bench_op(spec, backends=("cuda",), dtypes=["float16"], shapes=[(64, 256)], with_references=True,
+                          reps=2, progress=lambda m: None)
+    by_variant = {r["variant"]: r for r in rows}
+    assert by_variant["uncovering"]["checked"] == "n/a: not this shape (test)"
+    assert "median_us" not in by_variant["uncovering"]
+    assert by_variant["gks.cuda"]["checked"] == "ok" and by_variant["gks.cuda"]["median_us"] > 0

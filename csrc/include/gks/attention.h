@@ -105,9 +105,9 @@ struct FlashAttentionVarlenFwdArgs {
   int64_t window_left = -1;
   int64_t window_right = -1;
   double softcap = 0.0;
-  // -1: the mma.sync kernel (until the wgmma one has been checked on a GPU); else an index
-  // into kFlashAttentionVarlenFwdConfigs: "wgmma" runs on sm_90 at D = Dv = 64 and 128 and
-  // gives way to mma.sync elsewhere.
+  // -1: the wgmma kernel where it runs (sm_90, D = Dv = 64 or 128), else mma.sync; or an
+  // index into kFlashAttentionVarlenFwdConfigs: "wgmma" gives way to mma.sync where it cannot
+  // run.
   int config = -1;
 };
 inline constexpr FlashAttentionFwdConfig kFlashAttentionVarlenFwdConfigs[] = {

@@ -22,7 +22,10 @@ namespace gks {
 constexpr int kMaxDims = 8;
 
 // kFloat8E4M3: OCP fp8 e4m3 with no infinities (torch.float8_e4m3fn), max 448.
-enum class DType : uint8_t { kFloat32, kFloat16, kBFloat16, kInt8, kInt32, kInt64, kFloat8E4M3, kUnsupported };
+// kFloat8E5M2: OCP fp8 e5m2 (torch.float8_e5m2), max 57344.
+enum class DType : uint8_t {
+  kFloat32, kFloat16, kBFloat16, kInt8, kInt32, kInt64, kFloat8E4M3, kFloat8E5M2, kUnsupported
+};
 enum class DeviceType : uint8_t { kCPU, kCUDA, kOther };
 
 struct Device {
@@ -128,7 +131,8 @@ void check_apart(const NamedTensor& out, const NamedTensor& other, const char* o
                  const char* in_place = nullptr);
 // check_output for each output, then no output may share memory with another output or with
 // an input, except that an output may be exactly the input named `in_place` (the same data,
-// dtype, shape and strides: the in-place form an op documents).
+// dtype, shape and strides: the in-place form an op documents). An input whose tensor is
+// null (an optional argument not given) is skipped.
 void check_outputs(std::initializer_list<NamedTensor> outputs,
                    std::initializer_list<NamedTensor> inputs, const char* op,
                    const char* in_place = nullptr);

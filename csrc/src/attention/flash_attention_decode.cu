@@ -209,15 +209,10 @@ Validated validate(const FlashAttentionDecodeArgs& args) {
             kInvalidArgument)
       << kOp << ": argument 'lse' must have shape [" << batch << ", " << heads_q << ", " << seqlen_q
       << "] (q's first three dims), got " << lse.shape_string();
-  if (paged) {
-    check_outputs({{&o, "o"}, {&lse, "lse"}},
-                  {{&q, "q"}, {&k, "k_cache"}, {&v, "v_cache"}, {&lens, "cache_seqlens"},
-                   {&*args.page_table, "page_table"}},
-                  kOp);
-  } else {
-    check_outputs({{&o, "o"}, {&lse, "lse"}},
-                  {{&q, "q"}, {&k, "k_cache"}, {&v, "v_cache"}, {&lens, "cache_seqlens"}}, kOp);
-  }
+  check_outputs({{&o, "o"}, {&lse, "lse"}},
+                {{&q, "q"}, {&k, "k_cache"}, {&v, "v_cache"}, {&lens, "cache_seqlens"},
+                 {paged ? &*args.page_table : nullptr, "page_table"}},
+                kOp);
   // 32-bit key and row indices inside the kernels (offsets are 64-bit); the grid's y and z
   // dims hold the KV heads and the batch.
   constexpr int64_t kMaxKeys = std::numeric_limits<int32_t>::max() - 1024;
