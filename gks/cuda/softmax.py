@@ -15,5 +15,6 @@ def softmax_out(x, y, config: int = -1) -> None:
     config: -1 picks the kernel shape by heuristic, else an index into the library's table
     (gks.registry.get("softmax").configs: "registers" holds rows in registers where they
     fit, "looped" walks them in a loop, "registers-wide" is "registers" with twice the values
-    a thread; csrc/include/gks/softmax.h says more)."""
+    a thread, "looped-smem" is "looped" with the row kept in shared memory between its two
+    walks where it fits (one read of global memory); csrc/include/gks/softmax.h says more)."""
     _native.module().softmax(x, y, int(config))

@@ -9,6 +9,7 @@
 #include <iterator>
 #include <limits>
 #include <string>
+#include <tuple>
 
 #include "gks/gks.h"
 #include "softmax/plan.h"
@@ -117,10 +118,10 @@ TEST(Softmax, RejectsTooManyRows) {
 TEST(Softmax, RejectsUnknownConfig) {
   char buf[64];
   auto a = softmax_args(buf);
-  a.config = 3;
+  a.config = 4;
   expect_error([&] { gks::softmax(a, nullptr); }, ErrorKind::kInvalidArgument,
-               "gks.softmax: argument 'config' must be -1 (heuristic), 0 (registers), 1 (looped) or 2 "
-               "(registers-wide), got 3");
+               "gks.softmax: argument 'config' must be -1 (heuristic), 0 (registers), 1 (looped), 2 "
+               "(registers-wide) or 3 (looped-smem), got 4");
 }
 
 TEST(Softmax, EmptyTensorsReturnWithoutTouchingTheGpu) {
@@ -366,12 +367,39 @@ TEST(SoftmaxPlan, EveryPlanHasAKernel) {
     for (auto dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
       for (bool aligned : {true, false}) {
         for (int config = -1; config < int(std::size(gks::kSoftmaxConfigs)); ++config) {
-          const auto p = gks::detail::plan_softmax(cols, dtype, aligned, config);
+          const auto p = gks::detail::plan_softmax(cols, dtype, aligned, config, 227 << 10);
           ASSERT_TRUE(gks::detail::softmax_plan_has_kernel(p, dtype, cols)) << cols << " " << config;
         }
       }
     }
   }
+}
+
+int looped_smem_config() {
+  for (int i = 0; i < int(std::size(gks::kSoftmaxConfigs)); ++i)
+    if (gks::kSoftmaxConfigs[i].stage_row) return i;
+  return -1;
+}
+
+TEST(SoftmaxPlan, LoopedSmemKeepsTheRowInSharedMemoryWhereItFits) {
+  const int config = looped_smem_config();
+  ASSERT_GE(config, 0);
+  constexpr int64_t kSmem = 227 << 10;
+  // bf16 rows of 50304 (98 KiB) and fp32 ones of 50304 (196 KiB) fit; 16-bit rows of 151936
+  // (297 KiB) do not, and keep the plain looped walk.
+  for (auto [dtype, cols, fits] : {std::tuple{DType::kBFloat16, int64_t(50304), true},
+                                   std::tuple{DType::kFloat32, int64_t(50304), true},
+                                   std::tuple{DType::kFloat16, int64_t(151936), false},
+                                   std::tuple{DType::kFloat16, int64_t(64), true}}) {
+    const auto p = gks::detail::plan_softmax(cols, dtype, true, config, kSmem);
+    EXPECT_EQ(p.kind, Plan::Kind::kLooped) << cols;
+    EXPECT_EQ(p.row_smem_bytes, fits ? cols * gks::dtype_size(dtype) : 0) << cols;
+  }
+  // Not 16-byte aligned, a ragged row, no shared memory known, or the heuristic: no staging.
+  EXPECT_EQ(gks::detail::plan_softmax(50304, DType::kBFloat16, false, config, kSmem).row_smem_bytes, 0);
+  EXPECT_EQ(gks::detail::plan_softmax(50301, DType::kBFloat16, true, config, kSmem).row_smem_bytes, 0);
+  EXPECT_EQ(gks::detail::plan_softmax(50304, DType::kBFloat16, true, config, 0).row_smem_bytes, 0);
+  EXPECT_EQ(gks::detail::plan_softmax(50304, DType::kBFloat16, true, -1, kSmem).row_smem_bytes, 0);
 }
 
 }  // namespace

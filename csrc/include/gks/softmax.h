@@ -23,14 +23,20 @@ struct SoftmaxConfig {
   const char* name;  // stable: the autotuner's tables key on the names
   Path path;
   bool wide = false;  // kRegisters: twice the accesses a thread where that fits (half the threads)
+  // kLooped, softmax only: the row stays in shared memory between the two walks, where it
+  // fits (16-byte aligned rows of whole accesses up to the block's shared memory).
+  bool stage_row = false;
 };
 
 // registers; looped; registers-wide: registers with twice the accesses a thread where that
-// fits (half the threads a row): fp32 rows, and the fused op's 16-bit rows.
+// fits (half the threads a row): fp32 rows, and the fused op's 16-bit rows; looped-smem:
+// looped, the row read from HBM once (kept in shared memory for the second walk), else as
+// looped. (Not yet the heuristic's pick anywhere: its first GPU run decides.)
 inline constexpr SoftmaxConfig kSoftmaxConfigs[] = {
     {"registers", SoftmaxConfig::Path::kRegisters},
     {"looped", SoftmaxConfig::Path::kLooped},
     {"registers-wide", SoftmaxConfig::Path::kRegisters, /*wide=*/true},
+    {"looped-smem", SoftmaxConfig::Path::kLooped, /*wide=*/false, /*stage_row=*/true},
 };
 
 struct SoftmaxArgs {

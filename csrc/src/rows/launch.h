@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "core/launch.h"
+#include "gks/device_limits.h"
 #include "gks/error.h"
 #include "gks/kernels/rows/skeleton.cuh"
 #include "gks/kernels/vec.cuh"
@@ -87,7 +88,7 @@ bool matches(const RowPlan& plan) {
 // The grid: a block (or a cluster of blocks) a row or per rows_per_block rows; tiled
 // kernels take p.blocks blocks (striding when there are more than a grid holds).
 template <class Row, class S>
-void launch(const typename Row::Params& p, cudaStream_t stream) {
+void launch(const RowPlan& plan, const typename Row::Params& p, cudaStream_t stream) {
   if constexpr (kr::kIsRegisters<S>) {
     const auto kernel = kr::registers_kernel<Row, S>;
     const dim3 block(S::kThreadsPerRow, S::kRowsPerBlock);
@@ -99,7 +100,17 @@ void launch(const typename Row::Params& p, cudaStream_t stream) {
       cudaLaunchKernelEx(&launch.config, kernel, p);  // errors surface in check_launch
     }
   } else if constexpr (kr::kIsLooped<S>) {
-    kr::looped_kernel<Row, S><<<static_cast<unsigned>(p.rows), S::kThreads, 0, stream>>>(p);
+    // A row kept in shared memory (softmax's looped-smem) is the launch's dynamic part.
+    // Its limit is raised once a device, to what any plan asks (kLoopedRowSmemReserve below
+    // the block's opt-in limit: room for the kernel's static scratch).
+    constexpr auto kernel = kr::looped_kernel<Row, S>;
+    const int smem = static_cast<int>(plan.row_smem_bytes);
+    if (smem > 0) {
+      int device = 0;
+      cudaGetDevice(&device);
+      prepare_smem_kernel<kernel>(int(device_limits(device).smem_per_block - kLoopedRowSmemReserve), device);
+    }
+    kernel<<<static_cast<unsigned>(p.rows), S::kThreads, smem, stream>>>(p);
   } else {
     const auto grid = static_cast<unsigned>(std::min<int64_t>(p.blocks, INT32_MAX));
     kr::tiled_kernel<Row, S><<<grid, dim3(S::kThreadsPerRow, S::kRowsPerBlock), 0, stream>>>(p);
@@ -113,7 +124,7 @@ bool launch_first(const RowPlan& plan, const typename Row::Params& p, cudaStream
     using S = decltype(shape);
     if constexpr (Row::template compiled<S>()) {
       if (matches<S>(plan)) {
-        launch<Row, S>(p, stream);
+        launch<Row, S>(plan, p, stream);
         return true;
       }
     }

@@ -24,14 +24,21 @@ struct RowPlan {
   int cluster = 1;          // kRegisters: CTAs (a thread block cluster) sharing one row
   int weight_slots = 0;     // kStaged: the weight's accesses a thread copies to shared memory
   int row_buffers = 1;      // kStaged: rows in shared memory at once
+  // kLooped: dynamic shared memory that holds the row between its two walks (0: the second
+  // walk reads global memory again).
+  int64_t row_smem_bytes = 0;
 
   friend bool operator==(const RowPlan& a, const RowPlan& b) {
     return a.kind == b.kind && a.vec == b.vec && a.threads_per_row == b.threads_per_row &&
            a.vecs_per_thread == b.vecs_per_thread && a.rows_per_block == b.rows_per_block &&
            a.cluster == b.cluster && a.weight_slots == b.weight_slots &&
-           a.row_buffers == b.row_buffers;
+           a.row_buffers == b.row_buffers && a.row_smem_bytes == b.row_smem_bytes;
   }
 };
+
+// A looped plan keeps its row in shared memory only with this much of the block's opt-in
+// limit to spare (the kernel's static scratch).
+inline constexpr int64_t kLoopedRowSmemReserve = 1024;
 
 // "registers 256 threads x 4 accesses" and so on, for messages.
 const char* row_plan_kind_name(RowPlan::Kind kind);

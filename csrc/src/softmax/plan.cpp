@@ -58,11 +58,11 @@ int64_t staged_smem_bytes(const RowPlan& plan) {
          (plan.vecs_per_thread * plan.row_buffers + plan.weight_slots) * 16;
 }
 
-RowPlan plan_softmax(int64_t cols, DType dtype, bool aligned16, int config) {
+RowPlan plan_softmax(int64_t cols, DType dtype, bool aligned16, int config, int64_t smem_per_block) {
   const SoftmaxConfig* c = config >= 0 && config < int(std::size(kSoftmaxConfigs))
                                ? &kSoftmaxConfigs[config]
                                : nullptr;
-  return plan_softmax_rows(cols, dtype, aligned16, c, false, false, 0);
+  return plan_softmax_rows(cols, dtype, aligned16, c, false, false, smem_per_block);
 }
 
 RowPlan plan_softmax_rows(int64_t cols, DType dtype, bool aligned16, const SoftmaxConfig* config,
@@ -132,6 +132,9 @@ RowPlan plan_softmax_rows(int64_t cols, DType dtype, bool aligned16, const Softm
     return plan;
   plan.kind = RowPlan::Kind::kLooped;
   plan.threads_per_row = kLoopedThreads;
+  // The row kept in shared memory between the walks (softmax, whole 16-byte accesses).
+  if (c->stage_row && !fused && whole_accesses && cols * elem_size + kLoopedRowSmemReserve <= smem_per_block)
+    plan.row_smem_bytes = cols * elem_size;
   return plan;
 }
 

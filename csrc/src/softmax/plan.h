@@ -12,8 +12,9 @@
 namespace gks::detail {
 
 // softmax's plan for rows of `cols` elements; aligned16: base pointers and rows 16-byte
-// aligned; config: -1 or an index into kSoftmaxConfigs.
-RowPlan plan_softmax(int64_t cols, DType dtype, bool aligned16, int config = -1);
+// aligned; config: -1 or an index into kSoftmaxConfigs; smem_per_block: the shared memory a
+// block may opt in to (0 rules out keeping a looped row there).
+RowPlan plan_softmax(int64_t cols, DType dtype, bool aligned16, int config = -1, int64_t smem_per_block = 0);
 
 // The plan of softmax's rows or (fused) softmax_rmsnorm's: `config` is the forced config's
 // table entry (nullptr: the heuristic). clusters: the device has thread block clusters

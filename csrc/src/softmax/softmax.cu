@@ -2,6 +2,7 @@
 #include "gks/softmax.h"
 
 #include "core/launch.h"
+#include "gks/device_limits.h"
 #include "rows/check.h"
 #include "softmax/launch.h"
 #include "softmax/plan.h"
@@ -22,9 +23,10 @@ void softmax(const SoftmaxArgs& args, cudaStream_t stream) {
   if (validating_only() || rows.x.rows == 0 || rows.x.cols == 0) return;
   const int64_t vec = 16 / dtype_size(x.dtype);
   const bool aligned = detail::rows_aligned({x.data, y.data}, {&rows.x, &rows.y}, vec);
-  const detail::RowPlan plan = detail::plan_softmax(rows.x.cols, x.dtype, aligned, args.config);
-  const kernels::rows::SoftmaxParams params{x.data, nullptr, y.data, rows.x, rows.y,
-                                            rows.x.rows, rows.x.cols, 0.f};
+  const detail::RowPlan plan = detail::plan_softmax(rows.x.cols, x.dtype, aligned, args.config,
+                                                    detail::device_limits(x.device.index).smem_per_block);
+  kernels::rows::SoftmaxParams params{x.data, nullptr, y.data, rows.x, rows.y, rows.x.rows, rows.x.cols, 0.f};
+  params.stage_row = plan.row_smem_bytes > 0;
   const detail::DeviceGuard guard(x.device.index);
   GKS_DISPATCH_FLOAT(x.dtype, {
     detail::launch_softmax_rows<kernels::rows::SoftmaxRow, scalar_t>(plan, params, stream, kOp);

@@ -10,7 +10,10 @@
 //    one write, two exps a value, about 32 registers a thread, so an SM holds 2048 threads.
 //  - looped: a block walks a long row twice: an online max and rescaled sum, then
 //    normalize and write (the second read mostly hits L2). Also the path for long rows not
-//    16-byte aligned.
+//    16-byte aligned. Its staged form (p.stage_row, softmax's "looped-smem" config) keeps
+//    the row as loaded in dynamic shared memory during the first walk and reads it from
+//    there in the second: one read of HBM a value where a row fits in shared memory, for
+//    rows whose second read would miss an L2 shared by every SM's rows in flight.
 // Both come in two variants: rows whose length is a multiple of the access width (every
 // access is wholly inside the row or wholly past it: one predicated vector access, the lean
 // code the 16-bit kernels need to keep up with memory), and ragged rows (the access that
@@ -49,6 +52,9 @@ struct SoftmaxParams {
   float eps;  // kFused only
   // Always 0, but not known to the compiler: see opaque (common.cuh).
   uint32_t zero = 0;
+  // Looped rows, unfused, whole 16-byte accesses: the row is kept in the launch's dynamic
+  // shared memory (cols * sizeof(T) bytes) between the two walks.
+  int stage_row = 0;
 };
 
 // exp(v) = 2^(v * log2(e)), one MUFU.EX2 (ex2.approx: relative error ~2^-22). ftz flushes
@@ -300,9 +306,13 @@ __device__ __forceinline__ void softmax_row_in_registers(const SoftmaxParams& p,
 }
 
 // One row of the looped kernel (SoftmaxRow::looped; kFused: SoftmaxRmsNormRow::looped).
-template <bool kRagged, typename T, int kVec, int kThreads, bool kFused>
+// kStageRow: the first walk also writes each access, as loaded, to `stage` (the dynamic
+// shared memory, one 16-byte slot an access of the row), and the second reads it there.
+template <bool kRagged, typename T, int kVec, int kThreads, bool kFused, bool kStageRow = false>
 __device__ __forceinline__ void softmax_row_looped(const SoftmaxParams& p, float* scratch_m,
-                                                   float* scratch_s) {
+                                                   float* scratch_s, uint4* stage = nullptr) {
+  static_assert(!kStageRow || (!kRagged && !kFused && kVec * sizeof(T) == 16),
+                "a staged row: unfused whole 16-byte accesses");
   // Accesses in flight a thread, held as loaded: four of x, or two of x and two of weight.
   constexpr int kUnroll = kFused ? 2 : 4;
   constexpr int64_t kStep = int64_t(kThreads) * kVec;  // columns one access of the block covers
@@ -340,9 +350,17 @@ __device__ __forceinline__ void softmax_row_looped(const SoftmaxParams& p, float
           m, s, r, [&](int u) -> const Raw<T, kVec>& { return wr[u]; },
           [&](int u) { return base + u * kStep; }, cols, inv_rms);
     } else {
+      if constexpr (kStageRow) {
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u)
+          if (base + u * kStep < cols)
+            stage[(base + u * kStep) / kVec] = make_uint4(r[u].w[0], r[u].w[1], r[u].w[2], r[u].w[3]);
+      }
       softmax_fold(m, s, r, zero);
     }
   }
+  // (Staged: the reduction's barriers also order every thread's writes to `stage` before
+  // the reads below; each thread reads back only its own slots anyway.)
   group_reduce_softmax<kThreads>(m, s, scratch_m, scratch_s);
   const float inv_sum = softmax_inv_sum(m, s);
 
@@ -351,7 +369,15 @@ __device__ __forceinline__ void softmax_row_looped(const SoftmaxParams& p, float
     Raw<T, kVec> r[kUnroll], wr[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      r[u] = load_raw<kRagged, kVec>(x, base + u * kStep, cols, !kFused);
+      if constexpr (kStageRow) {
+        r[u] = Raw<T, kVec>{};  // past the row: never stored
+        if (base + u * kStep < cols) {
+          const uint4 v = stage[(base + u * kStep) / kVec];
+          r[u].w[0] = v.x, r[u].w[1] = v.y, r[u].w[2] = v.z, r[u].w[3] = v.w;
+        }
+      } else {
+        r[u] = load_raw<kRagged, kVec>(x, base + u * kStep, cols, !kFused);
+      }
       if constexpr (kFused) wr[u] = load_raw<kRagged, kVec>(w, base + u * kStep, cols, false);
     }
 #pragma unroll
@@ -423,6 +449,13 @@ struct SoftmaxRow {
     __shared__ float scratch_m[S::kThreads / 32], scratch_s[S::kThreads / 32];
     if (kVec > 1 && p.cols % kVec != 0) {
       softmax_row_looped<true, T, kVec, S::kThreads, false>(p, scratch_m, scratch_s);
+    } else if constexpr (kVec > 1) {
+      if (p.stage_row) {
+        extern __shared__ uint4 stage[];
+        softmax_row_looped<false, T, kVec, S::kThreads, false, true>(p, scratch_m, scratch_s, stage);
+      } else {
+        softmax_row_looped<false, T, kVec, S::kThreads, false>(p, scratch_m, scratch_s);
+      }
     } else {
       softmax_row_looped<false, T, kVec, S::kThreads, false>(p, scratch_m, scratch_s);
     }
