@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The GEMM family's entry points: sgemm, wmma_gemm, int8_gemm, gemm (each with its config
-// names and heuristic), the allocating forms and the path queries.
+// The GEMM family's entry points: sgemm, wmma_gemm, int8_gemm, gemm, gemm_fp8 (each with its
+// config names and heuristic), the allocating forms and the path queries.
 #include <tvm/ffi/string.h>
 
 #include "common.h"
@@ -82,6 +82,25 @@ tvm::ffi::String int8_gemm_path(tvm::ffi::TensorView a_q, tvm::ffi::TensorView b
   return tvm::ffi::String(name);
 }
 
+// c = float(a @ b) scaled (fp8 wgmma, fp32 accumulate): scaling "tensor", "row" or "block"
+// (gks::Fp8Scaling).
+void gemm_fp8(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorView a_scale,
+              tvm::ffi::TensorView b_scale, tvm::ffi::TensorView c, tvm::ffi::String scaling,
+              int64_t config) {
+  using namespace gks::ffi;
+  translate_errors([&] {
+    gks::GemmFp8Args args{to_ref(a), to_ref(b), to_ref(a_scale), to_ref(b_scale), to_ref(c)};
+    const std::string mode(scaling);
+    GKS_CHECK(mode == "tensor" || mode == "row" || mode == "block", kInvalidArgument)
+        << "gks.gemm_fp8: argument 'scaling' must be 'tensor', 'row' or 'block', got '" << mode << "'";
+    args.scaling = mode == "tensor" ? gks::Fp8Scaling::kTensor
+                   : mode == "row"  ? gks::Fp8Scaling::kRow
+                                    : gks::Fp8Scaling::kBlock;
+    args.config = config_arg(config, "gks.gemm_fp8");
+    gks::gemm_fp8(args, stream_for(args.a));
+  });
+}
+
 gks::GemmArgs gemm_args(const tvm::ffi::TensorView& a, const tvm::ffi::TensorView& b,
                         const tvm::ffi::TensorView& c, int64_t config) {
   using gks::ffi::to_ref;
@@ -151,6 +170,17 @@ tvm::ffi::String int8_gemm_configs() {
   }
   return table.json();
 }
+// The Hopper kernel's fp8 configs (every scaling).
+tvm::ffi::String gemm_fp8_configs() {
+  gks::ffi::ConfigTable table;
+  const auto& configs = gks::detail::gemm_fp8_configs();
+  for (int i = 0; i < static_cast<int>(configs.size()); ++i) {
+    tile_fields(table, configs[i]);
+    table.num("cluster", gks::detail::kHopperFp8Configs[i].cluster_m);
+    table.flag("ping_pong", gks::detail::kHopperFp8Configs[i].ping_pong);
+  }
+  return table.json();
+}
 tvm::ffi::String gemm_configs() {
   gks::ffi::ConfigTable table;
   for (const auto& c : gks::detail::hopper_gemm_configs()) {
@@ -182,6 +212,8 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(int8_gemm, int8_gemm);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(int8_gemm_alloc, int8_gemm_alloc);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(int8_gemm_path, int8_gemm_path);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(gemm, gemm);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(gemm_fp8, gemm_fp8);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(gemm_fp8_configs, gemm_fp8_configs);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(gemm_alloc, gemm_alloc);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(gemm_path, gemm_path);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(sgemm_configs, sgemm_configs);

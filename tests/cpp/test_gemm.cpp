@@ -52,6 +52,25 @@ gks::Int8GemmArgs int8_args(void* p, int64_t m, int64_t n, int64_t k) {
   return a;
 }
 
+gks::GemmFp8Args fp8_args(void* p, int64_t m, int64_t n, int64_t k, gks::Fp8Scaling scaling) {
+  gks::GemmFp8Args a;
+  a.a = mat(p, gks::DType::kFloat8E4M3, m, k);
+  a.b = mat(gks_test::fake_address(2), gks::DType::kFloat8E4M3, k, n);
+  a.scaling = scaling;
+  if (scaling == gks::Fp8Scaling::kTensor) {
+    a.a_scale = gks::TensorRef::make(gks_test::fake_address(4), gks::DType::kFloat32, {1}, kGpu);
+    a.b_scale = gks::TensorRef::make(gks_test::fake_address(5), gks::DType::kFloat32, {1}, kGpu);
+  } else if (scaling == gks::Fp8Scaling::kRow) {
+    a.a_scale = mat(gks_test::fake_address(4), gks::DType::kFloat32, m, 1);
+    a.b_scale = mat(gks_test::fake_address(5), gks::DType::kFloat32, 1, n);
+  } else {
+    a.a_scale = mat(gks_test::fake_address(4), gks::DType::kFloat32, m, (k + 127) / 128);
+    a.b_scale = mat(gks_test::fake_address(5), gks::DType::kFloat32, (k + 127) / 128, (n + 127) / 128);
+  }
+  a.c = mat(gks_test::fake_address(3), gks::DType::kBFloat16, m, n);
+  return a;
+}
+
 // ---- gemm_matrix: the operand rules every GEMM shares ----
 
 TEST(GemmMatrix, AcceptsPaddedLeadingDimension) {
@@ -261,6 +280,70 @@ void expect_well_formed(const std::vector<gks::GemmConfigInfo>& configs) {
     EXPECT_EQ(c.threads % 32, 0);
     EXPECT_GE(c.stages, 2);
   }
+}
+
+TEST(GemmFp8, RejectsMixedFp8Types) {
+  char buf[64];
+  auto a = fp8_args(buf, 4, 5, 32, gks::Fp8Scaling::kTensor);
+  a.b.dtype = gks::DType::kFloat8E5M2;
+  expect_error([&] { gks::gemm_fp8(a, nullptr); }, gks::ErrorKind::kUnsupportedDtype,
+               "argument 'b' must have the dtype of 'a' (float8_e4m3fn), got float8_e5m2");
+  a = fp8_args(buf, 4, 5, 32, gks::Fp8Scaling::kTensor);
+  a.a.dtype = gks::DType::kInt8;
+  expect_error([&] { gks::gemm_fp8(a, nullptr); }, gks::ErrorKind::kUnsupportedDtype,
+               "argument 'a' must be float8_e4m3fn or float8_e5m2, got int8");
+}
+
+TEST(GemmFp8, RejectsKNotAMultipleOf16) {
+  char buf[64];
+  auto a = fp8_args(buf, 4, 5, 24, gks::Fp8Scaling::kRow);
+  expect_error([&] { gks::gemm_fp8(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "K (the columns of argument 'a') must be a multiple of 16, got 24");
+}
+
+TEST(GemmFp8, RejectsScalesThatDoNotMatchTheScaling) {
+  char buf[64];
+  auto a = fp8_args(buf, 4, 5, 32, gks::Fp8Scaling::kTensor);
+  a.a_scale = mat(buf, gks::DType::kFloat32, 4, 1);
+  expect_error([&] { gks::gemm_fp8(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "argument 'a_scale' must have one element (shape [] or [1]) for scaling 'tensor', got [4, 1]");
+  a = fp8_args(buf, 4, 5, 32, gks::Fp8Scaling::kRow);
+  a.b_scale = mat(buf, gks::DType::kFloat32, 5, 1);
+  expect_error([&] { gks::gemm_fp8(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "argument 'b_scale' must have shape [1, N] or [N] with N = 5");
+  a = fp8_args(buf, 4, 300, 272, gks::Fp8Scaling::kBlock);
+  a.b_scale = mat(buf, gks::DType::kFloat32, 3, 2);
+  expect_error([&] { gks::gemm_fp8(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "argument 'b_scale' must have shape [ceil(K / 128), ceil(N / 128)] = [3, 3] for scaling "
+               "'block', got [3, 2]");
+  a = fp8_args(buf, 4, 300, 272, gks::Fp8Scaling::kBlock);
+  a.a_scale.dtype = gks::DType::kFloat16;
+  expect_error([&] { gks::gemm_fp8(a, nullptr); }, gks::ErrorKind::kUnsupportedDtype,
+               "argument 'a_scale' must be float32");
+}
+
+TEST(GemmFp8, AcceptsKMajorBAndRefusesOtherLayouts) {
+  char buf[64];
+  auto a = fp8_args(buf, 4, 5, 32, gks::Fp8Scaling::kRow);
+  a.b = mat(buf, gks::DType::kFloat8E4M3, 32, 5, {1, 16});
+  expect_error([&] { gks::gemm_fp8(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "argument 'b' is a K-major view (stride(0) == 1), so its stride(1) must be at least its 32 rows");
+  a.b = mat(buf, gks::DType::kFloat8E4M3, 32, 5, {10, 2});
+  expect_error([&] { gks::gemm_fp8(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "argument 'b' must be row-major");
+}
+
+TEST(GemmFp8, ConfigsPromoteEvery128OfK) {
+  const auto& configs = gks::detail::gemm_fp8_configs();
+  ASSERT_EQ(int(configs.size()), gks::detail::kNumHopperFp8Configs);
+  expect_well_formed(configs);
+  for (const auto& c : gks::detail::kHopperFp8Configs) {
+    // The promotion holds a k-block's accumulators beside the total: at most 128 columns.
+    EXPECT_LE(c.block_n, 128) << c.name;
+    EXPECT_EQ(c.block_k, 128) << c.name;  // one 128-wide scale group a k-block
+  }
+  EXPECT_LT(gks::detail::hopper_fp8_gemm_heuristic(8192, 8192, 8192, kH200Sms),
+            gks::detail::kNumHopperFp8Configs);
 }
 
 TEST(GemmConfigs, WellFormed) {

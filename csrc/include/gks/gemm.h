@@ -228,6 +228,48 @@ Int8GemmPath int8_gemm_path(const Int8GemmArgs& args);
 }  // namespace detail
 
 // --------------------------------------------------------------------------------------
+// gks::gemm_fp8: c[M, N] = (a[M, K] @ b[K, N]) scaled, a and b fp8 (both e4m3 or both e5m2),
+// fp32 accumulation, c bfloat16, float16 or float32. The scaling modes (Fp8Scaling):
+//  * kTensor: a_scale and b_scale hold one fp32 each (shape [] or [1]):
+//    c = float(a @ b) * a_scale * b_scale;
+//  * kRow: a_scale [M] or [M, 1], b_scale [N] or [1, N], any strides:
+//    c[m, n] = float(a @ b)[m, n] * a_scale[m] * b_scale[n];
+//  * kBlock (DeepSeek-V3's, DeepGEMM's): a_scale [M, ceil(K / 128)] (1 x 128 groups of a
+//    along K), b_scale [ceil(K / 128), ceil(N / 128)] (128 x 128 blocks of b), any strides:
+//    c[m, n] = sum over groups g of float(a[m, g] @ b[g, n]) * a_scale[m, g] *
+//    b_scale[g, n / 128], each group's fp32 products scaled as they complete (the
+//    "promotion" of DeepGEMM; kHopperFp8Configs).
+// K must be a multiple of 16 (fp8 rows of a TMA tensor map are 16-byte multiples); K == 0
+// gives c = 0. b comes in either layout, as in int8_gemm: row-major [K, N], or K-major (the
+// transposed view of a row-major [N, K], e.g. an nn.Linear weight's .t()), which wgmma
+// reads in place; a row-major b is first transposed into a temporary (N x K bytes from the
+// stream-ordered pool). It runs the Hopper kernel (kernels/gemm/sm90/, fp8 wgmma) with its
+// fp8 configs (kHopperFp8Configs), which promote every 128 of K into fp32 accumulators in
+// every scaling (Hopper's fp8 sums keep about 14 bits); there is no fp8 Tensor Core path
+// below compute capability 9.0, so elsewhere (and in a build without sm_90a) it throws
+// kInvalidArgument, empty problems included.
+
+enum class Fp8Scaling { kTensor, kRow, kBlock };
+
+struct GemmFp8Args {
+  TensorRef a;        // [M, K] float8_e4m3fn or float8_e5m2, row-major, any leading dim
+  TensorRef b;        // [K, N] a's dtype, row-major or K-major, any leading dimension
+  TensorRef a_scale;  // float32, see Fp8Scaling
+  TensorRef b_scale;  // float32, see Fp8Scaling
+  TensorRef c;        // [M, N] bfloat16, float16 or float32, row-major, any leading dim
+  Fp8Scaling scaling = Fp8Scaling::kTensor;
+  int config = -1;    // index into detail::gemm_fp8_configs(); -1 = heuristic
+};
+
+// Validates the arguments (throws gks::Error naming the bad one) and launches on `stream`.
+void gemm_fp8(const GemmFp8Args& args, cudaStream_t stream);
+
+namespace detail {
+// The configs `config` indexes: kHopperFp8Configs, for every scaling.
+const std::vector<GemmConfigInfo>& gemm_fp8_configs();
+}  // namespace detail
+
+// --------------------------------------------------------------------------------------
 // gks::gemm: c[M, N] = a[M, K] @ b[K, N] for fp16/bf16 with fp32 accumulation, c in a's
 // dtype or float32.
 //
@@ -321,6 +363,19 @@ inline constexpr HopperGemmConfig kHopperInt8Configs[] = {
 inline constexpr int kNumHopperInt8Configs =
     int(sizeof(kHopperInt8Configs) / sizeof(kHopperInt8Configs[0]));
 
+// gks::gemm_fp8's configs: a k-block's products are promoted into the fp32 total as it
+// completes (kernels/gemm/sm90/mainloop.cuh's kPromote), which holds a second set of
+// accumulators: tiles of at most 128 columns a warpgroup (so that one block scale of b
+// covers a tile's k-block).
+inline constexpr HopperGemmConfig kHopperFp8Configs[] = {
+    {"hopper_128x128x128_s6_c1", 128, 128, 128, 6, 1},
+    {"hopper_128x128x128_s6_c2", 128, 128, 128, 6, 2},
+    {"hopper_128x64x128_s8_c1", 128, 64, 128, 8, 1},
+    {"hopper_64x128x128_s8_c1_pp", 64, 128, 128, 8, 1, true},
+};
+inline constexpr int kNumHopperFp8Configs =
+    int(sizeof(kHopperFp8Configs) / sizeof(kHopperFp8Configs[0]));
+
 // The same table as a vector. Available in every build.
 const std::vector<HopperGemmConfig>& hopper_gemm_configs();
 
@@ -328,6 +383,8 @@ const std::vector<HopperGemmConfig>& hopper_gemm_configs();
 int hopper_gemm_heuristic(int64_t m, int64_t n, int64_t k, int num_sms);
 // The same for the int8 configs: an index into kHopperInt8Configs.
 int hopper_int8_gemm_heuristic(int64_t m, int64_t n, int64_t k, int num_sms);
+// The same for gemm_fp8's configs: an index into kHopperFp8Configs.
+int hopper_fp8_gemm_heuristic(int64_t m, int64_t n, int64_t k, int num_sms);
 
 // Split-K: how many units share each tile's k-blocks, for an output of `tile_units`
 // scheduling units (tiles, or cluster pairs of them), K of `k_blocks` k-blocks, and `slots`
@@ -378,21 +435,28 @@ constexpr bool hopper_gemm_compiled() {
 struct HopperGemmLaunch {
   const void* a;
   int64_t lda;
-  // 16-bit: b [K, N] row-major. int8: b transposed, [N, K] row-major (K-major), with a
+  // 16-bit: b [K, N] row-major. 8-bit: b transposed, [N, K] row-major (K-major), with a
   // leading dimension TMA can describe.
   const void* b;
   int64_t ldb;
   void* c;
   int64_t ldc;
   int m, n, k;    // all >= 1
-  DType dtype;    // of a and b: kFloat16, kBFloat16 or kInt8
-  DType c_dtype;  // kFloat32, or a's dtype (16-bit); kFloat32, kFloat16 or kBFloat16 (int8)
+  DType dtype;    // of a and b: kFloat16, kBFloat16, kInt8, kFloat8E4M3 or kFloat8E5M2
+  DType c_dtype;  // kFloat32, or a's dtype (16-bit); kFloat32, kFloat16 or kBFloat16 (8-bit)
   bool c_vec;     // c's base and leading dimension are 16-byte aligned
-  // int8 only: c = float(a @ b) * a_scale[row * a_scale_stride] * b_scale[col * ...].
+  // 8-bit only: c = float(a @ b) * a_scale[row * a_scale_stride] * b_scale[col * ...]
+  // (stride 0: one scale for every row or column).
   const float* a_scale = nullptr;
   const float* b_scale = nullptr;
   int64_t a_scale_stride = 0, b_scale_stride = 0;
-  int config;  // a valid index into kHopperGemmConfigs (16-bit) or kHopperInt8Configs (int8)
+  // fp8 block scaling (kernels/gemm/sm90/tile.cuh's Params): a_scale [M, K / 128] (row
+  // stride a_scale_stride), b_scale [K / 128, N / 128] (column stride b_scale_stride).
+  bool block_scaled = false;
+  int64_t a_scale_group_stride = 0, b_scale_group_stride = 0;
+  // A valid index into kHopperGemmConfigs (16-bit), kHopperInt8Configs (int8) or
+  // kHopperFp8Configs (fp8).
+  int config;
   int device;
   int num_sms;
 };
@@ -400,6 +464,8 @@ struct HopperGemmLaunch {
 // Defined in gemm_sm90a.cu, which exists in the library only when GKS_WITH_SM90A is
 // defined; call it only under that macro.
 void launch_hopper_gemm_sm90a(const HopperGemmLaunch& launch, cudaStream_t stream);
+// Its fp8 part (gemm_fp8_sm90a.cu), compiled apart; launch_hopper_gemm_sm90a calls it.
+void launch_hopper_fp8_sm90a(const HopperGemmLaunch& launch, cudaStream_t stream);
 
 }  // namespace detail
 }  // namespace gks

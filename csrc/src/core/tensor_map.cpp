@@ -39,8 +39,8 @@ CUresult encode_tensor_map(CUtensorMap* map, DType dtype, int rank, const void* 
     element_strides[d] = 1;
     if (d + 1 < rank) strides_[d] = strides[d];
   }
-  // int8 travels as bytes (TMA's zero fill is the same 0 either way).
-  const CUtensorMapDataType type = dtype == DType::kInt8       ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+  // 8-bit types travel as bytes (TMA's zero fill is the same 0 either way).
+  const CUtensorMapDataType type = dtype_size(dtype) == 1      ? CU_TENSOR_MAP_DATA_TYPE_UINT8
                                    : dtype == DType::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                                                : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   return tensor_map_encoder()(map, type, cuuint32_t(rank), const_cast<void*>(data), dims_, strides_,

@@ -77,6 +77,10 @@ int hopper_int8_gemm_heuristic(int64_t m, int64_t n, int64_t /*k*/, int num_sms)
   return pick_hopper_config(kHopperInt8Configs, m, n, num_sms);
 }
 
+int hopper_fp8_gemm_heuristic(int64_t m, int64_t n, int64_t /*k*/, int num_sms) {
+  return pick_hopper_config(kHopperFp8Configs, m, n, num_sms);
+}
+
 int hopper_k_splits(int64_t tile_units, int64_t k_blocks, int64_t slots) {
   if (tile_units <= 0 || 2 * tile_units > slots) return 1;
   const int64_t splits = std::min<int64_t>({slots / tile_units, k_blocks / 4, 8});

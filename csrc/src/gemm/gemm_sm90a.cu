@@ -1,218 +1,30 @@
 // SPDX-License-Identifier: Apache-2.0
-// The sm_90a half of gks::gemm and of gks::int8_gemm's Hopper path: tensor maps, grid size
-// and the launch of the Hopper kernel (kernels/gemm/sm90/). CMake compiles *_sm90a.cu
-// sources for sm_90a only and adds them to the library only when 90a is among
-// GKS_CUDA_ARCHS; gks::gemm (gemm.cu) and gks::int8_gemm (int8_gemm.cu) validate
-// everything before calling in here.
-#include <cuda.h>
-#include <cuda_runtime_api.h>
-
-#include <algorithm>
-#include <climits>
-#include <cmath>
-#include <cstring>
-#include <optional>
-#include <type_traits>
+// The sm_90a half of gks::gemm and of gks::int8_gemm's Hopper path: the fp16, bf16 and int8
+// instantiations of the Hopper kernel (kernels/gemm/sm90/) and the launch entry point, which
+// hands fp8 to gemm_fp8_sm90a.cu. CMake compiles *_sm90a.cu sources for sm_90a only and adds
+// them to the library only when 90a is among GKS_CUDA_ARCHS; gks::gemm (gemm.cu),
+// gks::int8_gemm (int8_gemm.cu) and gks::gemm_fp8 (gemm_fp8.cu) validate everything before
+// calling in here.
 #include <utility>
 
-#include "gemm/launch.h"
-#include "gks/gemm.h"
-#include "gks/kernels/gemm/sm90/kernel.cuh"
-#include "core/launch.h"
-#include "core/tensor_map.h"
-#include "core/workspace.h"
+#include "gemm/hopper_launch.cuh"
 
 namespace gks::detail {
-namespace {
-
-constexpr const char* kOp = "gks.gemm";
-namespace hk = kernels::gemm::sm90;
-
-// A 2-D tensor map over a row-major [rows, cols] matrix of 16-bit or 8-bit elements, read
-// (or, for c, written) in boxes of [box_rows, 128 bytes] with the 128-byte swizzle the wgmma
-// descriptors and the epilogue's stmatrix use. Elements outside the matrix read as zero and
-// are not written.
-CUtensorMap make_tensor_map(const void* data, DType dtype, int64_t rows, int64_t cols, int64_t ld,
-                            int box_rows, const char* op, const char* arg) {
-  CUtensorMap map;
-  const int64_t elem = dtype == DType::kInt8 ? 1 : 2;
-  // A single row never steps to a next row; pad its stride to what TMA accepts.
-  const int64_t stride_bytes = rows <= 1 ? (cols * elem + 15) / 16 * 16 : ld * elem;
-  const uint64_t dims[2] = {uint64_t(cols), uint64_t(rows)};
-  const uint64_t strides[1] = {uint64_t(stride_bytes)};
-  const uint32_t box[2] = {uint32_t(hk::kRowBytes / elem), uint32_t(box_rows)};
-  const CUresult result = encode_tensor_map(&map, dtype, 2, data, dims, strides, box);
-  GKS_CHECK(result == CUDA_SUCCESS, kCudaError)
-      << op << ": cuTensorMapEncodeTiled failed (error " << int(result) << ") for argument '"
-      << arg << "' (shape [" << rows << ", " << cols << "], leading dimension " << ld << ")";
-  return map;
-}
-
-// How many clusters of the kernel fit on the GPU at once (the persistent grid), per device.
-template <auto kKernel, int kClusterSize>
-int max_active_clusters(int device, int num_sms, int smem_bytes) {
-  if constexpr (kClusterSize == 1) {
-    return num_sms;
-  } else {
-    return once_per_device(device, [&](int) {
-      const LaunchConfig launch(dim3(unsigned(num_sms / kClusterSize * kClusterSize)),
-                                dim3(hk::kThreads), size_t(smem_bytes), nullptr, kClusterSize,
-                                /*early_start=*/false);
-      int clusters = 0;
-      if (cudaOccupancyMaxActiveClusters(&clusters, kKernel, &launch.config) != cudaSuccess ||
-          clusters <= 0) {
-        (void)cudaGetLastError();  // not fatal: fall back to what the SM count allows
-        clusters = std::max(1, num_sms / kClusterSize);
-      }
-      return clusters;
-    });
-  }
-}
-
-// Launches config kTable[kIndex] of the kernel on operands Op, with its epilogue's Scales.
-template <class Op, class Scales, const HopperGemmConfig* kTable, int kIndex>
-void launch_config(const HopperGemmLaunch& L, cudaStream_t stream) {
-  constexpr HopperGemmConfig kConfig = kTable[kIndex];
-  static_assert(kConfig.block_k == hk::kBlockK<Op>, "a k-block is 128 bytes of K");
-  using Cfg = hk::Tile<kConfig.block_m, kConfig.block_n, kConfig.stages, kConfig.cluster_m,
-                       kConfig.ping_pong, kConfig.cluster_n>;
-  using Scheduler =
-      std::conditional_t<kConfig.stream_k, hk::StreamKScheduler, hk::DataParallelScheduler>;
-  constexpr auto kernel = hk::gemm_kernel<hk::Mainloop<Op, Cfg>, hk::Epilogue<Scales>, Scheduler>;
-  prepare_smem_kernel<kernel>(Cfg::kSmemBytes, L.device);
-  const char* op = L.dtype == DType::kInt8 ? "gks.int8_gemm" : kOp;
-
-  // A boxes are a CTA's part of an A tile: all of it, or 1/kClusterN in a cluster along N.
-  const CUtensorMap map_a =
-      make_tensor_map(L.a, L.dtype, L.m, L.k, L.lda, Cfg::kAPartRows, op, "a");
-  // B boxes are 64 columns of c by one k-block: [64 k][64 n] of b, or [64 n][128 k] of the
-  // transposed int8 b.
-  const CUtensorMap map_b =
-      Op::kBKMajor ? make_tensor_map(L.b, L.dtype, L.n, L.k, L.ldb, hk::kBBlockCols, op, "b")
-                : make_tensor_map(L.b, L.dtype, L.k, L.n, L.ldb, hk::kBlockK<Op>, op, "b");
-
-  hk::Params p{};
-  p.c = L.c;
-  p.ldc = L.ldc;
-  p.m = L.m;
-  p.n = L.n;
-  p.k = L.k;
-  p.k_blocks = int(ceil_div(L.k, hk::kBlockK<Op>));
-  const int64_t tiles_m = ceil_div(L.m, Cfg::kBlockM);
-  const int64_t unit_rows = ceil_div(tiles_m, Cfg::kClusterM);
-  const int64_t unit_cols = ceil_div(ceil_div(L.n, Cfg::kBlockN), Cfg::kClusterN);
-  const int max_clusters =
-      max_active_clusters<kernel, Cfg::kClusterSize>(L.device, L.num_sms, Cfg::kSmemBytes);
-  int64_t units = 0;
-  int64_t clusters = 0;
-  if constexpr (Scheduler::kStreamK) {
-    const StreamKPlan plan = hopper_stream_k_plan(unit_rows * unit_cols, p.k_blocks, max_clusters);
-    units = plan.dp_tiles;
-    p.sk_tiles = int(plan.sk_tiles);
-    clusters = plan.ctas;
-    p.kb_per_split = p.k_blocks;
-    p.k_splits = 1;
-  } else {
-    // Split-K for outputs too small to fill the GPU; every split gets at least one k-block.
-    p.kb_per_split = int(ceil_div(
-        p.k_blocks,
-        hopper_k_splits(unit_rows * unit_cols, p.k_blocks, L.num_sms / Cfg::kClusterSize)));
-    p.k_splits = int(ceil_div(p.k_blocks, p.kb_per_split));
-    units = unit_rows * unit_cols * p.k_splits;
-    clusters = std::min<int64_t>(units, max_clusters);
-  }
-  // The unit loop adds the grid to a unit index: keep that sum inside int.
-  GKS_CHECK(units <= int64_t(INT_MAX) - 4096, kInvalidArgument)
-      << op << ": the output " << L.m << " x " << L.n << " has too many tiles (" << units << ")";
-  p.unit_rows = int(unit_rows);
-  p.unit_cols = int(unit_cols);
-  p.num_units = int(units);
-  p.c_kind = gemm_c_kind(L.c_dtype);
-  p.c_vec = L.c_vec ? 1 : 0;
-  // A 16-bit c is written by TMA stores where the config has room for their buffers and c's
-  // rows are 16-byte aligned (what a tensor map needs); split-K writes partial sums instead.
-  p.c_tma = Cfg::kTmaStore && L.c_vec && L.c_dtype != DType::kFloat32 && p.k_splits == 1;
-  CUtensorMap map_c;
-  std::memset(&map_c, 0, sizeof(map_c));
-  // Its boxes are the epilogue's 64 x 64 sub-tiles (128 bytes of a row, as for a and b).
-  if (p.c_tma) map_c = make_tensor_map(L.c, L.c_dtype, L.m, L.n, L.ldc, 64, op, "c");
-  p.a_scale = L.a_scale;
-  p.b_scale = L.b_scale;
-  p.a_scale_stride = L.a_scale_stride;
-  p.b_scale_stride = L.b_scale_stride;
-
-  // Units in flight form a block of about group_m rows x (clusters / group_m) columns;
-  // square it in elements so A rows and B columns are reused equally from L2.
-  const double rows_in_flight = std::sqrt(double(clusters) * Cfg::kBlockN * Cfg::kClusterN /
-                                          double(Cfg::kBlockM * Cfg::kClusterM));
-  p.group_m = int(std::clamp<int64_t>(std::llround(rows_in_flight), 1, unit_rows));
-
-  // The split-K workspace lives until the reduction (freed in stream order after it).
-  std::optional<StreamBuffer> partial;
-  if (p.k_splits > 1) {
-    partial.emplace(size_t(p.k_splits) * size_t(L.m) * size_t(L.n) * 4, L.device, stream, op,
-                    "the split-K partial sums");
-    p.partial = partial->get<void>();
-  }
-  // Stream-K: a slot of raw sums for each consumer warpgroup of each CTA, then one flag a
-  // slot, zeroed in stream order before the kernel.
-  std::optional<StreamBuffer> sk_workspace;
-  if (p.sk_tiles > 0) {
-    const size_t slots = size_t(clusters) * hk::kConsumerWarpgroups;
-    const size_t slot_bytes = size_t(Cfg::kWarpgroupM) * Cfg::kBlockN * 4;
-    sk_workspace.emplace(slots * (slot_bytes + 4), L.device, stream, op,
-                         "the stream-K partial sums");
-    p.sk_partial = sk_workspace->get<void>();
-    p.sk_flags = reinterpret_cast<int*>(sk_workspace->get<uint8_t>() + slots * slot_bytes);
-    const cudaError_t err = cudaMemsetAsync(p.sk_flags, 0, slots * 4, stream);
-    GKS_CHECK(err == cudaSuccess, kCudaError)
-        << op << ": clearing the stream-K flags failed: " << cudaGetErrorString(err);
-  }
-
-  // Both kernels start early (programmatic dependent launch; they wait for the previous
-  // kernel before touching memory): back to back, a call's launch and set-up then overlap
-  // the tail of the kernel before it.
-  const LaunchConfig launch(dim3(unsigned(clusters * Cfg::kClusterSize)), dim3(hk::kThreads),
-                            size_t(Cfg::kSmemBytes), stream, Cfg::kClusterSize,
-                            /*early_start=*/true);
-  cudaError_t err = cudaLaunchKernelEx(&launch.config, kernel, map_a, map_b, map_c, p);
-  GKS_CHECK(err == cudaSuccess, kCudaError)
-      << op << ": launching the Hopper kernel (config " << kConfig.name
-      << ") failed: " << cudaGetErrorString(err);
-  if (p.k_splits > 1) {
-    const int64_t blocks = std::min<int64_t>(ceil_div(int64_t(L.m) * L.n, 256), 8 * L.num_sms);
-    const LaunchConfig reduce(dim3(unsigned(blocks)), dim3(256), 0, stream, 1, /*early_start=*/true);
-    err = cudaLaunchKernelEx(&reduce.config, hk::split_k_reduce_kernel<Op, Scales>, p);
-    GKS_CHECK(err == cudaSuccess, kCudaError)
-        << op << ": launching the split-K reduction failed: " << cudaGetErrorString(err);
-  }
-}
-
-// Launches config L.config of the kCount configs in kTable: every config is its own
-// kernel instantiation, picked at run time.
-template <class Op, class Scales, const HopperGemmConfig* kTable, size_t... kIndex>
-void launch_table(const HopperGemmLaunch& L, cudaStream_t stream, const char* op,
-                  std::index_sequence<kIndex...>) {
-  const bool launched =
-      ((L.config == int(kIndex) &&
-        (launch_config<Op, Scales, kTable, int(kIndex)>(L, stream), true)) ||
-       ...);
-  GKS_CHECK(launched, kInvalidArgument) << op << ": no Hopper config " << L.config;
-}
-
-}  // namespace
 
 void launch_hopper_gemm_sm90a(const HopperGemmLaunch& launch, cudaStream_t stream) {
+  using hopper::launch_table;
+  namespace hk = hopper::hk;
   using Half = std::make_index_sequence<kNumHopperGemmConfigs>;
-  if (launch.dtype == DType::kInt8)
+  if (launch.dtype == DType::kFloat8E4M3 || launch.dtype == DType::kFloat8E5M2)
+    launch_hopper_fp8_sm90a(launch, stream);
+  else if (launch.dtype == DType::kInt8)
     launch_table<hk::Int8Operands, hk::RowColScales, kHopperInt8Configs>(
         launch, stream, "gks.int8_gemm", std::make_index_sequence<kNumHopperInt8Configs>{});
   else if (launch.dtype == DType::kBFloat16)
-    launch_table<hk::HalfOperands<__nv_bfloat16>, hk::NoScales, kHopperGemmConfigs>(launch, stream,
-                                                                                 kOp, Half{});
+    launch_table<hk::HalfOperands<__nv_bfloat16>, hk::NoScales, kHopperGemmConfigs>(launch, stream, "gks.gemm",
+                                                                                 Half{});
   else
-    launch_table<hk::HalfOperands<__half>, hk::NoScales, kHopperGemmConfigs>(launch, stream, kOp,
-                                                                          Half{});
+    launch_table<hk::HalfOperands<__half>, hk::NoScales, kHopperGemmConfigs>(launch, stream, "gks.gemm", Half{});
 }
 
 }  // namespace gks::detail

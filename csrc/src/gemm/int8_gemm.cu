@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <tuple>
 
+#include "gemm/byte_gemm.h"
 #include "gemm/launch.h"
 #include "gks/kernels/gemm/int8.cuh"
 #include "core/launch.h"
@@ -40,22 +41,6 @@ void launch_config(kernels::gemm::Int8GemmParams p, bool aligned, int device, cu
     launch_gemm_tiles<Cfg, kernels::gemm::int8_gemm_kernel<Cfg, true>>(p, device, stream);
   else
     launch_gemm_tiles<Cfg, kernels::gemm::int8_gemm_kernel<Cfg, false>>(p, device, stream);
-}
-
-// The scale's one non-trivial dim: [len, 1] (a) or [1, len] (b), or a 1-D [len].
-int64_t scale_stride(const TensorRef& s, int64_t len, bool column, const char* op,
-                     const char* arg) {
-  check_cuda(s, op, arg);
-  check_dtype(s, DType::kFloat32, op, arg);
-  const bool as_1d = s.ndim == 1 && s.shape[0] == len;
-  const bool as_2d = s.ndim == 2 && (column ? (s.shape[0] == len && s.shape[1] == 1)
-                                            : (s.shape[0] == 1 && s.shape[1] == len));
-  GKS_CHECK(as_1d || as_2d, kInvalidArgument)
-      << op << ": argument '" << arg << "' must have shape "
-      << (column ? "[M, 1] or [M] with M = " : "[1, N] or [N] with N = ") << len << ", got "
-      << s.shape_string();
-  if (as_1d) return s.strides[0];
-  return column ? s.strides[0] : s.strides[1];
 }
 
 }  // namespace
@@ -110,10 +95,7 @@ namespace {
 constexpr const char* kOp = "gks.int8_gemm";
 
 // int8_gemm's arguments once validated.
-struct Int8Validated {
-  GemmOperands ops;  // ops.b is meaningful only when b_q is row-major
-  bool b_k_major = false;
-  GemmMatrix b_storage;  // b_q's storage, row-major: [K, N], or [N, K] when K-major
+struct Int8Validated : ByteOperands {
   int64_t sa_stride = 0, sb_stride = 0;
 };
 
@@ -122,40 +104,14 @@ Int8Validated validate(const Int8GemmArgs& args) {
   check_dtype(args.a, DType::kInt8, kOp, "a_q");
   check_same_device(args.a, "a_q", args.b, "b_q", kOp);
   check_dtype(args.b, DType::kInt8, kOp, "b_q");
-  check_same_device(args.a, "a_q", args.a_scale, "a_scale", kOp);
-  check_same_device(args.a, "a_q", args.b_scale, "b_scale", kOp);
-  check_same_device(args.a, "a_q", args.c, "c", kOp);
-  GKS_CHECK(args.c.dtype == DType::kFloat16 || args.c.dtype == DType::kBFloat16 ||
-                args.c.dtype == DType::kFloat32,
-            kUnsupportedDtype)
-      << kOp << ": argument 'c' must be float16, bfloat16 or float32, got "
-      << dtype_name(args.c.dtype);
+  check_scales_and_output(args.a, "a_q", args.a_scale, args.b_scale, args.c, kOp);
   Int8Validated v;
-  // A K-major b_q (a transposed view): its shape is checked like a row-major one's, then
-  // its storage is the row-major [N, K] matrix with leading dimension stride(1).
-  const TensorRef& b = args.b;
-  v.b_k_major = b.ndim == 2 && b.shape[0] > 1 && b.shape[1] > 1 && b.strides[0] == 1 &&
-                b.strides[1] != 1;
-  TensorRef b_shape = b;
-  if (v.b_k_major) {
-    b_shape.strides[0] = b.shape[1];
-    b_shape.strides[1] = 1;
-  }
-  v.ops = gemm_operands(args.a, "a_q", b_shape, "b_q", args.c, args.config,
-                        int(int8_gemm_configs().size()), kOp);
-  if (v.b_k_major) {
-    GKS_CHECK(b.strides[1] >= b.shape[0], kInvalidArgument)
-        << kOp << ": argument 'b_q' is a K-major view (stride(0) == 1), so its stride(1) must be "
-        << "at least its " << b.shape[0] << " rows (K), got " << b.strides[1];
-    v.b_storage = GemmMatrix{b.data, b.shape[1], b.shape[0], b.strides[1]};
-    v.ops.b.data = nullptr;  // not a row-major matrix: only b_storage may be read
-  } else {
-    v.b_storage = v.ops.b;
-  }
+  static_cast<ByteOperands&>(v) = byte_operands(args.a, "a_q", args.b, "b_q", args.c, args.config,
+                                                int(int8_gemm_configs().size()), kOp);
   v.sa_stride = scale_stride(args.a_scale, v.ops.a.rows, true, kOp, "a_scale");
   v.sb_stride = scale_stride(args.b_scale, v.ops.n, false, kOp, "b_scale");
   check_outputs({{&args.c, "c"}},
-                {{&args.a, "a_q"}, {&b, "b_q"}, {&args.a_scale, "a_scale"}, {&args.b_scale, "b_scale"}},
+                {{&args.a, "a_q"}, {&args.b, "b_q"}, {&args.a_scale, "a_scale"}, {&args.b_scale, "b_scale"}},
                 kOp);
   return v;
 }
@@ -171,25 +127,6 @@ Int8PathFacts path_facts(const Int8GemmArgs& args, const Int8Validated& v) {
   f.config = args.config;
   return f;
 }
-
-// dst = src^T for the row-major int8 matrix `src`, into `dst` (leading dimension ld_dst).
-void transpose(const GemmMatrix& src, int8_t* dst, int64_t ld_dst, cudaStream_t stream) {
-  kernels::gemm::TransposeInt8Params t{};
-  t.src = static_cast<const int8_t*>(src.data);
-  t.ld_src = src.ld;
-  t.dst = dst;
-  t.ld_dst = ld_dst;
-  t.rows = int(src.rows);
-  t.cols = int(src.cols);
-  t.src_vec = gemm_rows_aligned16(src, 1);
-  const dim3 grid(unsigned(ceil_div(src.cols, kernels::gemm::kTransposeTile)),
-                  unsigned(std::min<int64_t>(ceil_div(src.rows, kernels::gemm::kTransposeTile), 65535)));
-  kernels::gemm::transpose_int8_kernel<<<grid, kernels::gemm::kTransposeThreads, 0, stream>>>(t);
-  check_launch(kOp);
-}
-
-// Rows of a transposed copy are padded to 16 bytes (TMA and cp.async want that).
-int64_t padded_ld(int64_t cols) { return (cols + 15) / 16 * 16; }
 
 #if defined(GKS_WITH_SM90A)
 // The Hopper kernel on a_q and the K-major b `bt` ([N, K], leading dimension ldbt).
@@ -294,7 +231,7 @@ void int8_gemm(const Int8GemmArgs& args, cudaStream_t stream) {
       } else {
         const int64_t ldbt = padded_ld(k);
         StreamBuffer bt(size_t(n) * size_t(ldbt), device, stream, kOp, "the transposed b_q");
-        transpose(bs, bt.get<int8_t>(), ldbt, stream);  // [K, N] -> [N, K]
+        transpose_bytes(bs, bt.get<int8_t>(), ldbt, stream, kOp);  // [K, N] -> [N, K]
         launch_hopper(args, v, bt.get<int8_t>(), ldbt, config, device, stream);
       }
       return;
@@ -303,7 +240,7 @@ void int8_gemm(const Int8GemmArgs& args, cudaStream_t stream) {
     case Int8GemmPath::kMmaTransposed: {
       const int64_t ldb = padded_ld(n);
       StreamBuffer b(size_t(k) * size_t(ldb), device, stream, kOp, "the transposed b_q");
-      transpose(bs, b.get<int8_t>(), ldb, stream);  // [N, K] -> [K, N]
+      transpose_bytes(bs, b.get<int8_t>(), ldb, stream, kOp);  // [N, K] -> [K, N]
       launch_mma(args, v, b.get<int8_t>(), ldb, device, stream);
       return;
     }

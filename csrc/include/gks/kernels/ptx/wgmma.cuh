@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // wgmma (sm_90a): the shared-memory matrix descriptor, the fence / commit / wait around
 // asynchronous warpgroup MMAs, and the MMAs themselves, m64nNk16 (fp16 / bf16 in, fp32
-// accumulators) and m64nNk32 (int8 in, int32 accumulators) for N = 64, 128, 256 (and 96,
-// 192 for wgmma_rs):
+// accumulators) and m64nNk32 (int8 in, int32 accumulators; fp8 e4m3 / e5m2 in, fp32
+// accumulators) for N = 64, 128, 256 (and 96, 192 for wgmma_rs):
 //  - wgmma_ss: A and B both from shared memory through descriptors, A K-major, B K-major
 //    or (16-bit only, kTransB) MN-major;
 //  - wgmma_rs: A from registers (a warp's mma.sync A fragment), B MN-major in shared memory.
@@ -14,6 +14,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
 #include <type_traits>
@@ -117,10 +118,17 @@ template <typename In>
 using WgmmaAcc = std::conditional_t<std::is_same_v<In, int8_t>, int32_t, float>;
 
 // One wgmma_ss of N columns on In: TAIL16 is the 16-bit forms' immediates (scale-a 1,
-// scale-b 1, A not transposed, B transposed or not); the int8 form has none.
+// scale-b 1, A not transposed, B transposed or not); the fp8 forms take the two scales
+// only, the int8 form none.
 #define GKS_WGMMA_SS_TYPED(N, REGS, AB, PRED, TAIL16, DN)                                      \
   if constexpr (std::is_same_v<In, int8_t>)                                                    \
     GKS_WGMMA_ASM("m64n" N "k32.s32.s8.s8", REGS, AB, PRED, ";", DN("+r"), GKS_WGMMA_SS_INS);  \
+  else if constexpr (std::is_same_v<In, __nv_fp8_e4m3>)                                        \
+    GKS_WGMMA_ASM("m64n" N "k32.f32.e4m3.e4m3", REGS, AB, PRED, ", 1, 1;", DN("+f"),            \
+                  GKS_WGMMA_SS_INS);                                                           \
+  else if constexpr (std::is_same_v<In, __nv_fp8_e5m2>)                                        \
+    GKS_WGMMA_ASM("m64n" N "k32.f32.e5m2.e5m2", REGS, AB, PRED, ", 1, 1;", DN("+f"),            \
+                  GKS_WGMMA_SS_INS);                                                           \
   else if constexpr (std::is_same_v<In, __nv_bfloat16>)                                        \
     GKS_WGMMA_ASM("m64n" N "k16.f32.bf16.bf16", REGS, AB, PRED, TAIL16, DN("+f"),               \
                   GKS_WGMMA_SS_INS);                                                           \
@@ -135,15 +143,16 @@ using WgmmaAcc = std::conditional_t<std::is_same_v<In, int8_t>, int32_t, float>;
 
 // d (+)= A B, both from shared memory: A [64 x K-step] K-major, B [K-step x kN] K-major or,
 // with kTransB (16-bit inputs only; 8-bit operands are K-major always), MN-major. A
-// K-step is 32 bytes of K (16 16-bit or 32 int8 elements). accumulate == 0 overwrites d.
+// K-step is 32 bytes of K (16 16-bit or 32 8-bit elements). accumulate == 0 overwrites d.
 template <typename In, int kN, bool kTransB>
 __device__ __forceinline__ void wgmma_ss(WgmmaAcc<In> (&d)[kN / 2], uint64_t desc_a,
                                          uint64_t desc_b, int accumulate) {
   static_assert(kN == 64 || kN == 128 || kN == 256, "N: 64, 128 or 256");
   static_assert(std::is_same_v<In, __half> || std::is_same_v<In, __nv_bfloat16> ||
-                    std::is_same_v<In, int8_t>,
-                "fp16, bf16 or int8 inputs");
-  static_assert(!(kTransB && std::is_same_v<In, int8_t>), "8-bit operands are K-major");
+                    std::is_same_v<In, int8_t> || std::is_same_v<In, __nv_fp8_e4m3> ||
+                    std::is_same_v<In, __nv_fp8_e5m2>,
+                "fp16, bf16, int8 or fp8 inputs");
+  static_assert(!(kTransB && sizeof(In) == 1), "8-bit operands are K-major");
   if constexpr (kN == 64) {
     GKS_WGMMA_SS_N("64", GKS_WGMMA_REGS32, "%32, %33", "%34", GKS_WGMMA_D32);
   } else if constexpr (kN == 128) {

@@ -53,7 +53,7 @@ struct RowColScales {
 
 // Calls f(Type<OutT>{}) with c's element type OutT: float (c_kind 0), else the 16-bit type
 // c_kind names. The fp16/bf16 GEMM's 16-bit output is always its input type, so only that
-// one is compiled for it; int8 may write either.
+// one is compiled for it; 8-bit inputs (int8, fp8) may write either.
 template <typename T>
 struct Type {
   using type = T;
@@ -62,7 +62,7 @@ template <class Op, class F>
 __device__ __forceinline__ void with_c_type(int c_kind, F&& f) {
   if (c_kind == 0) {
     f(Type<float>{});
-  } else if constexpr (std::is_same_v<typename Op::In, int8_t>) {
+  } else if constexpr (sizeof(typename Op::In) == 1) {
     if (c_kind == 1)
       f(Type<__half>{});
     else

@@ -11,7 +11,7 @@
 //    every CTA of the cluster) arrives once its wgmma reads of the slot are done; the
 //    producer waits on it before refilling. Phases alternate each lap of the ring, so a
 //    waiter tracks one parity bit per lap.
-//  * A k-block is 128 bytes of K: 64 16-bit or 128 int8 elements. Shared tiles use the
+//  * A k-block is 128 bytes of K: 64 16-bit or 128 8-bit elements. Shared tiles use the
 //    128-byte swizzle, written by TMA and read by wgmma through matrix descriptors. An A
 //    tile [BM][128 bytes] is K-major: 128-byte rows, 8-row swizzle atoms 1024 bytes apart
 //    (SBO). B is kept as BN/64 blocks of 8 KiB, laid out as the operand type says (below).
@@ -53,6 +53,7 @@ struct HalfOperands {
   using In = T;
   using Acc = float;
   static constexpr bool kBKMajor = false;
+  static constexpr bool kPromote = false;
   // B's k-step k (32 bytes of K) starts k * kBStepBytes into a block (16 MN-major k-rows =
   // 2 KiB), and its blocks are kBLeadingBytes apart (LBO: 8 KiB).
   static constexpr uint32_t kBStepBytes = 2048, kBLeadingBytes = kBBlockBytes;
@@ -63,22 +64,34 @@ struct HalfOperands {
   }
 };
 
-// int8 in, int32 accumulators. wgmma reads 8-bit operands K-major only, so B comes from b
-// transposed, [N, K] (int8_gemm reads a K-major b_q in place, or makes that copy); a block
-// is [64 n][128 bytes of k], laid out like A, and the blocks of a tile follow each other as
-// one K-major [BN][128] tile.
-struct Int8Operands {
-  using In = int8_t;
-  using Acc = int32_t;
+// 8-bit in: int8 with int32 accumulators, fp8 (e4m3 / e5m2) with fp32 ones. wgmma reads
+// 8-bit operands K-major only, so B comes from b transposed, [N, K] (int8_gemm and
+// gemm_fp8 read a K-major b in place, or make that copy); a block is [64 n][128 bytes of
+// k], laid out like A, and the blocks of a tile follow each other as one K-major [BN][128]
+// tile.
+// kPromote (fp8): each k-block's products go to fresh accumulators that are added to the
+// fp32 total once they complete, the promotion DeepGEMM does every 128 of K: Hopper's fp8
+// wgmma keeps only about 14 bits of its sums (DeepSeek-V3's report, 3.3.2), too few for a
+// whole K. With p.block_scales a k-block is one 128-wide scale group of K, and its products
+// are scaled as they are added (a's scale of the row and the group, b's of the group and
+// the 128 columns): DeepSeek-V3's block scaling.
+template <typename T, bool kPromote_ = false>
+struct ByteOperands {
+  static_assert(sizeof(T) == 1, "8-bit inputs");
+  static_assert(!kPromote_ || !std::is_same_v<T, int8_t>, "int8 sums are exact: nothing to promote");
+  using In = T;
+  using Acc = ptx::WgmmaAcc<T>;
   static constexpr bool kBKMajor = true;
+  static constexpr bool kPromote = kPromote_;
   // A K-major B advances 32 bytes inside its 128-byte rows, as A does (LBO unused: 16).
   static constexpr uint32_t kBStepBytes = 32, kBLeadingBytes = 16;
   template <int kN>
-  static __device__ __forceinline__ void mma(int32_t (&d)[kN / 2], uint64_t desc_a,
-                                             uint64_t desc_b, int accumulate) {
-    ptx::wgmma_ss<int8_t, kN, /*kTransB=*/false>(d, desc_a, desc_b, accumulate);
+  static __device__ __forceinline__ void mma(Acc (&d)[kN / 2], uint64_t desc_a, uint64_t desc_b,
+                                             int accumulate) {
+    ptx::wgmma_ss<T, kN, /*kTransB=*/false>(d, desc_a, desc_b, accumulate);
   }
 };
+using Int8Operands = ByteOperands<int8_t>;
 
 // Elements of K per k-block.
 template <class Op>
@@ -173,6 +186,58 @@ struct Mainloop {
     }
   }
 
+  // Promoted operands: k-block kb of the warpgroup's rows from wg_row and the tile's columns
+  // from col0, into fresh accumulators that are then added to acc, scaled by the k-block's
+  // block scales where p.block_scales. The scales load while the wgmmas run; the k-block is
+  // complete (its slot free) on return. Rows past M and tiles past N scale by 0 (never
+  // stored).
+  static __device__ __forceinline__ void promote_k_block(const Params& p,
+                                                              Acc (&acc)[Cfg::kAtomsM][Cfg::kAccum],
+                                                              uint32_t a_slot, uint32_t b_slot,
+                                                              int64_t wg_row, int col0, int kb) {
+    static_assert(Cfg::kBlockN <= 128, "one b block scale per k-block of a tile");
+    static_assert(2 * Cfg::kAtomsM * Cfg::kAccum + 64 <= kConsumerRegisters,
+                  "the k-block's accumulators beside the total");
+    Acc part[Cfg::kAtomsM][Cfg::kAccum];
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < kRowBytes / 32; ++k) {
+      const uint64_t desc_b = ptx::smem_descriptor(b_slot + k * Op::kBStepBytes, Op::kBLeadingBytes, 1024);
+#pragma unroll
+      for (int a = 0; a < Cfg::kAtomsM; ++a) {
+        const uint64_t desc_a = ptx::smem_descriptor(a_slot + a * 64 * kRowBytes + k * 32, 16, 1024);
+        Op::template mma<Cfg::kBlockN>(part[a], desc_a, desc_b, k > 0);
+      }
+    }
+    ptx::wgmma_commit();
+    // The fragment's rows (wgmma.cuh): warp w of the warpgroup has rows 16 w + lane / 4 and
+    // + 8 of each 64-row atom.
+    const int64_t row0 = wg_row + (threadIdx.x % 128) / 32 * 16 + (threadIdx.x % 32) / 4;
+    float sa[Cfg::kAtomsM][2];
+#pragma unroll
+    for (int a = 0; a < Cfg::kAtomsM; ++a)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) sa[a][h] = 1.f;
+    if (p.block_scales) {
+      const float sb =
+          col0 < p.n ? p.b_scale[kb * p.b_scale_group_stride + (col0 / 128) * p.b_scale_stride] : 0.f;
+#pragma unroll
+      for (int a = 0; a < Cfg::kAtomsM; ++a)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int64_t row = row0 + a * 64 + 8 * h;
+          sa[a][h] = row < p.m ? p.a_scale[row * p.a_scale_stride + kb * p.a_scale_group_stride] * sb : 0.f;
+        }
+    }
+    ptx::wgmma_wait<0>();
+#pragma unroll
+    for (int a = 0; a < Cfg::kAtomsM; ++a) {
+      ptx::fence_registers(part[a]);
+#pragma unroll
+      for (int i = 0; i < Cfg::kAccum; ++i) acc[a][i] += part[a][i] * sa[a][(i / 2) % 2];
+    }
+  }
+
   // A consumer warpgroup: the schedule's units (its own, ping-pong), each one's k-blocks out
   // of the ring into the accumulators (slot s waits on full[s]; a slot goes back to the
   // producer once the wgmmas of the next block are issued and its own are done), then the
@@ -222,12 +287,28 @@ struct Mainloop {
       // could wait on a slot two phases ahead, which mbarrier parity cannot tell from a
       // completed phase.
       if (Cfg::kPingPong && turn > 0) ptx::named_barrier_sync<256>(kHandoff + 1 - wg);
+      const int64_t wg_row = int64_t(tile_m) * Cfg::kBlockM + wg_first_row;
 
       int prev_stage = 0;
+      if constexpr (Op::kPromote) {
+#pragma unroll
+        for (int a = 0; a < Cfg::kAtomsM; ++a)
+#pragma unroll
+          for (int i = 0; i < Cfg::kAccum; ++i) acc[a][i] = 0;
+      }
       for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
         ptx::mbar_wait(full + 8 * stage, phase);
         const uint32_t a_slot = smem_a + stage * Cfg::kABytes + a_wg_offset;
         const uint32_t b_slot = smem_b + stage * Cfg::kBBytes;
+        if constexpr (Op::kPromote) {
+          promote_k_block(p, acc, a_slot, b_slot, wg_row, col0, kb);
+          release_slot(empty + 8 * stage, lane == 0);
+          if (++stage == Cfg::kStages) {
+            stage = 0;
+            phase ^= 1;
+          }
+          continue;
+        }
         ptx::wgmma_fence();
 #pragma unroll
         for (int k = 0; k < kRowBytes / 32; ++k) {
@@ -262,10 +343,10 @@ struct Mainloop {
       ptx::wgmma_wait<0>();
 #pragma unroll
       for (int a = 0; a < Cfg::kAtomsM; ++a) ptx::fence_registers(acc[a]);
-      release_slot(empty + 8 * prev_stage, lane == 0);
+      // (Promoted: each k-block handed its slot back as it completed.)
+      if constexpr (!Op::kPromote) release_slot(empty + 8 * prev_stage, lane == 0);
 
       if (Scheduler::template fixup<Op, Cfg>(p, acc, w, cluster_id, num_clusters, wg)) continue;
-      const int64_t wg_row = int64_t(tile_m) * Cfg::kBlockM + wg_first_row;
       Epilogue::template store<Op, Cfg>(p, acc, map_c, stage_buf, store_buffers, sub, w.split,
                                         wg_row, col0, wg);
     }

@@ -107,10 +107,15 @@ struct Params {
   int sk_tiles;
   void* sk_partial;
   int* sk_flags;
-  // RowColScales only: c = float(acc) * a_scale[row * a_scale_stride] * b_scale[...].
+  // RowColScales: c = float(acc) * a_scale[row * a_scale_stride] * b_scale[col * ...].
+  // block_scales (promoted operands, Op::kPromote, only): the scale of row r and k-block kb
+  // is a_scale[r * a_scale_stride + kb * a_scale_group_stride], that of k-block kb and the
+  // 128 columns from 128 j b_scale[kb * b_scale_group_stride + j * b_scale_stride].
   const float* a_scale;
   const float* b_scale;
   int64_t a_scale_stride, b_scale_stride;
+  int block_scales;
+  int64_t a_scale_group_stride, b_scale_group_stride;
 };
 
 }  // namespace gks::kernels::gemm::sm90
