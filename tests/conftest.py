@@ -8,6 +8,7 @@ reason stated.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import os
@@ -95,6 +96,30 @@ def poison_allocator(nbytes: int, device: str) -> None:
         block = torch.empty(nbytes, dtype=torch.uint8, device=device)
         block.fill_(0xFF)
         del block
+
+
+@contextlib.contextmanager
+def poisoned_host_outputs(dtypes=(torch.float16, torch.bfloat16)):
+    """Within it, on the host (no GPU), torch.empty fills the tensors of `dtypes` it makes
+    with NaN: the host's stand-in for poison_allocator, so that an output element an
+    interpreted kernel never writes fails the check. On a GPU it does nothing (the caller
+    poisons the allocator)."""
+    if HAS_GPU:
+        yield
+        return
+    real_empty = torch.empty
+
+    def nan_empty(*size, dtype=None, **kw):
+        t = real_empty(*size, dtype=dtype, **kw)
+        if dtype in dtypes:
+            t.fill_(float("nan"))
+        return t
+
+    torch.empty = nan_empty
+    try:
+        yield
+    finally:
+        torch.empty = real_empty
 
 
 @pytest.fixture

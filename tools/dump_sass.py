@@ -12,7 +12,7 @@ speed, and is reported last.
 
 --kernel takes a registry op (rmsnorm, softmax_rmsnorm, int8_gemm, ...: exactly the CUDA
 kernels that op launches, as its spec's sass_kernels say) or, for any other word, a
-substring of the demangled kernel names (e.g. split_k, Int8Operands, RmsNormRow).
+substring of the demangled kernel names (e.g. split_k, ByteOperands, RmsNormRow).
 
 Runs without a GPU (cuobjdump from the CUDA toolkit, or the one Triton ships).
 """

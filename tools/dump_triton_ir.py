@@ -29,7 +29,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 
 _TORCH_TO_TRITON = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "int8": "i8", "int32": "i32",
-                    "int64": "i64", "uint8": "u8", "bool": "i1"}
+                    "int64": "i64", "uint8": "u8", "bool": "i1", "float8_e4m3fn": "fp8e4nv",
+                    "float8_e5m2": "fp8e5"}
 
 
 def capture(kernel: str, dtype: str, shape: tuple[int, ...], config: int | None = None) -> list[dict]:

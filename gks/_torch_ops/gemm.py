@@ -1,12 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The gemm family's torch ops: gks::sgemm, gks::wmma_gemm, gks::int8_gemm and gks::gemm. See
-gks._torch_ops for what every custom op guarantees."""
+"""The gemm family's torch ops: gks::sgemm, gks::wmma_gemm, gks::int8_gemm, gks::gemm and
+gks::gemm_fp8 (exported with its CUDA kernel: see below). See gks._torch_ops for what every
+custom op guarantees."""
 
 from __future__ import annotations
 
 import torch
 
-from gks import cuda
+from gks import cuda, registry
 from gks._torch_ops._eager import gks_op
 from gks._torch_ops._fake import validate
 from gks._torch_ops._eager import native_allocates
@@ -198,3 +199,61 @@ def _(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None, co
     c = torch.empty((m, n), dtype=_gemm_out_dtype(a, out_dtype), device=a.device)
     validate(cuda.gemm_out, a, b, c, config)
     return c
+
+
+_FP8_OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def _gemm_fp8_out_dtype(out_dtype: torch.dtype) -> torch.dtype:
+    if out_dtype not in _FP8_OUT_DTYPES:
+        raise TypeError(f"gks.gemm_fp8: argument 'out_dtype' must be torch.bfloat16, torch.float16 or "
+                        f"torch.float32, got {out_dtype}")
+    return out_dtype
+
+
+def _gemm_fp8(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    a_scale: torch.Tensor,
+    b_scale: torch.Tensor,
+    scaling: str = "tensor",
+    out_dtype: torch.dtype = torch.bfloat16,
+    config: int = -1,
+) -> torch.Tensor:
+    """c [M, N] = fp8 a [M, K] @ b [K, N] with fp32 accumulation and fp32 scales, c in
+    out_dtype (bfloat16, float16 or float32); gks.reference.gemm_fp8 says it exactly.
+
+    a and b both float8_e4m3fn or both float8_e5m2, K a multiple of 16; a row-major (any
+    leading dimension), b row-major [K, N] or K-major (b = w.t() of a row-major [N, K]
+    weight w). scaling: 'tensor' (a_scale, b_scale of one element), 'row' (a_scale [M] or
+    [M, 1], b_scale [N] or [1, N]) or 'block' (DeepSeek-V3's: a_scale [M, ceil(K / 128)]
+    as gks.quantize_fp8(x, "group") gives it, b_scale [ceil(K / 128), ceil(N / 128)], one
+    per 128 x 128 block of b); scales fp32, any strides. config: -1 = tuned entry if any,
+    else the heuristic; an index into gks.cuda.gemm_config_names("gemm_fp8") forces that
+    config. Runs on the current CUDA stream.
+    """
+    from gks.specs.gemm import GEMM_FP8_SCALINGS, gemm_fp8_shape
+
+    m, n, _k = gemm_dims("gks.gemm_fp8", a, b)
+    c = a.new_empty((m, n), dtype=_gemm_fp8_out_dtype(out_dtype))
+    if scaling in GEMM_FP8_SCALINGS:  # else the library refuses it, naming it
+        config = resolve_config("gemm_fp8", a, gemm_fp8_shape(a, b, scaling), config, dtype=c.dtype)
+    cuda.gemm_fp8_out(a, b, a_scale, b_scale, c, scaling, config)
+    return c
+
+
+gemm_fp8 = gks_op("gemm_fp8", _gemm_fp8)
+
+
+@gemm_fp8.op.register_fake
+def _(a, b, a_scale, b_scale, scaling: str = "tensor", out_dtype: torch.dtype = torch.bfloat16, config: int = -1):
+    m, n, _k = gemm_dims("gks.gemm_fp8", a, b)
+    c = torch.empty((m, n), dtype=_gemm_fp8_out_dtype(out_dtype), device=a.device)
+    validate(cuda.gemm_fp8_out, a, b, a_scale, b_scale, c, scaling, config)
+    return c
+
+
+# gemm_fp8's op is written ahead of its CUDA kernel: it is gks.gemm_fp8 (this module's
+# __all__) from when the spec declares the CUDA backend, whose kernel it calls.
+if registry.get("gemm_fp8").has_backend("cuda"):
+    __all__.append("gemm_fp8")

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The gemm family's DLPack entry points: sgemm, wmma_gemm, int8_gemm and gemm, their config
-names, heuristics and path queries. See gks.cuda."""
+"""The gemm family's DLPack entry points: sgemm, wmma_gemm, int8_gemm, gemm and gemm_fp8, their
+config names, heuristics and path queries. See gks.cuda."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from gks import _native, registry
 
 __all__ = [
     "sgemm_out", "wmma_gemm_out", "int8_gemm_out", "int8_gemm_alloc", "int8_gemm_path", "gemm_out",
-    "gemm_alloc", "gemm_path", "gemm_config_names", "gemm_heuristic",
+    "gemm_alloc", "gemm_path", "gemm_config_names", "gemm_heuristic", "gemm_fp8_out",
 ]
 
 
@@ -96,3 +96,12 @@ def gemm_path(a, b, c) -> str:
     argument checks). WMMA is the fallback off sm_90, or when a or b is not 16-byte aligned
     (base pointer, or leading dimension in bytes) so TMA cannot load it."""
     return str(_native.module().gemm_path(a, b, c))
+
+
+def gemm_fp8_out(a, b, a_scale, b_scale, c, scaling: str = "tensor", config: int = -1) -> None:
+    """c = fp8 a [M, K] @ b [K, N] (both float8_e4m3fn or both float8_e5m2; a row-major, b
+    row-major or K-major) with fp32 accumulation and the fp32 scales of `scaling`
+    ('tensor', 'row' or 'block'), written into c [M, N] bfloat16, float16 or float32: the
+    contract of gks.reference.gemm_fp8. The library's kernel (sm_90a) is to come: until it
+    is built in, the native module has no gemm_fp8 and this raises."""
+    _native.module().gemm_fp8(a, b, a_scale, b_scale, c, scaling, int(config))

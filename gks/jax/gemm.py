@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The gemm family as XLA custom calls: sgemm, wmma_gemm, int8_gemm, gemm. See gks.jax.
+"""The gemm family as XLA custom calls: sgemm, wmma_gemm, int8_gemm, gemm, gemm_fp8. See gks.jax.
 JAX arrays are row-major, so b (and b_q) always reach the kernels [K, N] row-major."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 
 from gks.jax._ffi import call, dtype_of, like, tuned
 
-__all__ = ["sgemm", "wmma_gemm", "int8_gemm", "gemm"]
+__all__ = ["sgemm", "wmma_gemm", "int8_gemm", "gemm", "gemm_fp8"]
 
 
 def _mnk(a, b) -> tuple[int, int, int] | None:
@@ -59,3 +59,16 @@ def int8_gemm(a_q, b_q, a_scale, b_scale, out_dtype=jnp.float16, config: int = -
         raise TypeError(f"gks.int8_gemm: argument 'out_dtype' must be float16, bfloat16 or float32, got {out}")
     return call("int8_gemm", {"a_q": a_q, "b_q": b_q, "a_scale": a_scale, "b_scale": b_scale},
                 (like(a_q, out, _mn(a_q, b_q)),), config=config)[0]
+
+
+def gemm_fp8(a, b, a_scale, b_scale, scaling: str = "tensor", out_dtype=jnp.bfloat16, config: int = -1):
+    """c = fp8 a @ b with fp32 accumulation and the fp32 scales of `scaling` ('tensor', 'row'
+    or 'block'), c in out_dtype (see gks.gemm_fp8). b reaches the kernel row-major (a JAX
+    array always is one), which it transposes first; config -1 is the heuristic."""
+    a, b, a_scale, b_scale = (jnp.asarray(t) for t in (a, b, a_scale, b_scale))
+    out = dtype_of(out_dtype, "gemm_fp8", "out_dtype")
+    if out not in (np.dtype(jnp.bfloat16), np.dtype(jnp.float16), np.dtype(jnp.float32)):
+        raise TypeError(f"gks.gemm_fp8: argument 'out_dtype' must be torch.bfloat16, torch.float16 or "
+                        f"torch.float32, got {out}")
+    return call("gemm_fp8", {"a": a, "b": b, "a_scale": a_scale, "b_scale": b_scale, "scaling": scaling},
+                (like(a, out, _mn(a, b)),), config=config)[0]

@@ -12,6 +12,9 @@
   grouped_gemm  the MoE expert GEMMs in one launch: group g of a's rows times b[g], fp16/
              bf16 with fp32 accumulation, contiguous (group_offsets) or masked
              (group_counts) layout; shapes (G, M, N, K, masked). See grouped_gemm below.
+  gemm_fp8   fp8 (e4m3 or e5m2) x fp8 with fp32 accumulation and fp32 scales per tensor, per
+             row of a and column of b, or per 1 x 128 group of a and 128 x 128 block of b
+             (DeepSeek-V3's); shapes (M, N, K, scaling, kmajor, e5m2). See gemm_fp8 below.
 
 The check bounds |out - ref| element-wise (ref in float64) by the error the arithmetic can
 make, scaled by K, so one tolerance serves K = 1 and K = 14336 alike:
@@ -22,6 +25,11 @@ make, scaled by K, so one tolerance serves K = 1 and K = 14336 alike:
   * "mma"   (Tensor Cores, fp32 accumulation that may round toward zero): 4 u sqrt(K)
             sum_k |a_ik b_kj|.
   * "exact" (int8: exact int32 sums, then two fp32 multiplies): 3 u |ref|.
+  * "fp8"   (fp8 Tensor Cores, a and b the dequantized operands): (2^-11 + 4 u (sqrt(K) + 1))
+            sum_k |a_ik b_kj|; the 2^-11 is Hopper's fp8 accumulator, which keeps about 14
+            bits within each 128-wide stretch of K before the kernel adds it to fp32
+            (DeepSeek-V3 report, 3.3.2): four 32-wide steps, each within 2^-13 of the
+            stretch's sum of |products|. See gemm_fp8 below.
 plus one ulp of the output dtype (2 u_out |ref|) and a tiny absolute floor for
 subnormal outputs. A dropped or duplicated k-slab, a wrong row or column, an unwritten
 output (NaN poison) all land far outside these bounds.
@@ -33,7 +41,7 @@ from typing import TYPE_CHECKING
 
 import math
 
-from gks.registry import Backend, BadInput, ELEM_BYTES, OpSpec, Peer, mixed_sizes, register
+from gks.registry import Backend, BadInput, ELEM_BYTES, OpSpec, Peer, mixed_sizes, register, shape_seed
 
 if TYPE_CHECKING:  # annotations only: the module loads without torch
     import torch
@@ -42,7 +50,7 @@ if TYPE_CHECKING:  # annotations only: the module loads without torch
 # ---- the reference: the op's meaning in plain PyTorch (gks.reference.<op>). torch is
 # imported where it is used, so the registry loads without it.
 
-__all__ = ["sgemm", "wmma_gemm", "int8_gemm", "gemm", "grouped_gemm"]
+__all__ = ["sgemm", "wmma_gemm", "int8_gemm", "gemm", "grouped_gemm", "gemm_fp8"]
 
 
 def sgemm(a: torch.Tensor, b: torch.Tensor, *, precise: bool = False) -> torch.Tensor:
@@ -116,6 +124,7 @@ TEST_SHAPES = (
 )
 
 U32 = 2.0**-24
+FP8_ACCUMULATOR = 2.0**-11  # the "fp8" arithmetic's share for the fp8 Tensor Cores' sums
 UNIT_ROUNDOFF = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
 # Below the smallest normal of the output dtype, rounding is absolute.
 SUBNORMAL_STEP = {"float32": 2.0**-149, "float16": 2.0**-24, "bfloat16": 2.0**-133}
@@ -148,6 +157,8 @@ def gemm_check(out, ref, a, b, out_dtype: str, arithmetic: str, what: str = "") 
         bound += 4 * U32 * math.sqrt(max(k, 1)) * (ad.abs() @ bd.abs())
     elif arithmetic == "exact":
         bound += 3 * U32 * r.abs()
+    elif arithmetic == "fp8":
+        bound += (FP8_ACCUMULATOR + 4 * U32 * (math.sqrt(max(k, 1)) + 1)) * (ad.abs() @ bd.abs())
     else:
         raise ValueError(f"unknown arithmetic '{arithmetic}'")
     # Where the reference is NaN or infinite (a non-finite input), out must be that value.
@@ -403,9 +414,9 @@ INT8_GEMM = register(
         outputs=("c",),
         sass_kernels=(
             r"gemm::int8_gemm_kernel<",
-            r"sm90::gemm_kernel<gks::kernels::gemm::sm90::Mainloop<gks::kernels::gemm::sm90::Int8Operands",
-            r"sm90::split_k_reduce_kernel<gks::kernels::gemm::sm90::Int8Operands",
-            r"gemm::transpose_int8_kernel\(",
+            r"sm90::gemm_kernel<gks::kernels::gemm::sm90::Mainloop<gks::kernels::gemm::sm90::ByteOperands<signed char",
+            r"sm90::split_k_reduce_kernel<gks::kernels::gemm::sm90::ByteOperands<signed char",
+            r"gemm::transpose_bytes_kernel\(",
         ),
     )
 )
@@ -732,12 +743,6 @@ GROUPED_BENCH_SHAPES = (
 )
 
 
-def _grouped_shape_seed(shape) -> int:
-    import hashlib
-
-    return int.from_bytes(hashlib.sha256(repr(tuple(shape)).encode()).digest()[:4], "little")
-
-
 def _grouped_inputs(shape, dtype, device, seed):
     """Groups mixed at the test shapes (grouped_gemm_sizes), every group full at any other
     shape (the bench shapes: flops and bytes_moved count full groups). The contiguous
@@ -748,7 +753,7 @@ def _grouped_inputs(shape, dtype, device, seed):
 
     groups, rows, n, k, masked = shape
     full = tuple(shape) not in GROUPED_TEST_SHAPES
-    gen = torch.Generator().manual_seed(seed if masked else _grouped_shape_seed(shape))
+    gen = torch.Generator().manual_seed(seed if masked else shape_seed(shape))
     sizes = grouped_gemm_sizes(groups, rows, gen, full)
     return make_grouped_gemm_inputs(sizes, rows, n, k, dtype, device, seed, bool(masked))
 
@@ -916,5 +921,416 @@ GROUPED_GEMM = register(
         example_shape=(4, 24, 40, 48, 0),
         bad_inputs=_grouped_bad_inputs(),
         outputs=("c",),
+    )
+)
+
+
+# ---- gemm_fp8: fp8 x fp8 with fp32 accumulation and fp32 scales (issue 32).
+#
+# Shapes (M, N, K, scaling, kmajor, e5m2): scaling indexes GEMM_FP8_SCALINGS (0 tensor, 1
+# row, 2 block); kmajor 1 when b is the K-major view w.t() of a row-major [N, K] weight w (an
+# nn.Linear weight: the layout cuBLASLt and the bench take), 0 for a row-major [K, N] b; e5m2
+# 1 for float8_e5m2 operands, 0 for float8_e4m3fn. The spec's dtype is the output dtype.
+
+GEMM_FP8_SCALINGS = ("tensor", "row", "block")
+GEMM_FP8_K_MULTIPLE = 16  # 16 bytes of K: the row alignment a TMA load of an fp8 tile needs
+# quantize_fp8's granularity for a, and for the weight w [N, K] of b = w.t(), per scaling.
+GEMM_FP8_GRANULARITY = {"tensor": ("tensor", "tensor"), "row": ("token", "token"), "block": ("group", "block")}
+FP8_E5M2_MAX = 57344.0  # = 448 * 128: an e5m2 scale is the e4m3 one over 128, exactly
+
+
+def gemm_fp8_scale_shapes(m: int, n: int, k: int, scaling: str) -> tuple:
+    """For a_scale, then b_scale, of an [M, K] @ [K, N] call with this scaling: (the shapes
+    it may have, what check_gemm_fp8 says it must have). The wording is the library's."""
+    if scaling == "tensor":
+        one = "one element (shape [] or [1]) for scaling 'tensor'"
+        return (((), (1,)), one), (((), (1,)), one)
+    if scaling == "row":
+        return ((((m, 1), (m,)), f"shape [M, 1] or [M] with M = {m}"),
+                (((1, n), (n,)), f"shape [1, N] or [N] with N = {n}"))
+    groups, blocks = -(-k // 128), -(-n // 128)
+    return ((((m, groups),), f"shape [M, ceil(K / 128)] = [{m}, {groups}] for scaling 'block'"),
+            (((groups, blocks),), f"shape [ceil(K / 128), ceil(N / 128)] = [{groups}, {blocks}] for scaling 'block'"))
+
+
+def check_gemm_fp8(a, b, a_scale, b_scale, scaling, out_dtype, op: str) -> tuple[int, int, int, int, int, int]:
+    """Refuses a bad gemm_fp8 call with the error every backend (and the reference) raises:
+    TypeError or ValueError naming the argument and what was expected. Returns the call's
+    spec shape (gemm_fp8_shape)."""
+    import torch
+
+    tensors = (("a", a), ("b", b), ("a_scale", a_scale), ("b_scale", b_scale))
+    for name, t in tensors:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{op}: argument '{name}' must be a torch.Tensor, got {type(t).__name__}")
+    for name, t in tensors[1:]:
+        if t.device != a.device:
+            raise ValueError(f"{op}: argument '{name}' must be on the device of 'a' ({a.device}), got {t.device}")
+    if a.dtype not in (torch.float8_e4m3fn, torch.float8_e5m2):
+        raise TypeError(f"{op}: argument 'a' must be float8_e4m3fn or float8_e5m2, got {a.dtype}")
+    if b.dtype != a.dtype:
+        raise TypeError(f"{op}: argument 'b' must have the dtype of 'a' ({a.dtype}), got {b.dtype}")
+    for name, t in tensors[:2]:
+        if t.dim() != 2:
+            raise ValueError(f"{op}: argument '{name}' must be a 2-D matrix, got {t.dim()} dims "
+                             f"(shape {list(t.shape)})")
+    m, k = a.shape
+    n = b.shape[1]
+    if b.shape[0] != k:
+        raise ValueError(f"{op}: argument 'b' must have shape [K, N] with K = {k} (the columns of 'a', "
+                         f"{list(a.shape)}), got {list(b.shape)}")
+    if k % GEMM_FP8_K_MULTIPLE:
+        raise ValueError(f"{op}: K (the columns of argument 'a') must be a multiple of {GEMM_FP8_K_MULTIPLE}, "
+                         f"got {k}")
+    if k > 1 and a.stride(1) != 1:
+        raise ValueError(f"{op}: argument 'a' must be row-major with a contiguous last dim (stride(1) == 1), "
+                         f"got strides {tuple(a.stride())}")
+    if not (n <= 1 or b.stride(1) == 1 or k <= 1 or b.stride(0) == 1):
+        raise ValueError(f"{op}: argument 'b' must be row-major (stride(1) == 1) or K-major (stride(0) == 1: "
+                         f"the view w.t() of a row-major [N, K] w), got strides {tuple(b.stride())}")
+    if scaling not in GEMM_FP8_SCALINGS:
+        raise ValueError(f"{op}: argument 'scaling' must be 'tensor', 'row' or 'block', got {scaling!r}")
+    if out_dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise TypeError(f"{op}: argument 'out_dtype' must be torch.bfloat16, torch.float16 or torch.float32, "
+                        f"got {out_dtype}")
+    for (name, t), (shapes, want) in zip(tensors[2:], gemm_fp8_scale_shapes(m, n, k, scaling)):
+        if t.dtype != torch.float32:
+            raise TypeError(f"{op}: argument '{name}' must be float32, got {t.dtype}")
+        if tuple(t.shape) not in shapes:
+            raise ValueError(f"{op}: argument '{name}' must have {want}, got {list(t.shape)}")
+    return gemm_fp8_shape(a, b, scaling)
+
+
+def gemm_fp8_shape(a, b, scaling: str) -> tuple[int, int, int, int, int, int]:
+    """The spec shape (M, N, K, scaling, kmajor, e5m2) of a call that check_gemm_fp8 takes:
+    what keys the tuned tables (kmajor 1 where b is not row-major)."""
+    import torch
+
+    m, k = a.shape
+    n = b.shape[1]
+    kmajor = int(n > 1 and b.stride(1) != 1)
+    return m, n, k, GEMM_FP8_SCALINGS.index(scaling), kmajor, int(a.dtype == torch.float8_e5m2)
+
+
+def gemm_fp8(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    a_scale: torch.Tensor,
+    b_scale: torch.Tensor,
+    scaling: str = "tensor",
+    out_dtype: torch.dtype | None = None,
+    *,
+    precise: bool = False,
+) -> torch.Tensor:
+    """c [M, N] = the product of fp8 a [M, K] and b [K, N] with fp32 scales, in out_dtype.
+
+    a and b: both torch.float8_e4m3fn or both torch.float8_e5m2. a row-major (stride(1) ==
+    1, any leading dim); b row-major [K, N] or K-major, the view b = w.t() of a row-major
+    [N, K] w (stride(0) == 1): both are taken and give the same result. K must be a
+    multiple of 16 (ValueError naming 'a'); M or N may be 0 (an empty c), and K = 0 gives
+    c = 0 whatever the scales. Products accumulate in fp32; out_dtype is torch.bfloat16 (the
+    default, also for None here), torch.float16 or torch.float32.
+
+    scaling (a_scale and b_scale fp32, any strides):
+      "tensor"  a_scale and b_scale of one element each, shape [] or [1];
+                c = (a . b) * a_scale * b_scale.
+      "row"     a_scale [M] or [M, 1], b_scale [N] or [1, N];
+                c[m, n] = (a . b)[m, n] * a_scale[m] * b_scale[n].
+      "block"   DeepSeek-V3's (DeepGEMM's): a_scale [M, ceil(K / 128)], one per row and
+                128 of K, as gks.quantize_fp8(x, "group") returns it with a;
+                b_scale [ceil(K / 128), ceil(N / 128)], one per 128 x 128 block of b [K, N],
+                as gks.quantize_fp8(x, "block") returns it for the [K, N] matrix x (for a
+                weight w [N, K] quantized with "block": b = w_q.t() and b_scale =
+                w_scale.t(), the same blocks);
+                c[m, n] = sum over k-groups g of (sum_{k in g} a[m, k] b[k, n])
+                          * a_scale[m, g] * b_scale[g, n // 128],
+                each 128-wide group's product promoted to fp32 and scaled before it is
+                added; the last group and block may be partial.
+
+    Bad input raises TypeError or ValueError naming the argument (check_gemm_fp8), the same
+    in every backend. The default result computes in fp32 (each group's product, then its
+    scales) and rounds once to out_dtype; precise=True computes and returns float64."""
+    import torch
+
+    out_dtype = torch.bfloat16 if out_dtype is None else out_dtype
+    m, n, k, *_ = check_gemm_fp8(a, b, a_scale, b_scale, scaling, out_dtype, "gks.reference.gemm_fp8")
+    compute = torch.float64 if precise else torch.float32
+    c = torch.zeros((m, n), dtype=compute, device=a.device)
+    sa, sb = a_scale.to(compute), b_scale.to(compute)
+    if k and scaling != "block":
+        rows, cols = (1, 1) if scaling == "tensor" else (m, n)
+        c = (a.to(compute) @ b.to(compute)) * sa.reshape(rows, 1) * sb.reshape(1, cols)
+    elif k:
+        column_scales = sb.repeat_interleave(128, dim=1)[:, :n]  # [groups, N]
+        for g in range(sa.shape[1]):
+            ks = slice(128 * g, min(k, 128 * (g + 1)))
+            c += (a[:, ks].to(compute) @ b[ks].to(compute)) * sa[:, g:g + 1] * column_scales[g]
+    return c if precise else c.to(out_dtype)
+
+
+def gemm_fp8_dequantized(a, b, a_scale, b_scale, scaling: str):
+    """(a, b) dequantized in float64: each element times its scale, the scales expanded by
+    quantize_fp8's rule for a and for b.t(), the weight [N, K] (GEMM_FP8_GRANULARITY). Their
+    product is c for finite scales; the check sizes its bound with their magnitudes."""
+    from gks.specs.quantize import fp8_expand_scale
+
+    m, k = a.shape
+    n = b.shape[1]
+    sa, sb = a_scale.double(), b_scale.double()
+    if scaling == "row":
+        sa, sb = sa.reshape(m, 1), sb.reshape(n, 1)
+    elif scaling == "block":
+        sb = sb.t()
+    for_a, for_w = GEMM_FP8_GRANULARITY[scaling]
+    deq_a = a.double() * fp8_expand_scale(sa, (m, k), for_a)
+    deq_w = b.t().double() * fp8_expand_scale(sb, (n, k), for_w)
+    return deq_a, deq_w.t()
+
+
+def quantize_fp8_as(x, granularity: str, dtype):
+    """(q, scale) of x by quantize_fp8's rule (scale = absmax / the fp8 type's largest value
+    per group; an all-zero group gives q = 0 and scale 0) in float8_e4m3fn (gks.reference.
+    quantize_fp8 itself) or float8_e5m2 (its scales / 128, q = e5m2(x / scale))."""
+    import torch
+
+    from gks.specs.quantize import fp8_expand_scale, quantize_fp8
+
+    q, scale = quantize_fp8(x, granularity)
+    if dtype == torch.float8_e4m3fn:
+        return q, scale
+    scale = scale / 128.0
+    s = fp8_expand_scale(scale, x.shape, granularity)
+    v = torch.where(s == 0, torch.zeros_like(s), x.float() / s).clamp(-FP8_E5M2_MAX, FP8_E5M2_MAX)
+    return v.to(torch.float8_e5m2), scale
+
+
+def _magnitudes(rows: int, k: int, gen, device):
+    """2^e for e uniform in [-3, 3], one per row and 128 of K: scales that differ from row to
+    row and group to group, so that a kernel taking the wrong one fails."""
+    import torch
+
+    e = torch.randint(-3, 4, (rows, -(-k // 128)), generator=gen, device=device).float()
+    return torch.exp2(e).repeat_interleave(128, dim=1)[:, :k]
+
+
+def _gemm_fp8_inputs(shape, dtype, device, seed):
+    """a and b quantized afresh from random data by quantize_fp8's rule for the shape's
+    scaling (GEMM_FP8_GRANULARITY: b as its weight w [N, K]), so the scales are the ones a
+    model would have; with room for it, a's row 1 starts with an all-zero group (scale 0)."""
+    import torch
+
+    m, n, k, code, kmajor, e5m2 = shape
+    scaling = GEMM_FP8_SCALINGS[code]
+    gen = torch.Generator(device=device).manual_seed(seed)
+    x = torch.randn((m, k), generator=gen, device=device) * _magnitudes(m, k, gen, device)
+    w = torch.randn((n, k), generator=gen, device=device) * _magnitudes(n, k, gen, device)
+    if m >= 3 and k >= 128:
+        x[1, :128] = 0
+    fp8 = torch.float8_e5m2 if e5m2 else torch.float8_e4m3fn
+    for_a, for_w = GEMM_FP8_GRANULARITY[scaling]
+    a, a_scale = quantize_fp8_as(x, for_a, fp8)
+    w_q, w_scale = quantize_fp8_as(w, for_w, fp8)
+    b, b_scale = w_q.t(), w_scale.t()
+    if not kmajor:
+        b, b_scale = b.contiguous(), b_scale.contiguous()
+    return {"a": a, "b": b, "a_scale": a_scale, "b_scale": b_scale, "scaling": scaling,
+            "out_dtype": getattr(torch, dtype)}
+
+
+def _gemm_fp8_check(out, ref, dtype, inputs) -> None:
+    """Element-wise against the float64 reference with gemm_check's "fp8" bound, sized by the
+    dequantized operands (gemm_fp8_dequantized); non-finite where the reference is."""
+    import torch
+
+    deq_a, deq_b = gemm_fp8_dequantized(inputs["a"], inputs["b"], inputs["a_scale"], inputs["b_scale"],
+                                        inputs["scaling"])
+    out_dtype = str(inputs.get("out_dtype", torch.bfloat16)).removeprefix("torch.")
+    gemm_check(out, ref, deq_a, deq_b, out_dtype, "fp8", f"gemm_fp8/{inputs['scaling']}/{out_dtype}")
+
+
+def _gemm_fp8_scale_count(shape) -> int:
+    m, n, k, code = shape[:4]
+    if code == 0:
+        return 2
+    if code == 1:
+        return m + n
+    groups = -(-k // 128)
+    return groups * (m + -(-n // 128))
+
+
+def _gemm_fp8_bytes(shape, dtype) -> float:
+    """a and b (a byte an element), c in the output dtype, the fp32 scales."""
+    m, n, k = shape[:3]
+    return m * k + k * n + _OUT_BYTES[dtype] * m * n + 4.0 * _gemm_fp8_scale_count(shape)
+
+
+def _scaled_mm():
+    """torch._scaled_mm (cuBLASLt) with per-tensor or row-wise scales (a_scale [M, 1], b_scale
+    [1, N]), b K-major as cuBLASLt takes it; not block scaling (the next peer's)."""
+    import torch
+
+    def run(a, b, a_scale, b_scale, scaling="tensor", out_dtype=torch.bfloat16, **_):
+        if scaling == "block":
+            raise NotImplementedError("torch._scaled_mm's tensor and row-wise forms: see the blockwise peer")
+        if b.stride(0) != 1 or a.dtype == torch.float8_e5m2:
+            raise NotImplementedError("cuBLASLt takes b K-major (w.t()), and no e5m2 x e5m2 product")
+        if scaling == "tensor":
+            return torch._scaled_mm(a, b, a_scale.reshape(()), b_scale.reshape(()), out_dtype=out_dtype)
+        return torch._scaled_mm(a, b, a_scale.reshape(-1, 1), b_scale.reshape(1, -1), out_dtype=out_dtype)
+
+    return run
+
+
+def _scaled_mm_blockwise():
+    """torch.nn.functional.scaled_mm with DeepSeek's recipe (BlockWise1x128 for a,
+    BlockWise128x128 for b: cuBLASLt 12.9+, sm_90 only). cuBLASLt wants the scales in its own
+    layouts (a's M-major, b's blocks K-major with K / 128 padded to a multiple of 4), made once
+    per input set on its first call, outside the timed calls. K and N must be multiples of
+    128 and the operands e4m3, b K-major."""
+    import torch
+    from torch.nn.functional import ScalingType, scaled_mm
+
+    layouts = {}
+
+    def run(a, b, a_scale, b_scale, scaling="tensor", out_dtype=torch.bfloat16, **_):
+        m, k = a.shape
+        n = b.shape[1]
+        if scaling != "block" or k % 128 or n % 128 or a.dtype != torch.float8_e4m3fn or b.stride(0) != 1:
+            raise NotImplementedError("cuBLASLt's blockwise fp8 GEMM: block scaling, e4m3, b K-major, "
+                                      "K and N multiples of 128")
+        key = (a_scale.data_ptr(), b_scale.data_ptr(), m, n, k)
+        if key not in layouts:
+            groups = k // 128
+            padded = torch.zeros((n // 128, -(-groups // 4) * 4), dtype=torch.float32, device=b.device)
+            padded[:, :groups] = b_scale.t()
+            # holding the scales keeps their addresses unique
+            layouts[key] = (a_scale, b_scale, a_scale.t().contiguous().t(), padded.t())
+        sa, sb = layouts[key][2:]
+        return scaled_mm(a, b, sa, ScalingType.BlockWise1x128, sb, ScalingType.BlockWise128x128,
+                         output_dtype=out_dtype)
+
+    return run
+
+
+def _gemm_fp8_args(t, d, block=False, **change):
+    """A valid gemm_fp8 call of 4 x 5 x 256 (tensor scaling, or block with block=True) with
+    `change` applied (bad_inputs)."""
+    fp8 = t.float8_e4m3fn
+    args = {"a": t.zeros(4, 256, device=d, dtype=fp8), "b": t.zeros(256, 5, device=d, dtype=fp8),
+            "a_scale": t.ones(4, 2, device=d) if block else t.ones(1, device=d),
+            "b_scale": t.ones(2, 1, device=d) if block else t.ones(1, device=d),
+            "scaling": "block" if block else "tensor"}
+    return {**args, **change}
+
+
+def _gemm_fp8_bad_inputs():
+    def fp8(t, d, *size, dtype=None):
+        return t.zeros(*size, device=d, dtype=dtype or t.float8_e4m3fn)
+
+    def bad(id_, error, message, block=False, **change):
+        return BadInput(id_, lambda t, d: _gemm_fp8_args(t, d, block, **{k: v(t, d) for k, v in change.items()}),
+                        error, message)
+
+    return (
+        bad("a-bfloat16", TypeError, "argument 'a' must be float8_e4m3fn or float8_e5m2",
+            a=lambda t, d: t.zeros(4, 256, device=d, dtype=t.bfloat16)),
+        bad("b-int8", TypeError, "argument 'b' must have the dtype of 'a'",
+            b=lambda t, d: t.zeros(256, 5, device=d, dtype=t.int8)),
+        bad("b-e5m2", TypeError, "argument 'b' must have the dtype of 'a'",
+            b=lambda t, d: fp8(t, d, 256, 5, dtype=t.float8_e5m2)),
+        bad("a-3d", ValueError, "argument 'a' must be a 2-D matrix, got 3 dims",
+            a=lambda t, d: fp8(t, d, 2, 4, 256)),
+        bad("b-inner-dim", ValueError, "argument 'b' must have shape [K, N] with K = 256",
+            b=lambda t, d: fp8(t, d, 128, 5)),
+        bad("k-not-16", ValueError, "K (the columns of argument 'a') must be a multiple of 16, got 40",
+            a=lambda t, d: fp8(t, d, 4, 40), b=lambda t, d: fp8(t, d, 40, 5)),
+        bad("a-transposed", ValueError, "argument 'a' must be row-major",
+            a=lambda t, d: fp8(t, d, 256, 4).t()),
+        bad("b-strided", ValueError, "argument 'b' must be row-major", b=lambda t, d: fp8(t, d, 256, 10)[:, ::2]),
+        bad("scaling-unknown", ValueError, "argument 'scaling' must be 'tensor', 'row' or 'block', got 'column'",
+            scaling=lambda t, d: "column"),
+        bad("out_dtype-int8", TypeError, "argument 'out_dtype' must be torch.bfloat16, torch.float16 or "
+                                         "torch.float32", out_dtype=lambda t, d: t.int8),
+        bad("a_scale-half", TypeError, "argument 'a_scale' must be float32",
+            a_scale=lambda t, d: t.ones(1, device=d, dtype=t.float16)),
+        bad("a_scale-tensor-shape", ValueError, "argument 'a_scale' must have one element (shape [] or [1]) for "
+                                                "scaling 'tensor', got [4, 1]",
+            a_scale=lambda t, d: t.ones(4, 1, device=d)),
+        bad("a_scale-row-shape", ValueError, "argument 'a_scale' must have shape [M, 1] or [M] with M = 4, "
+                                             "got [1, 4]",
+            scaling=lambda t, d: "row", a_scale=lambda t, d: t.ones(1, 4, device=d),
+            b_scale=lambda t, d: t.ones(5, device=d)),
+        bad("b_scale-row-shape", ValueError, "argument 'b_scale' must have shape [1, N] or [N] with N = 5, "
+                                             "got [5, 1]",
+            scaling=lambda t, d: "row", a_scale=lambda t, d: t.ones(4, device=d),
+            b_scale=lambda t, d: t.ones(5, 1, device=d)),
+        bad("a_scale-block-shape", ValueError, "argument 'a_scale' must have shape [M, ceil(K / 128)] = [4, 2] "
+                                               "for scaling 'block', got [4, 1]",
+            block=True, a_scale=lambda t, d: t.ones(4, 1, device=d)),
+        bad("b_scale-block-shape", ValueError, "argument 'b_scale' must have shape [ceil(K / 128), "
+                                               "ceil(N / 128)] = [2, 1] for scaling 'block', got [2, 2]",
+            block=True, b_scale=lambda t, d: t.ones(2, 2, device=d)),
+        BadInput("b_scale-on-cpu", lambda t, d: _gemm_fp8_args(t, d, b_scale=t.ones(1)), ValueError,
+                 "argument 'b_scale' must be on the device of 'a'", gpu=True),
+    )
+
+
+# 1x1x16, M = 1 with K = 144 (the last 128-group 16 wide), N = 1, primes with K = 16, N =
+# 131 (a partial 128-block of b), four groups with N past one block, K = 0 (c = 0), M or N
+# = 0; in each scaling with b K-major and e4m3, then b row-major and e5m2 operands. The
+# interpreters run every shape whose dims multiply to at most 2^18, so every one with a
+# flag 0: these stay small. The last two run on a GPU only.
+_GEMM_FP8_BASE = ((1, 1, 16), (1, 37, 144), (7, 1, 32), (31, 67, 16), (67, 131, 144), (33, 200, 400),
+                  (64, 64, 0), (0, 16, 32), (5, 0, 16))
+GEMM_FP8_TEST_SHAPES = (
+    tuple((m, n, k, s, 1, 0) for s in range(3) for m, n, k in _GEMM_FP8_BASE)
+    + tuple((67, 131, 144, s, 0, 0) for s in range(3))
+    + tuple(shape for s in range(3) for shape in ((31, 67, 16, s, 0, 1), (5, 131, 144, s, 1, 1)))
+    + ((257, 520, 1040, 1, 1, 1), (130, 260, 528, 2, 1, 1))
+)
+# The issue's: squares in every scaling, then M in {128, 4096} x (N, K) of the LLM
+# projections in row and block scaling; b K-major, e4m3.
+GEMM_FP8_BENCH_SHAPES = (
+    tuple((s, s, s, code, 1, 0) for code in range(3) for s in (4096, 6144, 8192))
+    + tuple((m, n, k, code, 1, 0) for code in (1, 2) for m in (128, 4096)
+            for n, k in ((7168, 16384), (4096, 7168), (28672, 4096)))
+)
+
+GEMM_FP8 = register(
+    OpSpec(
+        name="gemm_fp8",
+        family="gemm",
+        summary="fp8 GEMM (e4m3 or e5m2, fp32 accumulation) with fp32 scales per tensor, per row and column, "
+                "or per 1x128 group of a and 128x128 block of b (DeepSeek-V3)",
+        signature="gemm_fp8(a[M, K] fp8, b[K, N] fp8 (row-major or K-major), a_scale, b_scale (fp32, per "
+                  "scaling), scaling='tensor', out_dtype=bfloat16, config=-1) -> c[M, N] (out_dtype)",
+        shape_names=("M", "N", "K", "scaling", "kmajor", "e5m2"),
+        bucket_exact=("scaling", "kmajor", "e5m2"),
+        dtypes=("bfloat16", "float16", "float32"),  # the output dtype
+        make_inputs=_gemm_fp8_inputs,
+        reference=gemm_fp8,
+        # Nominal (atol, rtol); `check` applies gemm_check's K-aware "fp8" bound instead.
+        tolerance={"bfloat16": (1e-2, 8e-3), "float16": (1e-3, 2e-3), "float32": (1e-4, 1e-4)},
+        flops=lambda s: 2.0 * s[0] * s[1] * s[2],
+        bytes_moved=_gemm_fp8_bytes,
+        # CUDA: the Hopper GEMM's fp8 operands (sm_90a only: no fp8 Tensor Cores before it).
+        backends=(Backend("cuda", archs=("sm_90a",), tunable=True),
+                  Backend("triton", archs=("sm_90",), interpreted=True, tunable=True)),
+        test_shapes=GEMM_FP8_TEST_SHAPES,
+        bench_shapes=GEMM_FP8_BENCH_SHAPES,
+        peers=(Peer("torch._scaled_mm (cuBLASLt)", _scaled_mm),
+               Peer("F.scaled_mm blockwise (cuBLASLt)", _scaled_mm_blockwise)),
+        compute="fp8",
+        check=_gemm_fp8_check,
+        example_shape=(67, 131, 144, 2, 1, 0),
+        bad_inputs=_gemm_fp8_bad_inputs(),
+        outputs=("c",),
+        cuda_out=lambda cuda, i, o, **kw: cuda.gemm_fp8_out(i["a"], i["b"], i["a_scale"], i["b_scale"], o[0],
+                                                           i["scaling"], **kw),
+        # The Hopper GEMM's fp8 instantiations (its byte transpose is int8_gemm's).
+        sass_kernels=(
+            r"sm90::gemm_kernel<gks::kernels::gemm::sm90::Mainloop<gks::kernels::gemm::sm90::ByteOperands<__nv_fp8_e",
+            r"sm90::split_k_reduce_kernel<gks::kernels::gemm::sm90::ByteOperands<__nv_fp8_e",
+        ),
     )
 )

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """What the Triton family modules share: argument checks, row views (row_layout), the row
-kernels' launch sizes and the packed 16-bit pairs."""
+kernels' launch sizes, the packed 16-bit pairs and fp8 decoded from its bits."""
 
 from __future__ import annotations
 
@@ -292,6 +292,29 @@ def check_apart(a: torch.Tensor, a_name: str, b: torch.Tensor, b_name: str, op: 
     (a_lo, a_hi), (b_lo, b_hi) = _byte_extent(a), _byte_extent(b)
     if a_lo < b_hi and b_lo < a_hi and not _interleaved_apart(a, b, inner):
         raise ValueError(f"{op}: argument '{a_name}' must not share memory with argument '{b_name}'")
+
+
+@triton.jit
+def e4m3_value(b):
+    """fp32 of e4m3fn bits b (uint8)."""
+    b = b.to(tl.int32) & 0xFF
+    mag = b & 0x7F
+    e = mag >> 3
+    m = mag & 7
+    normal = (((e + 120) << 23) | (m << 20)).to(tl.float32, bitcast=True)
+    v = tl.where(e == 0, m.to(tl.float32) * 0.001953125, normal)  # subnormals: m * 2^-9
+    v = tl.where(mag == 0x7F, float("nan"), v)
+    return tl.where(b >= 0x80, -v, v)
+
+
+@triton.jit
+def fp8_value(b, E5M2: tl.constexpr):
+    """fp32 of fp8 bits b (uint8), exactly: e5m2 (inf and NaN included) is the high byte of
+    an fp16, e4m3fn as e4m3_value decodes it."""
+    if E5M2:
+        return (b.to(tl.int16) << 8).to(tl.float16, bitcast=True).to(tl.float32)
+    else:
+        return e4m3_value(b)
 
 
 @triton.jit

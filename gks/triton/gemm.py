@@ -10,6 +10,10 @@
   grouped_gemm  the MoE expert GEMMs in one launch (fp16/bf16, fp32 accumulation), the
              contiguous and the masked layout: kernels of their own, at the end of this
              module.
+  gemm_fp8   fp8 (e4m3 or e5m2) a @ b with fp32 accumulation and fp32 scales per tensor, per
+             row / column or per 1 x 128 group of a and 128 x 128 block of b (see
+             gks.reference.gemm_fp8): a kernel of its own (_gemm_fp8_kernel) on the same
+             launch path, block shapes and tuning as the three above; sm_89+ on a GPU.
 
 The kernels behind them: one tiled kernel (grouped tile order for L2 reuse, masked edges,
 int64 offsets, any strides) with a compile-time arithmetic mode:
@@ -44,11 +48,11 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from gks.triton._common import (check_device, check_same_device, interpreter_variant, next_pow2,
+from gks.triton._common import (check_device, check_same_device, fp8_value, interpreter_variant, next_pow2,
                                 on_tensor_device)
 
-__all__ = ["sgemm", "wmma_gemm", "int8_gemm", "grouped_gemm", "gemm_config_names", "sgemm_config_names",
-           "wmma_gemm_config_names", "int8_gemm_config_names"]
+__all__ = ["sgemm", "wmma_gemm", "int8_gemm", "grouped_gemm", "gemm_fp8", "gemm_config_names",
+           "sgemm_config_names", "wmma_gemm_config_names", "int8_gemm_config_names", "gemm_fp8_config_names"]
 
 
 @triton.jit
@@ -64,6 +68,20 @@ def _tile_of(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: t
 
 
 @triton.jit
+def _k_tiles(K, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr):
+    """[begin, end) of the k-tiles of this program. Split-K: program (tile, s) takes k-tiles
+    [s * per_split, (s + 1) * per_split). Without it the bounds stay compile-time simple (a
+    loop from 0 pipelines best)."""
+    tiles_k = tl.cdiv(K, BLOCK_K)
+    if SPLIT_K == 1:
+        return 0, tiles_k
+    else:
+        per_split = tl.cdiv(tiles_k, SPLIT_K)
+        begin = tl.program_id(1) * per_split
+        return begin, tl.minimum(begin + per_split, tiles_k)
+
+
+@triton.jit
 def _gemm_kernel(
     a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, M, N, K,
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_sa, stride_sb,
@@ -71,17 +89,7 @@ def _gemm_kernel(
     GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr = 1,
 ):
     pid_m, pid_n = _tile_of(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-
-    # Split-K: program (tile, s) takes k-tiles [s * per_split, (s + 1) * per_split). Without
-    # it the bounds stay compile-time simple (a loop from 0 pipelines best).
-    tiles_k = tl.cdiv(K, BLOCK_K)
-    if SPLIT_K == 1:
-        kt_begin = 0
-        kt_end = tiles_k
-    else:
-        per_split = tl.cdiv(tiles_k, SPLIT_K)
-        kt_begin = tl.program_id(1) * per_split
-        kt_end = tl.minimum(kt_begin + per_split, tiles_k)
+    kt_begin, kt_end = _k_tiles(K, BLOCK_K, SPLIT_K)
 
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -112,11 +120,90 @@ def _gemm_kernel(
         out = acc.to(tl.float32) * sa[:, None] * sb[None, :]
     else:
         out = acc
+    _store_tile(c_ptr, out, rm, rn, M, N, stride_cm, stride_cn, SPLIT_K)
+
+
+@triton.jit
+def _gemm_fp8_kernel(
+    a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, M, N, K,
+    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_sa, stride_sb,
+    stride_sa_group, stride_sb_group,
+    SCALING: tl.constexpr, E5M2: tl.constexpr, INTERPRETED: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr = 1,
+):
+    """gemm_fp8's tile: _gemm_kernel's walk (grouped tile order, split-K, masked edges, int64
+    offsets) over fp8 a and b with fp32 accumulation. SCALING 0 (tensor: sa, sb one value
+    each) and 1 (row: sa [M] of stride_sa, sb [N] of stride_sb) scale the sum once at the
+    end; 2 (block: sa [M, K / 128], sb [K / 128, N / 128], the group strides apart) takes K
+    128 at a time, one scale group a k-tile, and adds each group's product, a fresh
+    accumulator scaled by its row and column scales, to the fp32 total."""
+    tl.static_assert(SCALING != 2 or BLOCK_K == 128, "block scaling takes one 128-wide scale group a k-tile")
+    pid_m, pid_n = _tile_of(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    kt_begin, kt_end = _k_tiles(K, BLOCK_K, SPLIT_K)
+
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_ok = rm < M
+    n_ok = rn < N
+    k_first = kt_begin * BLOCK_K + tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + rm[:, None].to(tl.int64) * stride_am + k_first[None, :].to(tl.int64) * stride_ak
+    b_ptrs = b_ptr + k_first[:, None].to(tl.int64) * stride_bk + rn[None, :].to(tl.int64) * stride_bn
+    sa_rows = sa_ptr + rm.to(tl.int64) * stride_sa
+    if SCALING == 2:  # a column's scale is its 128-wide block's
+        sb_cols = sb_ptr + (rn // 128).to(tl.int64) * stride_sb
+    else:
+        sb_cols = sb_ptr + rn.to(tl.int64) * stride_sb
+    rk = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for kt in range(kt_begin, kt_end):
+        k_left = K - kt * BLOCK_K
+        a = tl.load(a_ptrs, mask=m_ok[:, None] & (rk[None, :] < k_left), other=0.0)
+        b = tl.load(b_ptrs, mask=(rk[:, None] < k_left) & n_ok[None, :], other=0.0)
+        if INTERPRETED:
+            # Triton's interpreter reads an e4m3fn NaN as a number and cannot fill a masked
+            # fp8 load: there (only) a and b come as their bits, widened here exactly to
+            # fp32; the products are exact in fp32 as on the Tensor Cores, the sums fp32.
+            a = fp8_value(a, E5M2)
+            b = fp8_value(b, E5M2)
+        if SCALING == 2:
+            group = tl.cast(kt, tl.int64)
+            sa = tl.load(sa_rows + group * stride_sa_group, mask=m_ok, other=0.0)
+            sb = tl.load(sb_cols + group * stride_sb_group, mask=n_ok, other=0.0)
+            if INTERPRETED:
+                part = tl.dot(a, b, input_precision="ieee")
+            else:
+                part = tl.dot(a, b, out_dtype=tl.float32)
+            acc += part * sa[:, None] * sb[None, :]
+        elif INTERPRETED:
+            acc = tl.dot(a, b, acc, input_precision="ieee")
+        else:
+            # Hopper's fp8 Tensor Cores keep about 14 bits of a running sum: promote it into
+            # the fp32 accumulator after every k-tile (as DeepGEMM and cuBLAS do), not once.
+            acc = tl.dot(a, b, acc, max_num_imprecise_acc=BLOCK_K)
+        a_ptrs += tl.cast(stride_ak, tl.int64) * BLOCK_K
+        b_ptrs += tl.cast(stride_bk, tl.int64) * BLOCK_K
+
+    if SCALING == 0:
+        out = acc * tl.load(sa_ptr) * tl.load(sb_ptr)
+    elif SCALING == 1:
+        sa = tl.load(sa_rows, mask=m_ok, other=0.0)
+        sb = tl.load(sb_cols, mask=n_ok, other=0.0)
+        out = acc * sa[:, None] * sb[None, :]
+    else:
+        out = acc
+    _store_tile(c_ptr, out, rm, rn, M, N, stride_cm, stride_cn, SPLIT_K)
+
+
+@triton.jit
+def _store_tile(c_ptr, out, rm, rn, M, N, stride_cm, stride_cn, SPLIT_K: tl.constexpr):
+    """Stores a tile of c (its rows rm, columns rn, masked at the edges), or with split-K adds
+    it to c, fp32 and zeroed, where the splits add their parts (in no fixed order)."""
     c_ptrs = c_ptr + rm[:, None].to(tl.int64) * stride_cm + rn[None, :].to(tl.int64) * stride_cn
     c_mask = (rm[:, None] < M) & (rn[None, :] < N)
     if SPLIT_K == 1:
         tl.store(c_ptrs, out.to(c_ptr.dtype.element_ty), mask=c_mask)
-    else:  # c is fp32 and zeroed; the splits add their partial sums (in no fixed order)
+    else:
         tl.atomic_add(c_ptrs, out, mask=c_mask, sem="relaxed")
 
 
@@ -159,7 +246,9 @@ class Block(NamedTuple):
 # 64x64x128 fill the GPU at M = 16 or 128 without split-K, so a call needs no zeroed output
 # first (a second launch: host time, which decides the speed of GEMMs that small). The TMA
 # blocks keep the memory system busier with fewer instructions than the same blocks by
-# pointers (docs/perf/gemm.md).
+# pointers (docs/perf/gemm.md). Every "fp8" block takes K 128 at a time (128-byte rows of a
+# and b, one 1 x 128 scale group of block scaling a k-tile); its split-K blocks are for the
+# 128-row outputs. Not yet timed on a GPU.
 B = Block
 CONFIGS = {
     "ieee": [B(128, 128, 16, 8, 3), B(128, 128, 32, 8, 2), B(128, 64, 32, 4, 3),
@@ -176,10 +265,17 @@ CONFIGS = {
     "int8": [B(128, 256, 128, 8, 3), B(256, 128, 128, 8, 3), B(128, 128, 128, 4, 4),
              B(128, 128, 128, 8, 4), B(64, 128, 128, 4, 4), B(64, 64, 128, 4, 4),
              B(16, 128, 256, 4, 4)],
+    "fp8": [B(128, 256, 128, 8, 3), B(256, 128, 128, 8, 3), B(128, 128, 128, 8, 4),
+            B(128, 128, 128, 4, 4), B(64, 128, 128, 4, 4), B(64, 64, 128, 4, 4),
+            B(16, 128, 128, 4, 4), B(16, 64, 128, 4, 5), B(128, 128, 128, 8, 4, 2),
+            B(64, 128, 128, 4, 4, 4)],
 }
 del B
 # The op each mode serves (the autotune cache's kernel name is "triton." + op).
-MODE_OF = {"sgemm": "ieee", "wmma_gemm": "mma", "int8_gemm": "int8"}
+MODE_OF = {"sgemm": "ieee", "wmma_gemm": "mma", "int8_gemm": "int8", "gemm_fp8": "fp8"}
+# The ops whose tuned tables key on the output's dtype (their spec's dtypes), not the inputs'.
+OUTPUT_KEYED = ("int8_gemm", "gemm_fp8")
+FP8_BLOCK_K = 128
 
 
 def config_names(op: str) -> list[str]:
@@ -188,7 +284,7 @@ def config_names(op: str) -> list[str]:
             + ("_tma" if s.tma else "") for s in CONFIGS[MODE_OF[op]]]
 
 
-# gks.triton.gemm_config_names(op): any of the three GEMMs' names.
+# gks.triton.gemm_config_names(op): any of the four GEMMs' names.
 gemm_config_names = config_names
 
 
@@ -207,6 +303,11 @@ def int8_gemm_config_names() -> list[str]:
     return config_names("int8_gemm")
 
 
+def gemm_fp8_config_names() -> list[str]:
+    """config_names("gemm_fp8")."""
+    return config_names("gemm_fp8")
+
+
 def _block(spec) -> dict:
     bm, bn, bk = spec[:3]
     return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8}
@@ -223,7 +324,8 @@ GPU_CONFIGS = {
 INTERPRETER_BLOCK = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8}
 
 _tuned = {
-    mode: triton.autotune(configs=cfgs, key=["M", "N", "K"])(_gemm_kernel)
+    mode: triton.autotune(configs=cfgs, key=["M", "N", "K", "SCALING"] if mode == "fp8" else ["M", "N", "K"])(
+        _gemm_fp8_kernel if mode == "fp8" else _gemm_kernel)
     for mode, cfgs in GPU_CONFIGS.items()
 }
 
@@ -258,10 +360,13 @@ def check_config(op: str, config: int) -> None:
 
 def launch(op: str, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
            a_scale: torch.Tensor | None = None, b_scale: torch.Tensor | None = None, *,
-           config: int = -1, mode: str | None = None, plan: tuple | None = None) -> None:
+           config: int = -1, mode: str | None = None, plan: tuple | None = None,
+           fp8: dict | None = None, shape: tuple | None = None) -> None:
     """c = a @ b (sgemm, wmma_gemm), or c = (a @ b) * a_scale * b_scale (int8_gemm), with
     op's arithmetic mode unless `mode` overrides it; `config` as check_config says. With
-    `plan` (plan_key's answer for this call) a direct launch is kept for run_plan."""
+    `plan` (plan_key's answer for this call) a direct launch is kept for run_plan. gemm_fp8
+    passes `fp8`, its kernel's SCALING, E5M2 and INTERPRETED (its scales as 2-D views: see
+    _kernel_args), and `shape`, its spec shape, the tuned tables' key ((M, N, K) else)."""
     check_config(op, config)
     mode = mode or MODE_OF[op]
     m, k = a.shape
@@ -273,14 +378,15 @@ def launch(op: str, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
         return
     if interpreting():  # one block shape; a config's split-K and TMA still apply
         spec = CONFIGS[MODE_OF[op]][config] if config >= 0 else Block(32, 32, 32, 4, 1)
-        _launch_block(a, b, c, a_scale, b_scale, mode, spec, INTERPRETER_BLOCK, {})
+        block = INTERPRETER_BLOCK if fp8 is None else {**INTERPRETER_BLOCK, "BLOCK_K": FP8_BLOCK_K}
+        _launch_block(a, b, c, a_scale, b_scale, mode, spec, block, {}, fp8)
         return
     if config == -1:
-        config = tuned_config(op, a, c, m, n, k)
+        config = tuned_config(op, a, c, m, n, k, shape)
     if config >= 0:
         spec = CONFIGS[MODE_OF[op]][config]
         launched = _launch_block(a, b, c, a_scale, b_scale, mode, spec, _block(spec),
-                                 {"num_warps": spec.warps, "num_stages": spec.stages})
+                                 {"num_warps": spec.warps, "num_stages": spec.stages}, fp8)
         if plan is not None and launched is not None:
             if len(_PLANS) >= _COMPILED_MAX:
                 _PLANS.clear()
@@ -290,18 +396,21 @@ def launch(op: str, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
     def autotuned_grid(meta):
         return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
 
-    _tuned[mode][autotuned_grid](*_kernel_args(a, b, c, a_scale, b_scale), MODE=mode)
+    _tuned[mode][autotuned_grid](*_kernel_args(a, b, c, a_scale, b_scale, fp8 is not None),
+                                 **(fp8 or {"MODE": mode}))
 
 
-def tuned_config(op: str, a: torch.Tensor, c: torch.Tensor, m: int, n: int, k: int) -> int:
-    """The autotuned config of this call, or -1 (none: Triton's autotuner chooses). Split-K
-    adds its parts in no fixed order, so its results can differ in the last bits from run
-    to run: under torch.use_deterministic_algorithms(True) a split-K entry gives way."""
+def tuned_config(op: str, a: torch.Tensor, c: torch.Tensor, m: int, n: int, k: int,
+                 shape: tuple | None = None) -> int:
+    """The autotuned config of this call (of the spec shape `shape`, else (m, n, k)), or -1
+    (none: Triton's autotuner chooses). Split-K adds its parts in no fixed order, so its
+    results can differ in the last bits from run to run: under
+    torch.use_deterministic_algorithms(True) a split-K entry gives way."""
     from gks.runtime import tables
 
-    # The autotune key's dtype: the output's for int8 (as the CUDA op), else the inputs'.
-    key_dtype = c.dtype if op == "int8_gemm" else a.dtype
-    config = tables.resolve_config(f"triton.{op}", a, (m, n, k), -1, dtype=key_dtype)
+    # The autotune key's dtype: the output's where the spec's dtypes are (as the CUDA ops).
+    key_dtype = c.dtype if op in OUTPUT_KEYED else a.dtype
+    config = tables.resolve_config(f"triton.{op}", a, shape or (m, n, k), -1, dtype=key_dtype)
     if config >= 0 and CONFIGS[MODE_OF[op]][config].split > 1 and \
             torch.are_deterministic_algorithms_enabled():
         return -1
@@ -310,13 +419,13 @@ def tuned_config(op: str, a: torch.Tensor, c: torch.Tensor, m: int, n: int, k: i
 
 def _launch_block(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
                   a_scale: torch.Tensor | None, b_scale: torch.Tensor | None, mode: str,
-                  spec: Block, block: dict, compile_opts: dict) -> tuple | None:
+                  spec: Block, block: dict, compile_opts: dict, fp8: dict | None = None) -> tuple | None:
     """Launches block shape `spec` with block sizes `block`: by TMA where spec asks for it
     and a tensor map can describe a and b, else by pointers (split-K as spec says). Returns
     _launch's answer."""
     if spec.tma and mode == "mma" and _tma_ok(a) and _tma_ok(b):
         return _launch_tma(a, b, c, block, compile_opts)
-    return _launch_split(a, b, c, a_scale, b_scale, mode, block, spec.split, compile_opts)
+    return _launch_split(a, b, c, a_scale, b_scale, mode, block, spec.split, compile_opts, fp8)
 
 
 def _tma_ok(t: torch.Tensor) -> bool:
@@ -352,32 +461,37 @@ def _launch_tma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, block: dict,
 
 
 def _kernel_args(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
-                 a_scale: torch.Tensor | None, b_scale: torch.Tensor | None) -> tuple:
-    """_gemm_kernel's arguments before its meta-parameters (absent scales: c, stride 0)."""
+                 a_scale: torch.Tensor | None, b_scale: torch.Tensor | None, fp8: bool = False) -> tuple:
+    """_gemm_kernel's arguments before its meta-parameters (absent scales: c, stride 0); with
+    fp8, _gemm_fp8_kernel's, whose scales come as 2-D views (a_scale [M or 1, groups or 1],
+    b_scale [groups or 1, N or N / 128 or 1]) and add their group strides."""
     m, k = a.shape
-    return (a, b, c, c if a_scale is None else a_scale, c if b_scale is None else b_scale,
+    args = (a, b, c, c if a_scale is None else a_scale, c if b_scale is None else b_scale,
             m, b.shape[1], k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
             c.stride(0), c.stride(1), 0 if a_scale is None else a_scale.stride(0),
             0 if b_scale is None else b_scale.stride(-1))
+    return (*args, a_scale.stride(1), b_scale.stride(0)) if fp8 else args
 
 
 def _launch_split(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
                   a_scale: torch.Tensor | None, b_scale: torch.Tensor | None, mode: str,
-                  block: dict, split: int, compile_opts: dict) -> tuple | None:
-    """One launch of _gemm_kernel with block sizes `block` over k in `split` parts. With
-    split > 1 the parts add into a zeroed fp32 output: c itself when it is fp32, else a
-    scratch copied into c. Returns _launch's answer."""
+                  block: dict, split: int, compile_opts: dict, fp8: dict | None = None) -> tuple | None:
+    """One launch of _gemm_kernel (with `fp8`, gemm_fp8's meta-parameters: of
+    _gemm_fp8_kernel) with block sizes `block` over k in `split` parts. With split > 1 the
+    parts add into a zeroed fp32 output: c itself when it is fp32, else a scratch copied
+    into c. Returns _launch's answer."""
     grid = (triton.cdiv(a.shape[0], block["BLOCK_M"]) * triton.cdiv(b.shape[1], block["BLOCK_N"]), split)
-    meta = {"MODE": mode, **block, "SPLIT_K": split}
+    kernel = _gemm_kernel if fp8 is None else _gemm_fp8_kernel
+    meta = {**(fp8 or {"MODE": mode}), **block, "SPLIT_K": split}
     acc = c
     if split > 1:
-        assert mode != "int8", "split-K applies to the fp32 and fp16/bf16 modes"
+        assert mode != "int8", "split-K applies to the fp32, fp16/bf16 and fp8 modes"
         acc = c.zero_() if c.dtype == torch.float32 else torch.zeros(c.shape, dtype=torch.float32, device=c.device)
-    args = _kernel_args(a, b, acc, a_scale, b_scale)
+    args = _kernel_args(a, b, acc, a_scale, b_scale, fp8 is not None)
     # What Triton specializes a tensor argument on beyond its dtype: 16-byte alignment.
-    key = ("ptr", *meta.values(), *compile_opts.values(), *args[5:],
+    key = ("ptr" if fp8 is None else "fp8", *meta.values(), *compile_opts.values(), *args[5:],
            *((t.dtype, t.data_ptr() % 16 == 0) for t in args[:5]))
-    launched = _launch(_gemm_kernel, grid, args, 5, meta, compile_opts, key)
+    launched = _launch(kernel, grid, args, 5, meta, compile_opts, key)
     if acc is not c:
         c.copy_(acc)
     return None if launched is None else (*launched, None)
@@ -577,6 +691,59 @@ def int8_gemm(a_q: torch.Tensor, b_q: torch.Tensor, a_scale: torch.Tensor, b_sca
     sb = _scale(b_scale, a_q, b_q.shape[1], False, op, "b_scale")
     c = torch.empty((a_q.shape[0], b_q.shape[1]), dtype=out_dtype, device=a_q.device)
     launch("int8_gemm", a_q, b_q, c, sa, sb, config=config, plan=plan)
+    return c
+
+
+@functools.cache
+def _capability(device: int) -> tuple[tuple[int, int], str]:
+    return torch.cuda.get_device_capability(device), torch.cuda.get_device_name(device)
+
+
+def check_fp8_tensor_cores(capability: tuple[int, int], name: str, op: str) -> None:
+    """Refuses a GPU without fp8 Tensor Cores (below sm_89: Ampere has none), naming it."""
+    if tuple(capability) < (8, 9):
+        raise ValueError(f"{op}: argument 'a' must be on a GPU with fp8 Tensor Cores (sm_89 or newer), "
+                         f"got {name} (sm_{capability[0]}{capability[1]})")
+
+
+def _scales_2d(a_scale: torch.Tensor, b_scale: torch.Tensor, m: int, n: int, scaling: str) -> tuple:
+    """The scales as the fp8 kernel reads them, 2-D views (_kernel_args): a_scale [M or 1,
+    groups or 1], b_scale [groups or 1, N (row) or N / 128 (block) or 1]."""
+    if scaling == "tensor":
+        return a_scale.reshape(1, 1), b_scale.reshape(1, 1)
+    if scaling == "row":
+        return a_scale.reshape(m, 1), b_scale.reshape(1, n)
+    return a_scale, b_scale
+
+
+@on_tensor_device
+def gemm_fp8(a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor,
+             scaling: str = "tensor", out_dtype: torch.dtype = torch.bfloat16, config: int = -1) -> torch.Tensor:
+    """c [M, N] (out_dtype) = fp8 a [M, K] @ b [K, N] with fp32 accumulation and the scales
+    of `scaling` ('tensor', 'row' or 'block'), as gks.reference.gemm_fp8 says; b row-major
+    or K-major (w.t()). config as in gks.triton.sgemm, over
+    gks.triton.gemm_config_names("gemm_fp8"). Needs fp8 Tensor Cores (sm_89+) on a GPU."""
+    from gks.specs.gemm import check_gemm_fp8
+
+    plan = plan_key(f"gemm_fp8:{scaling}", a, b, out_dtype, config, a_scale, b_scale) \
+        if isinstance(scaling, str) else None
+    c = run_plan(plan, a, b, a_scale, b_scale)
+    if c is not None:
+        return c
+    op = "gks.triton.gemm_fp8"
+    if isinstance(a, torch.Tensor):
+        check_device(a, op, "a")
+    shape = check_gemm_fp8(a, b, a_scale, b_scale, scaling, out_dtype, op)
+    if a.is_cuda:
+        check_fp8_tensor_cores(*_capability(a.get_device()), op)
+    m, n = shape[:2]
+    c = torch.empty((m, n), dtype=out_dtype, device=a.device)
+    sa, sb = _scales_2d(a_scale, b_scale, m, n, scaling)
+    interpreted = interpreter_variant()
+    fp8 = {"SCALING": shape[3], "E5M2": bool(shape[5]), "INTERPRETED": interpreted}
+    if interpreted:  # the kernel decodes the bits itself there (see _gemm_fp8_kernel)
+        a, b = a.view(torch.uint8), b.view(torch.uint8)
+    launch("gemm_fp8", a, b, c, sa, sb, config=config, plan=plan, fp8=fp8, shape=shape)
     return c
 
 

@@ -28,6 +28,7 @@ from gks.triton._common import (
     can_hold_pairs,
     check_device,
     check_float,
+    e4m3_value,
     interpreter_variant,
     long_row_max_warps,
     next_pow2,
@@ -299,19 +300,6 @@ def _e4m3_bits(x, scale, INTERPRETED: tl.constexpr):
 
 
 @triton.jit
-def _e4m3_value(b):
-    """fp32 of e4m3fn bits b (uint8)."""
-    b = b.to(tl.int32) & 0xFF
-    mag = b & 0x7F
-    e = mag >> 3
-    m = mag & 7
-    normal = (((e + 120) << 23) | (m << 20)).to(tl.float32, bitcast=True)
-    v = tl.where(e == 0, m.to(tl.float32) * 0.001953125, normal)  # subnormals: m * 2^-9
-    v = tl.where(mag == 0x7F, float("nan"), v)
-    return tl.where(b >= 0x80, -v, v)
-
-
-@triton.jit
 def _fp8_groups_kernel(
     x_ptr, q_ptr, s_ptr, amax_ptr, N, G,
     x_inner, x_outer_stride, x_inner_stride,
@@ -422,7 +410,7 @@ def _fp8_dequantize_kernel(
         s = tl.load(s_ptr + row * s_row_stride + cols // GROUP, mask=mask, other=0.0)
     else:
         s = tl.load(s_ptr + (row // GROUP) * s_row_stride + cols // GROUP, mask=mask, other=0.0)
-    y = _e4m3_value(q) * s
+    y = e4m3_value(q) * s
     o_row = row_start(o_ptr, row, o_inner, o_outer_stride, o_inner_stride)
     if BF16_BY_HAND:
         tl.store(o_row + cols, bf16_rounded(y), mask=mask)

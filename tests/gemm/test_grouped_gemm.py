@@ -13,12 +13,10 @@ on small sizes; GPU-only tests carry @requires_gpu.
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 import torch
 
-from conftest import DEVICE, HAS_GPU, capture, poison_allocator, refill, requires_gpu, seed_for
+from conftest import DEVICE, HAS_GPU, capture, poison_allocator, poisoned_host_outputs, refill, requires_gpu, seed_for
 import gks.triton
 from gks import registry
 from gks.specs.gemm import (check_grouped_gemm, gemm_check, grouped_gemm_bounds, grouped_gemm_sizes,
@@ -29,33 +27,12 @@ DTYPES = ("float16", "bfloat16")
 LAYOUTS = ("contiguous", "masked")
 
 
-@contextlib.contextmanager
-def _poisoned_outputs():
-    """Outputs the op allocates start as NaN, so an element it never writes fails the
-    check: on a GPU through the caching allocator (conftest.poison_allocator, called by
-    _call); on the host by torch.empty itself, for the 16-bit tensors the op allocates."""
-    if HAS_GPU:
-        yield
-        return
-    real_empty = torch.empty
-
-    def nan_empty(*size, dtype=None, **kw):
-        t = real_empty(*size, dtype=dtype, **kw)
-        if dtype in (torch.float16, torch.bfloat16):
-            t.fill_(float("nan"))
-        return t
-
-    torch.empty = nan_empty
-    try:
-        yield
-    finally:
-        torch.empty = real_empty
-
-
 def _call(inputs):
+    """The op's outputs start as NaN, so an element it never writes fails the check: on a
+    GPU through the caching allocator, on the host for the 16-bit tensors the op allocates."""
     a, b = inputs["a"], inputs["b"]
     poison_allocator(a[..., :1].numel() * b.shape[2] * a.element_size(), DEVICE)
-    with _poisoned_outputs():
+    with poisoned_host_outputs():
         return gks.triton.grouped_gemm(**inputs)
 
 
@@ -249,7 +226,7 @@ def test_the_cublas_loop_peer_means_the_op(layout, dtype):
         for case in ("decreasing", "gaps"):
             bad = _inputs([10, 10, 10, 10], 24, 40, dtype, False, "peer", case)
             bad["group_offsets"] = torch.tensor(BAD_OFFSETS[case][0], dtype=torch.int32, device=DEVICE)
-            with _poisoned_outputs():
+            with poisoned_host_outputs():
                 out = peer(**bad)
             _check(out, bad, dtype, f"cuBLAS loop, {case} offsets")
 
@@ -332,15 +309,15 @@ def test_no_host_synchronization(layout):
 @pytest.mark.xdist_group("large-memory")
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_groups_of_b_past_element_2_31(layout):
-    """b [33, 8192, 8192] (2.2 G elements, 4.4 GB): its last group starts past element
-    2^31, which a 32-bit offset would wrap."""
+    """b [33, 8192, 8192] (2.2 G elements, 4.4 GB): its last group starts at element 2^31,
+    one past what a 32-bit offset holds."""
     groups, k, n = 33, 8192, 8192
     dtype = torch.bfloat16
     gen = torch.Generator(device="cuda").manual_seed(seed_for("grouped_gemm", "2^31"))
     b = torch.zeros((groups, k, n), dtype=dtype, device="cuda")
     for g in (0, groups - 1):
         b[g] = torch.randn((k, n), generator=gen, device="cuda").to(dtype)
-    assert (groups - 1) * k * n > 2**31
+    assert (groups - 1) * k * n >= 2**31
     if layout == "masked":
         counts = torch.zeros(groups, dtype=torch.int32, device="cuda")
         counts[0], counts[-1] = 3, 16

@@ -335,7 +335,7 @@ def test_cli_refuses_a_kernel_the_backend_cannot_tune(capsys):
     assert autotune.main(["--backend", "triton", "--kernel", "gemm"]) == 2
     err = capsys.readouterr().err
     assert "the triton backend has no configs of 'gemm' to tune" in err
-    assert "Tunable with --backend triton: flash_attention_fwd, int8_gemm, sgemm, wmma_gemm" in err
+    assert "Tunable with --backend triton: flash_attention_fwd, gemm_fp8, int8_gemm, sgemm, wmma_gemm" in err
     # every registry op is accepted and answered: tuned, or told why not
     assert autotune.main(["--kernel", "quantize_int8"]) == 2
     assert "no configs of 'quantize_int8' to tune: its launch plan" in capsys.readouterr().err

@@ -158,12 +158,19 @@ KERNELS = {
     ],
     "int8_gemm": [
         f"void {G}int8_gemm_kernel<{D}Int8_128x128x128, false>({G}Int8GemmParams)",
-        f"void {S}gemm_kernel<{S}Mainloop<{S}Int8Operands, {S}Tile<128, 128, 6, 1, false, "
-         f"1> >, {S}Epilogue<{S}RowColScales>, "
+        f"void {S}gemm_kernel<{S}Mainloop<{S}ByteOperands<signed char, false>, {S}Tile<128, 128, 6, 1, "
+         f"false, 1> >, {S}Epilogue<{S}RowColScales>, "
          f"{S}PersistentScheduler<false> >(CUtensorMap_st, CUtensorMap_st, CUtensorMap_st, "
          f"{S}Params)",
-        f"void {S}split_k_reduce_kernel<{S}Int8Operands, {S}RowColScales>({S}Params)",
-        f"{G}transpose_int8_kernel({G}TransposeInt8Params)",
+        f"void {S}split_k_reduce_kernel<{S}ByteOperands<signed char, false>, {S}RowColScales>({S}Params)",
+        f"{G}transpose_bytes_kernel({G}TransposeBytesParams)",
+    ],
+    "gemm_fp8": [
+        f"void {S}gemm_kernel<{S}Mainloop<{S}ByteOperands<__nv_fp8_e4m3, true>, {S}Tile<128, 128, 6, 1, "
+         f"false, 1> >, {S}Epilogue<{S}NoScales>, "
+         f"{S}PersistentScheduler<false> >(CUtensorMap_st, CUtensorMap_st, CUtensorMap_st, "
+         f"{S}Params)",
+        f"void {S}split_k_reduce_kernel<{S}ByteOperands<__nv_fp8_e5m2, true>, {S}RowColScales>({S}Params)",
     ],
     "flash_attention_decode": [
         f"void {A}flash_attention_decode_kernel<__half, {A}DecodeTile<128, 1>, true>({A}DecodeParams)",
@@ -202,7 +209,7 @@ def test_dump_sass_parses_template_arguments():
     assert dump_sass.parse_kernel(KERNELS["softmax_rmsnorm"][0]) == (
         "looped_kernel", ("SoftmaxRmsNormRow<__half, 1, false>", "Looped<512>"))
     assert dump_sass.parse_kernel(KERNELS["wmma_gemm"][0])[1][1] == "Wmma128x128x32"
-    assert dump_sass.parse_kernel(KERNELS["int8_gemm"][-1]) == ("transpose_int8_kernel", ())
+    assert dump_sass.parse_kernel(KERNELS["int8_gemm"][-1]) == ("transpose_bytes_kernel", ())
 
 
 def test_every_cuda_op_names_its_kernels():
@@ -217,8 +224,8 @@ def test_dump_sass_selects_exactly_the_ops_kernels(op):
 
 def test_dump_sass_falls_back_to_a_substring():
     assert dump_sass.select_kernels("split_k", ALL) == [n for n in ALL if "split_k_reduce_kernel" in n]
-    assert len(dump_sass.select_kernels("split_k", ALL)) == 2
-    assert dump_sass.select_kernels("Int8Operands", ALL) == KERNELS["int8_gemm"][1:3]
+    assert len(dump_sass.select_kernels("split_k", ALL)) == 3
+    assert dump_sass.select_kernels("ByteOperands<signed char", ALL) == KERNELS["int8_gemm"][1:3]
     assert dump_sass.select_kernels("no_such_kernel", ALL) == []
 
 
@@ -292,9 +299,9 @@ def test_dump_sass_cli_on_the_built_library():
     out = subprocess.run(tool + ["--kernel", "no_such_kernel"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "'no_such_kernel' is not a registry op" in out.stderr, out.stderr
     # A substring (not an op) with few kernels: its SASS alone is dumped, in seconds.
-    out = subprocess.run(tool + ["--kernel", "transpose_int8"], capture_output=True, text=True, timeout=300)
+    out = subprocess.run(tool + ["--kernel", "transpose_bytes"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert "transpose_int8_kernel" in out.stdout and "LDG.128" in out.stdout
+    assert "transpose_bytes_kernel" in out.stdout and "LDG.128" in out.stdout
 
 
 def _triton_ir_error(capsys, *argv) -> str:
