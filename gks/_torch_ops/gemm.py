@@ -1,20 +1,19 @@
 # SPDX-License-Identifier: Apache-2.0
 """The gemm family's torch ops: gks::sgemm, gks::wmma_gemm, gks::int8_gemm, gks::gemm and
-gks::gemm_fp8 (exported with its CUDA kernel: see below). See gks._torch_ops for what every
-custom op guarantees."""
+gks::gemm_fp8. See gks._torch_ops for what every custom op guarantees."""
 
 from __future__ import annotations
 
 import torch
 
-from gks import cuda, registry
+from gks import cuda
 from gks._torch_ops._eager import gks_op
 from gks._torch_ops._fake import validate
 from gks._torch_ops._eager import native_allocates
 from gks.runtime.dims import gemm_dims
 from gks.runtime.tables import resolve_config
 
-__all__ = ["sgemm", "wmma_gemm", "int8_gemm", "gemm"]
+__all__ = ["sgemm", "wmma_gemm", "int8_gemm", "gemm", "gemm_fp8"]
 
 
 def _sgemm(a: torch.Tensor, b: torch.Tensor, config: int = -1) -> torch.Tensor:
@@ -252,8 +251,3 @@ def _(a, b, a_scale, b_scale, scaling: str = "tensor", out_dtype: torch.dtype = 
     validate(cuda.gemm_fp8_out, a, b, a_scale, b_scale, c, scaling, config)
     return c
 
-
-# gemm_fp8's op is written ahead of its CUDA kernel: it is gks.gemm_fp8 (this module's
-# __all__) from when the spec declares the CUDA backend, whose kernel it calls.
-if registry.get("gemm_fp8").has_backend("cuda"):
-    __all__.append("gemm_fp8")

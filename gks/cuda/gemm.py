@@ -102,6 +102,7 @@ def gemm_fp8_out(a, b, a_scale, b_scale, c, scaling: str = "tensor", config: int
     """c = fp8 a [M, K] @ b [K, N] (both float8_e4m3fn or both float8_e5m2; a row-major, b
     row-major or K-major) with fp32 accumulation and the fp32 scales of `scaling`
     ('tensor', 'row' or 'block'), written into c [M, N] bfloat16, float16 or float32: the
-    contract of gks.reference.gemm_fp8. The library's kernel (sm_90a) is to come: until it
-    is built in, the native module has no gemm_fp8 and this raises."""
+    contract of gks.reference.gemm_fp8. The Hopper kernel (sm_90a only; fp8 wgmma, every 128
+    of K promoted into fp32): off compute capability 9.0, or in a build without sm_90a, it
+    refuses the call. config: an index into gemm_config_names("gemm_fp8"), or -1."""
     _native.module().gemm_fp8(a, b, a_scale, b_scale, c, scaling, int(config))
