@@ -12,6 +12,7 @@ from gks._torch_ops._fake import validate
 from gks._torch_ops._eager import native_allocates
 from gks.runtime.dims import gemm_dims
 from gks.runtime.tables import resolve_config
+from gks.specs.gemm import GEMM_FP8_SCALINGS, checked_fp8_out_dtype, gemm_fp8_shape
 
 __all__ = ["sgemm", "wmma_gemm", "int8_gemm", "gemm", "gemm_fp8"]
 
@@ -200,16 +201,6 @@ def _(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None, co
     return c
 
 
-_FP8_OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-
-
-def _gemm_fp8_out_dtype(out_dtype: torch.dtype) -> torch.dtype:
-    if out_dtype not in _FP8_OUT_DTYPES:
-        raise TypeError(f"gks.gemm_fp8: argument 'out_dtype' must be torch.bfloat16, torch.float16 or "
-                        f"torch.float32, got {out_dtype}")
-    return out_dtype
-
-
 def _gemm_fp8(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -231,10 +222,8 @@ def _gemm_fp8(
     else the heuristic; an index into gks.cuda.gemm_config_names("gemm_fp8") forces that
     config. Runs on the current CUDA stream.
     """
-    from gks.specs.gemm import GEMM_FP8_SCALINGS, gemm_fp8_shape
-
     m, n, _k = gemm_dims("gks.gemm_fp8", a, b)
-    c = a.new_empty((m, n), dtype=_gemm_fp8_out_dtype(out_dtype))
+    c = a.new_empty((m, n), dtype=checked_fp8_out_dtype(out_dtype, "gks.gemm_fp8"))
     if scaling in GEMM_FP8_SCALINGS:  # else the library refuses it, naming it
         config = resolve_config("gemm_fp8", a, gemm_fp8_shape(a, b, scaling), config, dtype=c.dtype)
     cuda.gemm_fp8_out(a, b, a_scale, b_scale, c, scaling, config)
@@ -247,7 +236,7 @@ gemm_fp8 = gks_op("gemm_fp8", _gemm_fp8)
 @gemm_fp8.op.register_fake
 def _(a, b, a_scale, b_scale, scaling: str = "tensor", out_dtype: torch.dtype = torch.bfloat16, config: int = -1):
     m, n, _k = gemm_dims("gks.gemm_fp8", a, b)
-    c = torch.empty((m, n), dtype=_gemm_fp8_out_dtype(out_dtype), device=a.device)
+    c = torch.empty((m, n), dtype=checked_fp8_out_dtype(out_dtype, "gks.gemm_fp8"), device=a.device)
     validate(cuda.gemm_fp8_out, a, b, a_scale, b_scale, c, scaling, config)
     return c
 

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gks.jax._ffi import call, dtype_of, like, tuned
+from gks.specs.gemm import checked_fp8_out_dtype
 
 __all__ = ["sgemm", "wmma_gemm", "int8_gemm", "gemm", "gemm_fp8"]
 
@@ -66,9 +67,6 @@ def gemm_fp8(a, b, a_scale, b_scale, scaling: str = "tensor", out_dtype=jnp.bflo
     or 'block'), c in out_dtype (see gks.gemm_fp8). b reaches the kernel row-major (a JAX
     array always is one), which it transposes first; config -1 is the heuristic."""
     a, b, a_scale, b_scale = (jnp.asarray(t) for t in (a, b, a_scale, b_scale))
-    out = dtype_of(out_dtype, "gemm_fp8", "out_dtype")
-    if out not in (np.dtype(jnp.bfloat16), np.dtype(jnp.float16), np.dtype(jnp.float32)):
-        raise TypeError(f"gks.gemm_fp8: argument 'out_dtype' must be torch.bfloat16, torch.float16 or "
-                        f"torch.float32, got {out}")
+    out = checked_fp8_out_dtype(dtype_of(out_dtype, "gemm_fp8", "out_dtype"), "gks.gemm_fp8")
     return call("gemm_fp8", {"a": a, "b": b, "a_scale": a_scale, "b_scale": b_scale, "scaling": scaling},
                 (like(a, out, _mn(a, b)),), config=config)[0]

@@ -953,6 +953,15 @@ def gemm_fp8_scale_shapes(m: int, n: int, k: int, scaling: str) -> tuple:
             (((groups, blocks),), f"shape [ceil(K / 128), ceil(N / 128)] = [{groups}, {blocks}] for scaling 'block'"))
 
 
+def checked_fp8_out_dtype(out_dtype, op: str):
+    """out_dtype if gemm_fp8 writes it (bfloat16, float16 or float32: a torch dtype, or a
+    NumPy / JAX one for gks.jax), else the TypeError every backend raises."""
+    if str(out_dtype).removeprefix("torch.") not in ("bfloat16", "float16", "float32"):
+        raise TypeError(f"{op}: argument 'out_dtype' must be torch.bfloat16, torch.float16 or torch.float32, "
+                        f"got {out_dtype}")
+    return out_dtype
+
+
 def check_gemm_fp8(a, b, a_scale, b_scale, scaling, out_dtype, op: str) -> tuple[int, int, int, int, int, int]:
     """Refuses a bad gemm_fp8 call with the error every backend (and the reference) raises:
     TypeError or ValueError naming the argument and what was expected. Returns the call's
@@ -990,9 +999,7 @@ def check_gemm_fp8(a, b, a_scale, b_scale, scaling, out_dtype, op: str) -> tuple
                          f"the view w.t() of a row-major [N, K] w), got strides {tuple(b.stride())}")
     if scaling not in GEMM_FP8_SCALINGS:
         raise ValueError(f"{op}: argument 'scaling' must be 'tensor', 'row' or 'block', got {scaling!r}")
-    if out_dtype not in (torch.bfloat16, torch.float16, torch.float32):
-        raise TypeError(f"{op}: argument 'out_dtype' must be torch.bfloat16, torch.float16 or torch.float32, "
-                        f"got {out_dtype}")
+    checked_fp8_out_dtype(out_dtype, op)
     for (name, t), (shapes, want) in zip(tensors[2:], gemm_fp8_scale_shapes(m, n, k, scaling)):
         if t.dtype != torch.float32:
             raise TypeError(f"{op}: argument '{name}' must be float32, got {t.dtype}")

@@ -186,30 +186,39 @@ struct Mainloop {
     }
   }
 
+  // The wgmmas of one k-block (slots a_slot, b_slot) into d, committed as one group: the
+  // k-block's first k-step adds to d where `accumulate`, else overwrites it.
+  static __device__ __forceinline__ void issue_k_block(Acc (&d)[Cfg::kAtomsM][Cfg::kAccum], uint32_t a_slot,
+                                                       uint32_t b_slot, bool accumulate) {
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < kRowBytes / 32; ++k) {
+      // k-step k (32 bytes of K): A advances 32 bytes inside its 128-byte rows (the swizzle
+      // is applied to the absolute address, so this stays consistent with the TMA writes);
+      // B as the operand type lays it out. 8-row groups are 1024 bytes apart (SBO).
+      const uint64_t desc_b = ptx::smem_descriptor(b_slot + k * Op::kBStepBytes, Op::kBLeadingBytes, 1024);
+#pragma unroll
+      for (int a = 0; a < Cfg::kAtomsM; ++a) {
+        const uint64_t desc_a = ptx::smem_descriptor(a_slot + a * 64 * kRowBytes + k * 32, 16, 1024);
+        Op::template mma<Cfg::kBlockN>(d[a], desc_a, desc_b, accumulate || k > 0);
+      }
+    }
+    ptx::wgmma_commit();
+  }
+
   // Promoted operands: k-block kb of the warpgroup's rows from wg_row and the tile's columns
   // from col0, into fresh accumulators that are then added to acc, scaled by the k-block's
   // block scales where p.block_scales. The scales load while the wgmmas run; the k-block is
   // complete (its slot free) on return. Rows past M and tiles past N scale by 0 (never
   // stored).
-  static __device__ __forceinline__ void promote_k_block(const Params& p,
-                                                              Acc (&acc)[Cfg::kAtomsM][Cfg::kAccum],
-                                                              uint32_t a_slot, uint32_t b_slot,
-                                                              int64_t wg_row, int col0, int kb) {
+  static __device__ __forceinline__ void promote_k_block(const Params& p, Acc (&acc)[Cfg::kAtomsM][Cfg::kAccum],
+                                                         uint32_t a_slot, uint32_t b_slot, int64_t wg_row,
+                                                         int col0, int kb) {
     static_assert(Cfg::kBlockN <= 128, "one b block scale per k-block of a tile");
     static_assert(2 * Cfg::kAtomsM * Cfg::kAccum + 64 <= kConsumerRegisters,
                   "the k-block's accumulators beside the total");
     Acc part[Cfg::kAtomsM][Cfg::kAccum];
-    ptx::wgmma_fence();
-#pragma unroll
-    for (int k = 0; k < kRowBytes / 32; ++k) {
-      const uint64_t desc_b = ptx::smem_descriptor(b_slot + k * Op::kBStepBytes, Op::kBLeadingBytes, 1024);
-#pragma unroll
-      for (int a = 0; a < Cfg::kAtomsM; ++a) {
-        const uint64_t desc_a = ptx::smem_descriptor(a_slot + a * 64 * kRowBytes + k * 32, 16, 1024);
-        Op::template mma<Cfg::kBlockN>(part[a], desc_a, desc_b, k > 0);
-      }
-    }
-    ptx::wgmma_commit();
+    issue_k_block(part, a_slot, b_slot, false);
     // The fragment's rows (wgmma.cuh): warp w of the warpgroup has rows 16 w + lane / 4 and
     // + 8 of each 64-row atom.
     const int64_t row0 = wg_row + (threadIdx.x % 128) / 32 * 16 + (threadIdx.x % 32) / 4;
@@ -302,37 +311,17 @@ struct Mainloop {
         const uint32_t b_slot = smem_b + stage * Cfg::kBBytes;
         if constexpr (Op::kPromote) {
           promote_k_block(p, acc, a_slot, b_slot, wg_row, col0, kb);
-          release_slot(empty + 8 * stage, lane == 0);
-          if (++stage == Cfg::kStages) {
-            stage = 0;
-            phase ^= 1;
-          }
-          continue;
+          release_slot(empty + 8 * stage, lane == 0);  // its wgmmas are complete
+        } else {
+          issue_k_block(acc, a_slot, b_slot, kb > w.kb_begin);
+          // Keep this k-block's wgmmas in flight; the previous block's are now complete, so
+          // its slot can be handed back to the producer.
+          ptx::wgmma_wait<1>();
+#pragma unroll
+          for (int a = 0; a < Cfg::kAtomsM; ++a) ptx::fence_registers(acc[a]);
+          release_slot(empty + 8 * prev_stage, kb > w.kb_begin && lane == 0);
+          prev_stage = stage;
         }
-        ptx::wgmma_fence();
-#pragma unroll
-        for (int k = 0; k < kRowBytes / 32; ++k) {
-          // k-step k (32 bytes of K): A advances 32 bytes inside its 128-byte rows (the
-          // swizzle is applied to the absolute address, so this stays consistent with the
-          // TMA writes); B as the operand type lays it out. 8-row groups are 1024 bytes
-          // apart (SBO).
-          const uint64_t desc_b =
-              ptx::smem_descriptor(b_slot + k * Op::kBStepBytes, Op::kBLeadingBytes, 1024);
-#pragma unroll
-          for (int a = 0; a < Cfg::kAtomsM; ++a) {
-            const uint64_t desc_a =
-                ptx::smem_descriptor(a_slot + a * 64 * kRowBytes + k * 32, 16, 1024);
-            Op::template mma<Cfg::kBlockN>(acc[a], desc_a, desc_b, kb > w.kb_begin || k > 0);
-          }
-        }
-        ptx::wgmma_commit();
-        // Keep this k-block's wgmmas in flight; the previous block's are now complete, so
-        // its slot can be handed back to the producer.
-        ptx::wgmma_wait<1>();
-#pragma unroll
-        for (int a = 0; a < Cfg::kAtomsM; ++a) ptx::fence_registers(acc[a]);
-        release_slot(empty + 8 * prev_stage, kb > w.kb_begin && lane == 0);
-        prev_stage = stage;
         if (++stage == Cfg::kStages) {
           stage = 0;
           phase ^= 1;
