@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The GEMM family's entry points: sgemm, wmma_gemm, int8_gemm, gemm, gemm_fp8 (each with its
-// config names and heuristic), the allocating forms and the path queries.
+// The GEMM family's entry points: sgemm, wmma_gemm, int8_gemm, gemm, gemm_fp8, grouped_gemm
+// (each with its config names and heuristic), the allocating forms and the path queries.
+#include <tvm/ffi/optional.h>
 #include <tvm/ffi/string.h>
 
 #include "common.h"
@@ -101,6 +102,25 @@ void gemm_fp8(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorVi
   });
 }
 
+// The MoE expert GEMMs in one launch: exactly one of group_offsets (contiguous layout) and
+// group_counts (masked layout) is given (gks::GroupedGemmArgs).
+void grouped_gemm(tvm::ffi::TensorView a, tvm::ffi::TensorView b,
+                  tvm::ffi::Optional<tvm::ffi::TensorView> group_offsets,
+                  tvm::ffi::Optional<tvm::ffi::TensorView> group_counts, tvm::ffi::TensorView c,
+                  int64_t config) {
+  using namespace gks::ffi;
+  translate_errors([&] {
+    gks::GroupedGemmArgs args;
+    args.config = config_arg(config, "gks.grouped_gemm");
+    args.a = to_ref(a);
+    args.b = to_ref(b);
+    if (group_offsets.has_value()) args.group_offsets = to_ref(group_offsets.value());
+    if (group_counts.has_value()) args.group_counts = to_ref(group_counts.value());
+    args.c = to_ref(c);
+    gks::grouped_gemm(args, stream_for(args.a));
+  });
+}
+
 gks::GemmArgs gemm_args(const tvm::ffi::TensorView& a, const tvm::ffi::TensorView& b,
                         const tvm::ffi::TensorView& c, int64_t config) {
   using gks::ffi::to_ref;
@@ -181,6 +201,16 @@ tvm::ffi::String gemm_fp8_configs() {
   }
   return table.json();
 }
+// The grouped kernel's configs (single CTAs).
+tvm::ffi::String grouped_gemm_configs() {
+  gks::ffi::ConfigTable table;
+  const auto& configs = gks::detail::grouped_gemm_configs();
+  for (int i = 0; i < static_cast<int>(configs.size()); ++i) {
+    tile_fields(table, configs[i]);
+    table.flag("ping_pong", gks::detail::kHopperGroupedConfigs[i].ping_pong);
+  }
+  return table.json();
+}
 tvm::ffi::String gemm_configs() {
   gks::ffi::ConfigTable table;
   for (const auto& c : gks::detail::hopper_gemm_configs()) {
@@ -203,6 +233,10 @@ int64_t int8_gemm_heuristic(int64_t m, int64_t n, int64_t k, int64_t num_sms) {
 int64_t gemm_heuristic(int64_t m, int64_t n, int64_t k, int64_t num_sms) {
   return gks::detail::hopper_gemm_heuristic(m, n, k, static_cast<int>(num_sms));
 }
+// rows: the rows of a group (the contiguous layout's mean, the masked layout's M_max).
+int64_t grouped_gemm_heuristic(int64_t rows, int64_t n, int64_t k, int64_t groups, int64_t num_sms) {
+  return gks::detail::grouped_gemm_heuristic(rows, n, k, groups, static_cast<int>(num_sms));
+}
 
 }  // namespace
 
@@ -214,6 +248,9 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(int8_gemm_path, int8_gemm_path);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(gemm, gemm);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(gemm_fp8, gemm_fp8);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(gemm_fp8_configs, gemm_fp8_configs);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(grouped_gemm, grouped_gemm);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(grouped_gemm_configs, grouped_gemm_configs);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(grouped_gemm_heuristic, grouped_gemm_heuristic);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(gemm_alloc, gemm_alloc);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(gemm_path, gemm_path);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(sgemm_configs, sgemm_configs);

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The gemm family's torch ops: gks::sgemm, gks::wmma_gemm, gks::int8_gemm, gks::gemm and
-gks::gemm_fp8. See gks._torch_ops for what every custom op guarantees."""
+"""The gemm family's torch ops: gks::sgemm, gks::wmma_gemm, gks::int8_gemm, gks::gemm,
+gks::gemm_fp8 and gks::grouped_gemm. See gks._torch_ops for what every custom op guarantees."""
 
 from __future__ import annotations
 
@@ -12,9 +12,15 @@ from gks._torch_ops._fake import validate
 from gks._torch_ops._eager import native_allocates
 from gks.runtime.dims import gemm_dims
 from gks.runtime.tables import resolve_config
-from gks.specs.gemm import GEMM_FP8_SCALINGS, checked_fp8_out_dtype, gemm_fp8_shape
+from gks.specs.gemm import (
+    GEMM_FP8_SCALINGS,
+    check_grouped_gemm,
+    checked_fp8_out_dtype,
+    gemm_fp8_shape,
+    grouped_gemm_shape,
+)
 
-__all__ = ["sgemm", "wmma_gemm", "int8_gemm", "gemm", "gemm_fp8"]
+__all__ = ["sgemm", "wmma_gemm", "int8_gemm", "gemm", "gemm_fp8", "grouped_gemm"]
 
 
 def _sgemm(a: torch.Tensor, b: torch.Tensor, config: int = -1) -> torch.Tensor:
@@ -240,3 +246,41 @@ def _(a, b, a_scale, b_scale, scaling: str = "tensor", out_dtype: torch.dtype = 
     validate(cuda.gemm_fp8_out, a, b, a_scale, b_scale, c, scaling, config)
     return c
 
+
+def _grouped_gemm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    group_offsets: torch.Tensor | None = None,
+    group_counts: torch.Tensor | None = None,
+    config: int = -1,
+) -> torch.Tensor:
+    """The MoE expert GEMMs in one launch, c = a @ b[g] for each group g of a's rows;
+    gks.reference.grouped_gemm says it exactly. Exactly one of group_offsets and
+    group_counts is given.
+
+    Contiguous (group_offsets [G + 1] int32): a [T, K] (tokens sorted by expert), c [T, N];
+    group g is rows [group_offsets[g], group_offsets[g + 1]), bounds clamped into [0, T].
+    Masked (group_counts [G] int32): a [G, M_max, K], c [G, M_max, N]; group g is the first
+    group_counts[g] rows of its slab (decode under CUDA graphs). b [G, K, N]; fp16 or bf16,
+    fp32 accumulation, c in a's dtype; every row of c outside the groups is 0. The offsets
+    and counts are read on the device only (no host synchronization). The Hopper kernel
+    (sm_90 only; gks.triton.grouped_gemm runs elsewhere). config: -1 = tuned entry if any,
+    else the heuristic; an index into gks.cuda.gemm_config_names("grouped_gemm") forces it.
+    Runs on the current CUDA stream.
+    """
+    masked = check_grouped_gemm(a, b, group_offsets, group_counts, "gks.grouped_gemm")
+    c = a.new_empty((*a.shape[:-1], b.shape[2]))
+    config = resolve_config("grouped_gemm", a, grouped_gemm_shape(a, b, masked), config)
+    cuda.grouped_gemm_out(a, b, group_offsets, group_counts, c, config)
+    return c
+
+
+grouped_gemm = gks_op("grouped_gemm", _grouped_gemm)
+
+
+@grouped_gemm.op.register_fake
+def _(a, b, group_offsets=None, group_counts=None, config: int = -1):
+    check_grouped_gemm(a, b, group_offsets, group_counts, "gks.grouped_gemm")
+    c = torch.empty((*a.shape[:-1], b.shape[2]), dtype=a.dtype, device=a.device)
+    validate(cuda.grouped_gemm_out, a, b, group_offsets, group_counts, c, config)
+    return c

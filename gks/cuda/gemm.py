@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The gemm family's DLPack entry points: sgemm, wmma_gemm, int8_gemm, gemm and gemm_fp8, their
-config names, heuristics and path queries. See gks.cuda."""
+"""The gemm family's DLPack entry points: sgemm, wmma_gemm, int8_gemm, gemm, gemm_fp8 and
+grouped_gemm, their config names, heuristics and path queries. See gks.cuda."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from gks import _native, registry
 
 __all__ = [
     "sgemm_out", "wmma_gemm_out", "int8_gemm_out", "int8_gemm_alloc", "int8_gemm_path", "gemm_out",
-    "gemm_alloc", "gemm_path", "gemm_config_names", "gemm_heuristic", "gemm_fp8_out",
+    "gemm_alloc", "gemm_path", "gemm_config_names", "gemm_heuristic", "gemm_fp8_out", "grouped_gemm_out",
+    "grouped_gemm_heuristic",
 ]
 
 
@@ -70,7 +71,16 @@ def gemm_config_names(kernel: str) -> list[str]:
 def gemm_heuristic(kernel: str, m: int, n: int, k: int, num_sms: int) -> int:
     """The config index the C++ heuristic picks for an M x N x K problem on num_sms SMs."""
     _check_gemm(kernel, "gemm_heuristic")
+    if kernel == "grouped_gemm":
+        raise ValueError("gemm_heuristic: grouped_gemm's heuristic takes the groups too: call "
+                         "grouped_gemm_heuristic(rows, n, k, groups, num_sms)")
     return int(getattr(_native.module(), f"{kernel}_heuristic")(m, n, k, num_sms))
+
+
+def grouped_gemm_heuristic(rows: int, n: int, k: int, groups: int, num_sms: int) -> int:
+    """The config index the C++ heuristic picks for grouped_gemm with groups of about `rows`
+    rows (the contiguous layout's mean, the masked layout's M_max) on num_sms SMs."""
+    return int(_native.module().grouped_gemm_heuristic(rows, n, k, groups, num_sms))
 
 
 def gemm_out(a, b, c, config: int = -1) -> None:
@@ -106,3 +116,15 @@ def gemm_fp8_out(a, b, a_scale, b_scale, c, scaling: str = "tensor", config: int
     of K promoted into fp32): off compute capability 9.0, or in a build without sm_90a, it
     refuses the call. config: an index into gemm_config_names("gemm_fp8"), or -1."""
     _native.module().gemm_fp8(a, b, a_scale, b_scale, c, scaling, int(config))
+
+
+def grouped_gemm_out(a, b, group_offsets, group_counts, c, config: int = -1) -> None:
+    """The MoE expert GEMMs in one launch, written into c, as gks.reference.grouped_gemm says:
+    exactly one of group_offsets ([G + 1] int32: a [T, K], c [T, N]) and group_counts ([G]
+    int32: a [G, M_max, K], c [G, M_max, N]) is given (the other None); b [G, K, N]; fp16 or
+    bf16 with fp32 accumulation, c in a's dtype, every element of c written (0 outside the
+    groups). The Hopper kernel (sm_90a only; the grouped schedule of the persistent TMA +
+    wgmma GEMM): off compute capability 9.0, or in a build without sm_90a, it refuses the
+    call. No host synchronization. config: an index into gemm_config_names("grouped_gemm"),
+    or -1 for the heuristic."""
+    _native.module().grouped_gemm(a, b, group_offsets, group_counts, c, int(config))

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The gemm family as XLA custom calls: sgemm, wmma_gemm, int8_gemm, gemm, gemm_fp8. See gks.jax.
+"""The gemm family as XLA custom calls: sgemm, wmma_gemm, int8_gemm, gemm, gemm_fp8, grouped_gemm.
+See gks.jax.
 JAX arrays are row-major, so b (and b_q) always reach the kernels [K, N] row-major."""
 
 from __future__ import annotations
@@ -8,9 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from gks.jax._ffi import call, dtype_of, like, tuned
-from gks.specs.gemm import checked_fp8_out_dtype
+from gks.specs.gemm import checked_fp8_out_dtype, grouped_gemm_shape
 
-__all__ = ["sgemm", "wmma_gemm", "int8_gemm", "gemm", "gemm_fp8"]
+__all__ = ["sgemm", "wmma_gemm", "int8_gemm", "gemm", "gemm_fp8", "grouped_gemm"]
 
 
 def _mnk(a, b) -> tuple[int, int, int] | None:
@@ -70,3 +71,18 @@ def gemm_fp8(a, b, a_scale, b_scale, scaling: str = "tensor", out_dtype=jnp.bflo
     out = checked_fp8_out_dtype(dtype_of(out_dtype, "gemm_fp8", "out_dtype"), "gks.gemm_fp8")
     return call("gemm_fp8", {"a": a, "b": b, "a_scale": a_scale, "b_scale": b_scale, "scaling": scaling},
                 (like(a, out, _mn(a, b)),), config=config)[0]
+
+
+def grouped_gemm(a, b, group_offsets=None, group_counts=None, config: int = -1):
+    """The MoE expert GEMMs in one launch (see gks.grouped_gemm): exactly one of
+    group_offsets ([G + 1] int32; a [T, K] -> c [T, N]) and group_counts ([G] int32; a
+    [G, M_max, K] -> c [G, M_max, N]); b [G, K, N]. The offsets and counts stay arrays."""
+    a, b = jnp.asarray(a), jnp.asarray(b)
+    group_offsets = None if group_offsets is None else jnp.asarray(group_offsets)
+    group_counts = None if group_counts is None else jnp.asarray(group_counts)
+    c_shape = (*a.shape[:-1], b.shape[-1] if b.ndim else 0)
+    dims = None
+    if b.ndim == 3 and a.ndim in (2, 3) and (group_offsets is None) != (group_counts is None):
+        dims = grouped_gemm_shape(a, b, group_counts is not None)
+    return call("grouped_gemm", {"a": a, "b": b, "group_offsets": group_offsets, "group_counts": group_counts},
+                (like(a, shape=c_shape),), config=tuned("grouped_gemm", config, a.dtype, dims))[0]

@@ -594,6 +594,15 @@ def grouped_gemm_counts(group_counts, rows: int) -> list[int]:
     return [min(max(m, 0), rows) for m in group_counts.to("cpu", torch.int64).tolist()]
 
 
+def grouped_gemm_shape(a, b, masked: bool) -> tuple[int, int, int, int, int]:
+    """The spec shape (G, M, N, K, masked) of a call that check_grouped_gemm takes, which
+    keys the tuned tables: M is the masked layout's M_max, the contiguous layout's mean
+    rows a group (the bench shapes' groups are full, so T = G M there)."""
+    groups, k, n = b.shape
+    rows = a.shape[1] if masked else a.shape[0] // max(groups, 1)
+    return groups, rows, n, k, int(masked)
+
+
 def grouped_gemm_owners(bounds, total: int) -> list[int]:
     """The group whose product each of the `total` rows of the contiguous layout holds: the
     last group that contains the row (only non-monotone offsets make groups overlap), -1 for
@@ -911,7 +920,8 @@ GROUPED_GEMM = register(
         tolerance={"float16": (1e-3, 2e-3), "bfloat16": (1e-2, 8e-3)},
         flops=_grouped_flops,
         bytes_moved=_grouped_bytes,
-        backends=(Backend("triton", archs=("sm_80", "sm_90"), interpreted=True),),
+        backends=(Backend("cuda", archs=("sm_90a",), tunable=True),
+                  Backend("triton", archs=("sm_80", "sm_90"), interpreted=True)),
         test_shapes=GROUPED_TEST_SHAPES,
         bench_shapes=GROUPED_BENCH_SHAPES,
         peers=(Peer("torch.matmul per group (cuBLAS)", _torch_loop),
@@ -921,6 +931,11 @@ GROUPED_GEMM = register(
         example_shape=(4, 24, 40, 48, 0),
         bad_inputs=_grouped_bad_inputs(),
         outputs=("c",),
+        cuda_out=lambda cuda, i, o, **kw: cuda.grouped_gemm_out(i["a"], i["b"], i.get("group_offsets"),
+                                                               i.get("group_counts"), o[0], **kw),
+        # The Hopper GEMM with the grouped schedule, and the packing of operands TMA cannot
+        # read in place.
+        sass_kernels=(r"sm90::gemm_kernel<.*GroupedScheduler<", r"pack_rows_kernel\("),
     )
 )
 

@@ -789,4 +789,104 @@ TEST(HopperGemmValidation, GemmPathValidatesToo) {
                "argument 'c' must be on the device of 'a'");
 }
 
+// ---- grouped_gemm: validation (checked under ValidateOnly: shapes, dtypes, strides) ----
+
+gks::TensorRef ref3(void* p, gks::DType dt, int64_t d0, int64_t d1, int64_t d2) {
+  return gks::TensorRef::make(p, dt, {d0, d1, d2}, kGpu);
+}
+
+// Contiguous: a [T, K], b [G, K, N], group_offsets [G + 1], c [T, N]; masked: a [G, M, K],
+// group_counts [G], c [G, M, N].
+gks::GroupedGemmArgs grouped_args(bool masked, int64_t g, int64_t rows, int64_t n, int64_t k) {
+  gks::GroupedGemmArgs a;
+  const auto dt = gks::DType::kBFloat16;
+  a.b = ref3(gks_test::fake_address(2), dt, g, k, n);
+  if (masked) {
+    a.a = ref3(gks_test::fake_address(1), dt, g, rows, k);
+    a.c = ref3(gks_test::fake_address(3), dt, g, rows, n);
+    a.group_counts = gks::TensorRef::make(gks_test::fake_address(4), gks::DType::kInt32, {g}, kGpu);
+  } else {
+    a.a = mat(gks_test::fake_address(1), dt, rows, k);
+    a.c = mat(gks_test::fake_address(3), dt, rows, n);
+    a.group_offsets = gks::TensorRef::make(gks_test::fake_address(4), gks::DType::kInt32, {g + 1}, kGpu);
+  }
+  return a;
+}
+
+TEST(GroupedGemm, AcceptsBothLayoutsAndOddShapes) {
+  const gks::ValidateOnly only;
+  for (bool masked : {false, true}) {
+    EXPECT_NO_THROW(gks::grouped_gemm(grouped_args(masked, 8, 100, 1000, 520), nullptr));
+    EXPECT_NO_THROW(gks::grouped_gemm(grouped_args(masked, 3, 21, 17, 33), nullptr));  // TMA-unfriendly: packed
+    EXPECT_NO_THROW(gks::grouped_gemm(grouped_args(masked, 1, 1, 1, 1), nullptr));
+  }
+}
+
+TEST(GroupedGemm, RefusesBadArgumentsNamingThem) {
+  const gks::ValidateOnly only;
+  auto a = grouped_args(false, 3, 6, 5, 8);
+  a.group_counts = gks::TensorRef::make(gks_test::fake_address(5), gks::DType::kInt32, {3}, kGpu);
+  expect_error([&] { gks::grouped_gemm(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "exactly one of the arguments 'group_offsets' (the contiguous layout) and 'group_counts' "
+               "(the masked layout) must be given, got both");
+  a.group_counts.reset();
+  a.group_offsets.reset();
+  expect_error([&] { gks::grouped_gemm(a, nullptr); }, gks::ErrorKind::kInvalidArgument, "got neither");
+  a = grouped_args(false, 3, 6, 5, 8);
+  a.a = ref3(gks_test::fake_address(1), gks::DType::kBFloat16, 3, 2, 8);
+  expect_error([&] { gks::grouped_gemm(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "argument 'a' must be 2-D [T, K] (the contiguous layout: group_offsets given), got 3 dims");
+  a = grouped_args(false, 3, 6, 5, 8);
+  a.b = ref3(gks_test::fake_address(2), gks::DType::kBFloat16, 3, 9, 5);
+  expect_error([&] { gks::grouped_gemm(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "argument 'b' must have shape [G, K, N] with K = 8");
+  a = grouped_args(true, 3, 6, 5, 8);
+  a.b = ref3(gks_test::fake_address(2), gks::DType::kBFloat16, 2, 8, 5);
+  expect_error([&] { gks::grouped_gemm(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "argument 'b' must have shape [G, K, N] with G = 3");
+  a = grouped_args(false, 3, 6, 5, 8);
+  a.group_offsets = gks::TensorRef::make(gks_test::fake_address(4), gks::DType::kInt32, {3}, kGpu);
+  expect_error([&] { gks::grouped_gemm(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "argument 'group_offsets' must have shape [G + 1] = [4] (G = 3, dim 0 of 'b'), got [3]");
+  a = grouped_args(true, 3, 6, 5, 8);
+  a.group_counts->dtype = gks::DType::kFloat32;
+  expect_error([&] { gks::grouped_gemm(a, nullptr); }, gks::ErrorKind::kUnsupportedDtype,
+               "argument 'group_counts' must be int32, got float32");
+  a = grouped_args(true, 3, 6, 5, 8);
+  a.c = ref3(gks_test::fake_address(3), gks::DType::kBFloat16, 3, 6, 4);
+  expect_error([&] { gks::grouped_gemm(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "argument 'c' must have shape [G, M_max, N]");
+  a = grouped_args(false, 3, 6, 5, 8);
+  a.a.dtype = gks::DType::kFloat32;
+  expect_error([&] { gks::grouped_gemm(a, nullptr); }, gks::ErrorKind::kUnsupportedDtype,
+               "argument 'a' must be float16 or bfloat16, got float32");
+  a = grouped_args(false, 3, 6, 5, 8);
+  a.b = gks::TensorRef::make(gks_test::fake_address(2), gks::DType::kBFloat16, {3, 8, 5}, kGpu, {40, 1, 8});
+  expect_error([&] { gks::grouped_gemm(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "argument 'b' must be row-major with a contiguous last dim (stride(-1) == 1), got strides (40, 1, 8)");
+  a = grouped_args(false, 3, 6, 5, 8);
+  a.config = gks::detail::kNumHopperGroupedConfigs;
+  expect_error([&] { gks::grouped_gemm(a, nullptr); }, gks::ErrorKind::kInvalidArgument, "config");
+}
+
+TEST(GroupedGemm, ConfigsAndHeuristic) {
+  const auto& configs = gks::detail::grouped_gemm_configs();
+  ASSERT_EQ(int(configs.size()), gks::detail::kNumHopperGroupedConfigs);
+  expect_well_formed(configs);
+  for (const auto& c : gks::detail::kHopperGroupedConfigs) {
+    EXPECT_EQ(c.cluster_m, 1) << c.name;  // the grouped schedule runs single CTAs
+    EXPECT_EQ(c.cluster_n, 1) << c.name;
+    EXPECT_FALSE(c.stream_k) << c.name;
+  }
+  // Decode's masked groups of 64 rows take 64-row tiles; large groups 128-row ones.
+  EXPECT_EQ(configs[gks::detail::grouped_gemm_heuristic(64, 7168, 2048, 32, kH200Sms)].block_m, 64);
+  EXPECT_EQ(configs[gks::detail::grouped_gemm_heuristic(512, 4096, 7168, 32, kH200Sms)].block_m, 128);
+  for (int64_t rows : {1, 17, 64, 65, 128, 4096})
+    for (int64_t groups : {1, 8, 256}) {
+      const int pick = gks::detail::grouped_gemm_heuristic(rows, 2048, 7168, groups, kH200Sms);
+      EXPECT_GE(pick, 0);
+      EXPECT_LT(pick, gks::detail::kNumHopperGroupedConfigs);
+    }
+}
+
 }  // namespace

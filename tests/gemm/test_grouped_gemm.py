@@ -7,8 +7,9 @@ edge sizes (K = 0, T = 0, G = 0), the reference's own checks, the cuBLAS-loop pe
 a GPU: DeepSeek-V3's expert shapes, a CUDA-graph replay on other offsets and counts, no
 host synchronization, and offsets into b past element 2^31.
 
-Without a GPU the Triton kernels run in the interpreter (conftest sets TRITON_INTERPRET=1),
-on small sizes; GPU-only tests carry @requires_gpu.
+Every test runs each backend: Triton (without a GPU in the interpreter, which conftest sets
+up with TRITON_INTERPRET=1, on small sizes) and CUDA (the Hopper kernel's grouped schedule:
+on an sm_90 GPU only, every config forced too). GPU-only tests carry @requires_gpu.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import DEVICE, HAS_GPU, capture, poison_allocator, poisoned_host_outputs, refill, requires_gpu, seed_for
+from conftest import (DEVICE, HAS_GPU, HAS_NATIVE, capture, poison_allocator, poisoned_host_outputs, refill,
+                      requires_gpu, seed_for)
 import gks.triton
 from gks import registry
 from gks.specs.gemm import (check_grouped_gemm, gemm_check, grouped_gemm_bounds, grouped_gemm_sizes,
@@ -27,13 +29,33 @@ DTYPES = ("float16", "bfloat16")
 LAYOUTS = ("contiguous", "masked")
 
 
-def _call(inputs):
+def _backends():
+    for b in SPEC.backends:
+        marks = () if HAS_GPU or b.interpreted else pytest.mark.skip(reason=f"{b.name} has no interpreter")
+        yield pytest.param(b.name, id=b.name, marks=marks)
+
+
+BACKENDS = list(_backends())
+
+
+def _op(backend: str):
+    """gks.<op> as `backend` has it; the CUDA backend (the Hopper kernel) only on sm_90."""
+    if backend == "cuda":
+        if not HAS_NATIVE:
+            pytest.skip("the gks CUDA library is not built")
+        if torch.cuda.get_device_capability() != (9, 0):
+            pytest.skip("the CUDA grouped GEMM runs on sm_90 only (this GPU refuses it, as tested below)")
+    return SPEC.public(backend)
+
+
+def _call(inputs, backend="triton", **kw):
     """The op's outputs start as NaN, so an element it never writes fails the check: on a
     GPU through the caching allocator, on the host for the 16-bit tensors the op allocates."""
+    op = _op(backend)
     a, b = inputs["a"], inputs["b"]
     poison_allocator(a[..., :1].numel() * b.shape[2] * a.element_size(), DEVICE)
     with poisoned_host_outputs():
-        return gks.triton.grouped_gemm(**inputs)
+        return op(**inputs, **kw)
 
 
 def _check(out, inputs, dtype, what=""):
@@ -64,9 +86,10 @@ SIZES = {
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("sizes", list(SIZES), ids=str)
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_layouts_match_the_float64_reference(layout, sizes, dtype):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_layouts_match_the_float64_reference(layout, sizes, dtype, backend):
     inputs = _inputs(SIZES[sizes], 24, 40, dtype, layout == "masked")
-    out = _call(inputs)
+    out = _call(inputs, backend)
     _check(out, inputs, dtype, f"{layout}/{sizes}/{dtype}")
 
 
@@ -100,12 +123,13 @@ BAD_OFFSETS = {
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", list(BAD_OFFSETS))
-def test_bad_offsets_are_clamped(case, dtype):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bad_offsets_are_clamped(case, dtype, backend):
     offsets, bounds, stretches = BAD_OFFSETS[case]
     inputs = _inputs([10, 10, 10, 10], 24, 40, dtype, False, case)
     inputs["group_offsets"] = torch.tensor(offsets, dtype=torch.int32, device=DEVICE)
     assert grouped_gemm_bounds(inputs["group_offsets"], 40) == bounds
-    out = _call(inputs)
+    out = _call(inputs, backend)
     _check(out, inputs, dtype, case)
     # The same, stretch by stretch, without the spec's row-owner bookkeeping.
     a, b = inputs["a"], inputs["b"]
@@ -118,10 +142,11 @@ def test_bad_offsets_are_clamped(case, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_counts_past_m_max_and_negative_are_clamped(dtype):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_counts_past_m_max_and_negative_are_clamped(dtype, backend):
     inputs = _inputs([0, 0, 0, 0], 24, 40, dtype, True, rows=9)
     inputs["group_counts"] = torch.tensor([-3, 0, 7, 50], dtype=torch.int32, device=DEVICE)
-    out = _call(inputs)
+    out = _call(inputs, backend)
     _check(out, inputs, dtype, "counts")
     a, b = inputs["a"], inputs["b"]
     assert bool((out[:2] == 0).all()) and bool((out[2, 7:] == 0).all())
@@ -129,26 +154,28 @@ def test_counts_past_m_max_and_negative_are_clamped(dtype):
         gemm_check(out[g, :m], a[g, :m].double() @ b[g].double(), a[g, :m], b[g], dtype, "mma", f"group {g}")
 
 
-def test_non_finite_values_stay_in_their_group():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_non_finite_values_stay_in_their_group(backend):
     """A NaN in b[g] reaches only group g's rows (the rows of the other groups in the same
     tile, and the rows past a count, multiply it by 0: NaN, never stored); a NaN in a row
     past its group's count is never read."""
     dtype = "float16"
     inputs = _inputs([5, 3, 20], 24, 40, dtype, False, "nan")
     inputs["b"][1, 7, 4] = float("nan")
-    out = _call(inputs)
+    out = _call(inputs, backend)
     _check(out, inputs, dtype, "contiguous, NaN in b[1]")
     assert bool(out[5:8, 4].isnan().all()) and not bool(out[:5].isnan().any()) and not bool(out[8:].isnan().any())
     masked = _inputs([5, 3, 20], 24, 40, dtype, True, "nan")
     masked["b"][1, 7, 4] = float("inf")
     masked["a"][0, 6, 3] = float("nan")  # row 6 of group 0, past its count of 5
-    out = _call(masked)
+    out = _call(masked, backend)
     _check(out, masked, dtype, "masked, inf in b[1], NaN past a count")
     assert not bool(out[0].isnan().any()) and bool((out[1, 3:] == 0).all())
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_strided_operands(layout):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_strided_operands(layout, backend):
     """a and b with padded rows and offset starts, b's groups apart, the group tensor a
     strided view: the kernels take any strides but the last."""
     dtype = "bfloat16"
@@ -168,7 +195,7 @@ def test_strided_operands(layout):
     strided[name] = g_buf[::2]
     strided[name].copy_(groups)
     assert strided["a"].stride(0) != a.stride(0) and strided[name].stride(0) == 2
-    out = _call(strided)
+    out = _call(strided, backend)
     _check(out, inputs, dtype, f"{layout} strided")
 
 
@@ -177,13 +204,14 @@ def test_strided_operands(layout):
     ("K=0", [3, 0, 5], 6, 0), ("N=1", [3, 0, 5], 1, 17), ("T=0", [0, 0], 6, 8), ("G=0", [], 6, 8),
     ("one-row", [1], 1, 1),
 ], ids=lambda v: v if isinstance(v, str) else None)
-def test_edge_sizes(layout, what, sizes, n, k):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_edge_sizes(layout, what, sizes, n, k, backend):
     masked = layout == "masked"
     inputs = _inputs(sizes, n, k, "float16", masked, what, rows=max(sizes, default=0) + 2)
     if what == "G=0" and not masked:
         # Rows but no group: every row is in no group, written as 0.
         inputs["a"] = torch.randn(5, k, device=DEVICE).half()
-    out = _call(inputs)
+    out = _call(inputs, backend)
     _check(out, inputs, "float16", f"{layout} {what}")
 
 
@@ -262,26 +290,28 @@ LARGE = [(8, 300, 2048, 7168), (32, 200, 7168, 2048), (16, 129, 2048, 7168)]
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("shape", LARGE, ids=lambda s: "x".join(map(str, s)))
-def test_deepseek_expert_shapes(shape, layout, dtype):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_deepseek_expert_shapes(shape, layout, dtype, backend):
     groups, rows, n, k = shape
     gen = torch.Generator().manual_seed(seed_for("grouped_gemm", shape, "sizes"))
     sizes = grouped_gemm_sizes(groups, rows, gen)
     inputs = make_grouped_gemm_inputs(sizes, rows, n, k, dtype, "cuda", seed_for("grouped_gemm", shape, dtype),
                                       layout == "masked")
-    out = _call(inputs)
+    out = _call(inputs, backend)
     torch.cuda.synchronize()
     _check(out, inputs, dtype, f"{layout} {shape}")
 
 
 @requires_gpu
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_cuda_graph_replays_with_other_offsets_and_counts(layout):
+def test_cuda_graph_replays_with_other_offsets_and_counts(layout, backend):
     """Captured once, replayed after new group bounds (and values) are copied into the
     captured tensors: the kernels read the groups on the device at every replay."""
     masked = layout == "masked"
     dtype = "bfloat16"
     inputs = _inputs([40, 0, 70, 9], 96, 200, dtype, masked, "graph", rows=80 if masked else None)
-    graph, captured, _ = capture(gks.triton.grouped_gemm, inputs)  # compiles off the capture
+    graph, captured, _ = capture(_op(backend), inputs)  # compiles off the capture
     # Other groups of the same total: emptied, grown, moved.
     other = [0, 90, 1, 28] if not masked else [80, 3, 0, 55]
     fresh = _inputs(other, 96, 200, dtype, masked, "graph-replay", rows=80 if masked else None)
@@ -292,23 +322,57 @@ def test_cuda_graph_replays_with_other_offsets_and_counts(layout):
 
 
 @requires_gpu
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_no_host_synchronization(layout):
+def test_no_host_synchronization(layout, backend):
+    op = _op(backend)
     inputs = _inputs([40, 0, 70, 9], 96, 200, "float16", layout == "masked", "sync")
-    gks.triton.grouped_gemm(**inputs)  # compiles first
+    op(**inputs)  # compiles first
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        out = gks.triton.grouped_gemm(**inputs)
+        out = op(**inputs)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     _check(out, inputs, "float16", f"{layout} without synchronizing")
 
 
 @requires_gpu
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("case", ["mixed", "decreasing", "gaps"])
+def test_every_cuda_config(case, layout):
+    """Each of the CUDA kernel's configs forced, on groups across its row tiles (empty ones,
+    one of a row, one of several tiles), and on offsets out of order (overlapping groups,
+    which the last holding a row writes) or with gaps (rows in no group, written 0); K and N
+    that TMA reads in place and ones it cannot (packed first)."""
+    if case != "mixed" and layout == "masked":
+        pytest.skip("offsets belong to the contiguous layout")
+    names = SPEC.config_names("cuda")
+    for n, k in ((200, 136), (17, 33)):
+        if case == "mixed":
+            inputs = _inputs([70, 0, 130, 1, 300, 64], n, k, "bfloat16", layout == "masked", "configs")
+        else:
+            inputs = _inputs([10, 10, 10, 10], n, k, "bfloat16", False, "configs", case)
+            inputs["group_offsets"] = torch.tensor(BAD_OFFSETS[case][0], dtype=torch.int32, device=DEVICE)
+        for config, name in enumerate(names):
+            out = _call(inputs, "cuda", config=config)
+            _check(out, inputs, "bfloat16", f"{layout}/{case}, N {n}, K {k}, config {name}")
+
+
+@requires_gpu
+def test_the_cuda_backend_refuses_gpus_before_sm_90():
+    if not HAS_NATIVE or torch.cuda.get_device_capability() == (9, 0):
+        pytest.skip("for a GPU other than sm_90, with the library built")
+    inputs = _inputs([3, 4], 24, 40, "float16", False, "arch")
+    with pytest.raises(ValueError, match="the CUDA grouped GEMM needs a compute-capability 9.0 GPU"):
+        SPEC.public("cuda")(**inputs)
+
+
+@requires_gpu
 @pytest.mark.xdist_group("large-memory")
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_groups_of_b_past_element_2_31(layout):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_groups_of_b_past_element_2_31(layout, backend):
     """b [33, 8192, 8192] (2.2 G elements, 4.4 GB): its last group starts at element 2^31,
     one past what a 32-bit offset holds."""
     groups, k, n = 33, 8192, 8192
@@ -328,7 +392,7 @@ def test_groups_of_b_past_element_2_31(layout):
         offsets[0], offsets[-1] = 0, 64
         inputs = {"a": torch.randn((64, k), generator=gen, device="cuda").to(dtype), "b": b,
                   "group_offsets": offsets}
-    out = _call(inputs)
+    out = _call(inputs, backend)
     torch.cuda.synchronize()
     _check(out, inputs, "bfloat16", f"{layout}, b past 2^31")
     del inputs, b, out

@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "gks/tensor.h"
@@ -270,6 +271,36 @@ const std::vector<GemmConfigInfo>& gemm_fp8_configs();
 }  // namespace detail
 
 // --------------------------------------------------------------------------------------
+// gks::grouped_gemm: the MoE expert GEMMs in one launch, c[rows of g] = a[rows of g] @ b[g]
+// for each group g, fp16/bf16 with fp32 accumulation, c in a's dtype. Exactly one of
+// group_offsets and group_counts is given:
+//  * contiguous (group_offsets [G + 1] int32): a [T, K] (tokens sorted by expert), c [T, N];
+//    group g is rows [group_offsets[g], group_offsets[g + 1]), every bound clamped into
+//    [0, T] and each end to at least its start. A row in no group is written 0; where
+//    offsets out of order make groups overlap, a row holds the last such group's product.
+//  * masked (group_counts [G] int32): a [G, M_max, K], c [G, M_max, N]; group g is the
+//    first clamp(group_counts[g], 0, M_max) rows of its slab, the rest of c's slab is 0.
+// b is [G, K, N]. Every tensor's last dim is contiguous; the other strides are free (a
+// layout TMA cannot read in place, e.g. an odd K or N, is first packed into a temporary
+// from the stream-ordered pool). The offsets and counts are read on the device only: no
+// host synchronization, CUDA-graph safe (a capture replays with other groups).
+// The Hopper kernel (kernels/gemm/sm90/, GroupedScheduler: persistent, each group's tiles
+// from its first row, so no tile computes two groups) runs it; there is no other CUDA path,
+// so elsewhere (an sm_80 GPU, or a build without sm_90a) it throws kInvalidArgument.
+
+struct GroupedGemmArgs {
+  TensorRef a;  // [T, K] (contiguous) or [G, M_max, K] (masked), float16 or bfloat16
+  TensorRef b;  // [G, K, N], a's dtype
+  std::optional<TensorRef> group_offsets;  // [G + 1] int32: the contiguous layout
+  std::optional<TensorRef> group_counts;   // [G] int32: the masked layout
+  TensorRef c;  // [T, N] or [G, M_max, N], a's dtype
+  int config = -1;  // index into detail::grouped_gemm_configs(); -1 = heuristic
+};
+
+// Validates the arguments (throws gks::Error naming the bad one) and launches on `stream`.
+void grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream);
+
+// --------------------------------------------------------------------------------------
 // gks::gemm: c[M, N] = a[M, K] @ b[K, N] for fp16/bf16 with fp32 accumulation, c in a's
 // dtype or float32.
 //
@@ -376,6 +407,23 @@ inline constexpr HopperGemmConfig kHopperFp8Configs[] = {
 inline constexpr int kNumHopperFp8Configs =
     int(sizeof(kHopperFp8Configs) / sizeof(kHopperFp8Configs[0]));
 
+// gks::grouped_gemm's configs (single CTAs: the grouped schedule has no clusters), with
+// rings a stage or two shorter than gemm's, leaving shared memory for the schedule (12
+// bytes a group).
+inline constexpr HopperGemmConfig kHopperGroupedConfigs[] = {
+    {"grouped_128x128x64_s5", 128, 128, 64, 5, 1},
+    {"grouped_128x128x64_s5_pp", 128, 128, 64, 5, 1, true},
+    {"grouped_128x256x64_s3", 128, 256, 64, 3, 1},
+    {"grouped_64x128x64_s7_pp", 64, 128, 64, 7, 1, true},
+};
+inline constexpr int kNumHopperGroupedConfigs =
+    int(sizeof(kHopperGroupedConfigs) / sizeof(kHopperGroupedConfigs[0]));
+// The configs GroupedGemmArgs::config indexes (kHopperGroupedConfigs).
+const std::vector<GemmConfigInfo>& grouped_gemm_configs();
+// The config the heuristic picks for groups of about `rows_per_group` rows (the contiguous
+// layout's mean, the masked layout's M_max): row tiles no taller than a group needs.
+int grouped_gemm_heuristic(int64_t rows_per_group, int64_t n, int64_t k, int64_t groups, int num_sms);
+
 // The same table as a vector. Available in every build.
 const std::vector<HopperGemmConfig>& hopper_gemm_configs();
 
@@ -460,6 +508,31 @@ struct HopperGemmLaunch {
   int device;
   int num_sms;
 };
+
+// What the grouped launcher needs; built by grouped_gemm() after validation. a and b are
+// read through 3-D tensor maps: a as [slabs, rows, K] (contiguous: 1 slab of T rows;
+// masked: G slabs of M_max), b as [G, K, N]; every stride a multiple of 16 bytes.
+struct HopperGroupedLaunch {
+  const void* a;
+  int64_t lda, a_slab_stride;  // elements
+  int a_slabs;
+  const void* b;
+  int64_t ldb, b_group_stride;
+  void* c;
+  int64_t ldc, c_group_stride;
+  bool c_vec;  // c's base, leading dimension and slab stride are 16-byte aligned
+  const int* group_offsets;  // one of the two is null
+  const int* group_counts;
+  int64_t group_stride;  // elements between entries
+  int groups;
+  int m, n, k;  // m: rows of a slab (T or M_max); all >= 1
+  DType dtype;  // kFloat16 or kBFloat16 (c's too)
+  int config;   // a valid index into kHopperGroupedConfigs
+  int device;
+  int num_sms;
+};
+// Defined in grouped_gemm_sm90a.cu (only when GKS_WITH_SM90A is defined).
+void launch_hopper_grouped_sm90a(const HopperGroupedLaunch& launch, cudaStream_t stream);
 
 // Defined in gemm_sm90a.cu, which exists in the library only when GKS_WITH_SM90A is
 // defined; call it only under that macro.

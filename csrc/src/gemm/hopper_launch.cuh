@@ -48,6 +48,38 @@ inline CUtensorMap make_tensor_map(const void* data, DType dtype, int64_t rows, 
   return map;
 }
 
+// A 3-D tensor map over [depth, rows, cols] (cols contiguous; ld and depth_stride in
+// elements), boxes of [1, box_rows, 128 bytes], as make_tensor_map's: the grouped GEMM's a
+// ([slabs, rows, K]) and b ([G, K, N]), so that a box never reads into another slab.
+inline CUtensorMap make_tensor_map_3d(const void* data, DType dtype, int64_t depth, int64_t rows,
+                                      int64_t cols, int64_t ld, int64_t depth_stride, int box_rows,
+                                      const char* op, const char* arg) {
+  CUtensorMap map;
+  const int64_t elem = dtype_size(dtype);
+  const uint64_t dims[3] = {uint64_t(cols), uint64_t(rows), uint64_t(depth)};
+  const uint64_t strides[2] = {uint64_t(ld * elem), uint64_t(depth_stride * elem)};
+  const uint32_t box[3] = {uint32_t(hk::kRowBytes / elem), uint32_t(box_rows), 1};
+  const CUresult result = encode_tensor_map(&map, dtype, 3, data, dims, strides, box);
+  GKS_CHECK(result == CUDA_SUCCESS, kCudaError)
+      << op << ": cuTensorMapEncodeTiled failed (error " << int(result) << ") for argument '"
+      << arg << "' (shape [" << depth << ", " << rows << ", " << cols << "], strides [" << depth_stride
+      << ", " << ld << ", 1])";
+  return map;
+}
+
+// The kernel parameters every launch sets alike: c and the problem's shape.
+template <class Op>
+hk::Params shape_params(void* c, int64_t ldc, int m, int n, int k) {
+  hk::Params p{};
+  p.c = c;
+  p.ldc = ldc;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.k_blocks = int(ceil_div(k, hk::kBlockK<Op>));
+  return p;
+}
+
 // How many clusters of the kernel fit on the GPU at once (the persistent grid), per device.
 template <auto kKernel, int kClusterSize>
 inline int max_active_clusters(int device, int num_sms, int smem_bytes) {
@@ -93,13 +125,7 @@ void launch_config(const HopperGemmLaunch& L, cudaStream_t stream) {
       Op::kBKMajor ? make_tensor_map(L.b, L.dtype, L.n, L.k, L.ldb, hk::kBBlockCols, op, "b")
                 : make_tensor_map(L.b, L.dtype, L.k, L.n, L.ldb, hk::kBlockK<Op>, op, "b");
 
-  hk::Params p{};
-  p.c = L.c;
-  p.ldc = L.ldc;
-  p.m = L.m;
-  p.n = L.n;
-  p.k = L.k;
-  p.k_blocks = int(ceil_div(L.k, hk::kBlockK<Op>));
+  hk::Params p = shape_params<Op>(L.c, L.ldc, L.m, L.n, L.k);
   const int64_t tiles_m = ceil_div(L.m, Cfg::kBlockM);
   const int64_t unit_rows = ceil_div(tiles_m, Cfg::kClusterM);
   const int64_t unit_cols = ceil_div(ceil_div(L.n, Cfg::kBlockN), Cfg::kClusterN);
@@ -191,6 +217,65 @@ void launch_config(const HopperGemmLaunch& L, cudaStream_t stream) {
     GKS_CHECK(err == cudaSuccess, kCudaError)
         << op << ": launching the split-K reduction failed: " << cudaGetErrorString(err);
   }
+}
+
+// Launches config kHopperGroupedConfigs[kIndex] of the grouped kernel (GroupedScheduler):
+// a persistent grid of one CTA an SM (the units' count lives on the device), the schedule's
+// shared memory after the config's own, no split-K and no TMA stores (a tile's rows stop at
+// its group's end, which a tensor map of c cannot clip).
+template <class Op, int kIndex>
+void launch_grouped_config(const HopperGroupedLaunch& L, cudaStream_t stream) {
+  constexpr HopperGemmConfig kConfig = kHopperGroupedConfigs[kIndex];
+  static_assert(kConfig.block_k == hk::kBlockK<Op> && kConfig.cluster_m == 1 && kConfig.cluster_n == 1,
+                "grouped configs are single CTAs with 128-byte k-blocks");
+  using Cfg = hk::Tile<kConfig.block_m, kConfig.block_n, kConfig.stages, 1, kConfig.ping_pong, 1>;
+  using Scheduler = hk::GroupedScheduler<Cfg::kBlockM>;
+  constexpr auto kernel = hk::gemm_kernel<hk::Mainloop<Op, Cfg>, hk::Epilogue<hk::NoScales>, Scheduler>;
+  constexpr const char* op = "gks.grouped_gemm";
+  // The schedule's ints, and room for the block scan's own (static) shared memory.
+  const int64_t smem = Cfg::kSmemBytes + 4 * int64_t(Scheduler::smem_ints(L.groups));
+  GKS_CHECK(smem + 1024 <= hk::kSmemLimit, kInvalidArgument)
+      << op << ": G = " << L.groups << " groups need " << smem << " bytes of shared memory with config "
+      << kConfig.name << ", past the " << hk::kSmemLimit << " an SM has; use fewer groups a call";
+  // The attribute is set once a device: to the most any G may take.
+  prepare_smem_kernel<kernel>(hk::kSmemLimit - 1024, L.device);
+
+  const CUtensorMap map_a = make_tensor_map_3d(L.a, L.dtype, L.a_slabs, L.m, L.k, L.lda, L.a_slab_stride,
+                                               Cfg::kBlockM, op, "a");
+  const CUtensorMap map_b = make_tensor_map_3d(L.b, L.dtype, L.groups, L.k, L.n, L.ldb, L.b_group_stride,
+                                               hk::kBlockK<Op>, op, "b");
+  CUtensorMap map_c;
+  std::memset(&map_c, 0, sizeof(map_c));
+
+  hk::Params p = shape_params<Op>(L.c, L.ldc, L.m, L.n, L.k);
+  p.unit_cols = int(ceil_div(L.n, Cfg::kBlockN));
+  p.unit_rows = 0;  // per group, on the device
+  p.group_m = 1;
+  p.c_kind = gemm_c_kind(L.dtype);
+  p.c_vec = L.c_vec ? 1 : 0;
+  p.c_tma = 0;
+  p.k_splits = 1;
+  p.kb_per_split = p.k_blocks;
+  p.group_offsets = L.group_offsets;
+  p.group_counts = L.group_counts;
+  p.group_stride = L.group_stride;
+  p.groups = L.groups;
+  p.c_group_stride = L.c_group_stride;
+  // At most this many units (each group's row tiles, rounded up, by the column tiles); the
+  // unit loop adds the grid to a unit index, so keep the sum inside int.
+  const int64_t row_tiles = L.group_counts != nullptr
+                                ? int64_t(L.groups) * ceil_div(L.m, Cfg::kBlockM)
+                                : ceil_div(L.m, Cfg::kBlockM) + L.groups;
+  GKS_CHECK(row_tiles * p.unit_cols <= int64_t(INT_MAX) - 4096, kInvalidArgument)
+      << op << ": the output has too many tiles (up to " << row_tiles * p.unit_cols << ")";
+  p.num_units = int(row_tiles * p.unit_cols);  // a bound; the schedule counts the real ones
+
+  const LaunchConfig launch(dim3(unsigned(L.num_sms)), dim3(hk::kThreads), size_t(smem), stream, 1,
+                            /*early_start=*/true);
+  const cudaError_t err = cudaLaunchKernelEx(&launch.config, kernel, map_a, map_b, map_c, p);
+  GKS_CHECK(err == cudaSuccess, kCudaError)
+      << op << ": launching the Hopper kernel (config " << kConfig.name
+      << ") failed: " << cudaGetErrorString(err);
 }
 
 // Launches config L.config of the kCount configs in kTable: every config is its own

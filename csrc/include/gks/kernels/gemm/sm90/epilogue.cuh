@@ -27,6 +27,7 @@
 
 #include <cstdint>
 
+#include "gks/kernels/gemm/sm90/scheduler.cuh"
 #include "gks/kernels/gemm/sm90/tile.cuh"
 #include "gks/kernels/ptx/sm90.cuh"
 #include "gks/kernels/vec.cuh"
@@ -73,10 +74,11 @@ __device__ __forceinline__ void with_c_type(int c_kind, F&& f) {
 }
 
 // Reads a staged 64 x kEpilogueCols chunk out to c (rows from row0, columns from
-// chunk_col) as OutT, 16 bytes a store where c allows, masked at the edges.
+// chunk_col) as OutT, 16 bytes a store where c allows, masked at the edges and to the rows
+// the tile may write.
 template <typename OutT>
 __device__ __forceinline__ void write_chunk(const Params& p, const float* stage_buf, int64_t row0,
-                                            int chunk_col) {
+                                            int chunk_col, const TileRows& rows) {
   constexpr int kPer = 16 / int(sizeof(OutT));  // outputs per 16-byte store
   constexpr int kVecs = kEpilogueCols / kPer;
   const int t = threadIdx.x % 128;
@@ -85,14 +87,14 @@ __device__ __forceinline__ void write_chunk(const Params& p, const float* stage_
     const int r = i / kVecs, v = i % kVecs;
     const int64_t row = row0 + r;
     const int col = chunk_col + v * kPer;
-    if (row >= p.m || col >= p.n) continue;
+    if (col >= p.n || !rows.keep(p, row)) continue;
     float vals[kPer];
 #pragma unroll
     for (int e = 0; e < kPer; e += 4) {
       const float4 q = *reinterpret_cast<const float4*>(stage_buf + r * kEpiloguePitch + v * kPer + e);
       vals[e] = q.x, vals[e + 1] = q.y, vals[e + 2] = q.z, vals[e + 3] = q.w;
     }
-    OutT* dst = static_cast<OutT*>(p.c) + row * p.ldc + col;
+    OutT* dst = static_cast<OutT*>(p.c) + rows.c_offset + row * p.ldc + col;
     if (p.c_vec && col + kPer <= p.n) {
       Vec<OutT, kPer> out;
 #pragma unroll
@@ -112,7 +114,7 @@ template <class Op, class Cfg, class Scales>
 __device__ __forceinline__ void store_atom_staged(const Params& p,
                                                   const typename Op::Acc (&acc)[Cfg::kAccum],
                                                   float* stage_buf, int barrier_id, int64_t row0,
-                                                  int col0) {
+                                                  int col0, const TileRows& rows) {
   const int t = threadIdx.x % 128;
   const int warp = t / 32, lane = t % 32;
   // Accumulator fragment of m64nN: register 4j + {0,1} holds row warp*16 + lane/4,
@@ -148,7 +150,7 @@ __device__ __forceinline__ void store_atom_staged(const Params& p,
     }
     ptx::named_barrier_sync<128>(barrier_id);
     with_c_type<Op>(p.c_kind, [&](auto out) {
-      write_chunk<typename decltype(out)::type>(p, stage_buf, row0, chunk_col);
+      write_chunk<typename decltype(out)::type>(p, stage_buf, row0, chunk_col, rows);
     });
   }
 }
@@ -176,17 +178,18 @@ __device__ __forceinline__ void quad_transpose(W (&e)[4], int lane) {
 // Writes one 64 x kBlockN accumulator atom to c (rows 16-byte aligned) straight from
 // registers, with no shared memory and no barrier. Each quad of lanes swaps its values
 // (quad_transpose) so that a lane owns 8 adjacent columns of a row: one 16-byte store for a
-// 16-bit c, two for fp32. Masked at the edges.
+// 16-bit c, two for fp32. Masked at the edges and to the rows the tile may write.
 template <class Op, typename OutT, class Cfg, class Scales>
 __device__ __forceinline__ void store_atom_direct(const Params& p,
                                                   const typename Op::Acc (&acc)[Cfg::kAccum],
-                                                  int64_t row0, int col0) {
+                                                  int64_t row0, int col0, const TileRows& rows) {
   // Per column pair: two floats (fp32 c), or one 32-bit word of two 16-bit values.
   constexpr bool kFloat = sizeof(OutT) == 4;
   using Pair = Vec<OutT, 2>;
   const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
   const int quad_lane = lane % 4;
   const int64_t first_row = row0 + warp * 16 + lane / 4;  // and 8 rows below
+  const bool row_ok[2] = {rows.keep(p, first_row), rows.keep(p, first_row + 8)};
   float sa[2] = {1.f, 1.f};  // the scales of this thread's two rows
   if constexpr (Scales::kApplies) {
 #pragma unroll
@@ -234,8 +237,8 @@ __device__ __forceinline__ void store_atom_direct(const Params& p,
       }
       const int64_t row = first_row + 8 * h;
       const int col = col0 + 32 * g + 8 * quad_lane;  // this lane's group
-      if (row >= p.m || col >= p.n) continue;
-      OutT* dst = static_cast<OutT*>(p.c) + row * p.ldc + col;
+      if (!row_ok[h] || col >= p.n) continue;
+      OutT* dst = static_cast<OutT*>(p.c) + rows.c_offset + row * p.ldc + col;
       if (col + 8 <= p.n) {
         if constexpr (kFloat) {
           reinterpret_cast<float4*>(dst)[0] = make_float4(lo[h][0], hi[h][0], lo[h][1], hi[h][1]);
@@ -389,7 +392,9 @@ template <class Scales_>
 struct Epilogue {
   using Scales = Scales_;
 
-  // Stores consumer warpgroup wg's atoms of a tile (rows from wg_row, columns from col0).
+  // Stores consumer warpgroup wg's atoms of a tile (rows from wg_row, columns from col0)
+  // into the rows the scheduler gives it (TileRows; split-K and TMA stores are never
+  // grouped, so they write c's own rows).
   // The warpgroup's share of the epilogue's shared memory: `stage_buf`, a staged chunk, or
   // `store_buffers`, its TMA store buffers (1024-byte aligned, as the swizzle needs); `sub`
   // counts the sub-tiles it has stored through them.
@@ -397,11 +402,11 @@ struct Epilogue {
   static __device__ __forceinline__ void store(
       const Params& p, const typename Op::Acc (&acc)[Cfg::kAtomsM][Cfg::kAccum],
       const CUtensorMap* map_c, float* stage_buf, uint32_t store_buffers, int& sub, int split,
-      int64_t wg_row, int col0, int wg) {
+      int64_t wg_row, int col0, int wg, const TileRows& rows) {
 #pragma unroll
     for (int a = 0; a < Cfg::kAtomsM; ++a) {
       // Uniform across the warpgroup. (A cluster along N may have a tile wholly past N.)
-      if (wg_row + a * 64 >= p.m || col0 >= p.n) break;
+      if (wg_row + a * 64 >= rows.end || col0 >= p.n) break;
       if (p.k_splits > 1) {
         store_partial<Op, Cfg>(p, acc[a], split, wg_row + a * 64, col0);
       } else if (Cfg::kTmaStore && p.c_tma) {
@@ -416,11 +421,11 @@ struct Epilogue {
       } else if (p.c_vec) {
         with_c_type<Op>(p.c_kind, [&](auto out) {
           store_atom_direct<Op, typename decltype(out)::type, Cfg, Scales>(p, acc[a],
-                                                                          wg_row + a * 64, col0);
+                                                                          wg_row + a * 64, col0, rows);
         });
       } else {
         store_atom_staged<Op, Cfg, Scales>(p, acc[a], stage_buf, kEpilogue + wg,
-                                           wg_row + a * 64, col0);
+                                           wg_row + a * 64, col0, rows);
       }
     }
   }

@@ -9,7 +9,8 @@
 //  * Epilogue<Scales> (epilogue.cuh): what the accumulators are multiplied by and how they
 //    are written (TMA stores, direct, staged, split-K partial sums);
 //  * a scheduler (scheduler.cuh): which tiles, and which of their k-blocks, each CTA takes
-//    (data-parallel with split-K, or stream-K).
+//    (data-parallel with split-K, stream-K, or the groups of a grouped GEMM, whose a and b
+//    tensor maps are then 3-D: (k or n, row, slab or group)).
 // A new operand type, epilogue or scheduler is a new policy type.
 //
 // Shape of the kernel: one CTA per SM, persistent; 3 warpgroups. Warpgroup 0 is the
@@ -48,6 +49,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 const __grid_constant__ CUtensorMap map_c, const __grid_constant__ Params p) {
   using Cfg = typename Mainloop::Cfg;
   static_assert(!Scheduler::kStreamK || Cfg::kClusterSize == 1, "stream-K runs single CTAs");
+  static_assert(!Scheduler::kGrouped || Cfg::kClusterSize == 1, "grouped GEMMs run single CTAs");
   extern __shared__ uint8_t smem_raw[];
   // 128-byte swizzle atoms must start on 1024-byte boundaries.
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
@@ -58,6 +60,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(reinterpret_cast<uint8_t*>(epilogue_smem) +
                                                Cfg::kEpilogueBytes);
   uint64_t* empty = full + Cfg::kStages;
+  // The scheduler's shared memory (the grouped schedule's), after the barriers.
+  int* sched_smem = reinterpret_cast<int*>(empty + Cfg::kStages);
 
   const uint32_t cta_rank = Cfg::kClusterSize > 1 ? ptx::cluster_cta_rank() : 0;
   const int cluster_id = int(blockIdx.x) / Cfg::kClusterSize;
@@ -81,23 +85,31 @@ __global__ void __launch_bounds__(kThreads, 1)
   // the previous kernel; a and b may be its outputs, and c its input.
   ptx::wait_for_prior_grids();
   ptx::allow_dependent_grids();
+  if constexpr (Scheduler::kGrouped) Scheduler::template prepare<kThreads>(p, sched_smem);
 
   // The warpgroup's role, broadcast from lane 0 so that ptxas knows the branch below is
   // warp-uniform (a possibly divergent path before wgmma serializes it).
   const int warpgroup = __shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0);
   if (warpgroup == 0) {
     ptx::registers_decrease<kProducerRegisters>();
-    if (threadIdx.x == 0)
+    if (threadIdx.x == 0) {
       Mainloop::template produce<Scheduler>(&map_a, &map_b, p, ptx::smem_addr(smem_a),
                                             ptx::smem_addr(smem_b), ptx::smem_addr(full),
                                             ptx::smem_addr(empty), cta_rank, cluster_id,
-                                            num_clusters);
+                                            num_clusters, sched_smem);
+    } else if constexpr (Scheduler::kGrouped) {
+      // The producer's other three warps have nothing to load: they zero the rows of c
+      // that no group writes.
+      if (threadIdx.x >= 32)
+        Scheduler::fill_uncovered(p, sched_smem, int(blockIdx.x) * 3 + int(threadIdx.x / 32) - 1,
+                                  int(gridDim.x) * 3);
+    }
   } else {
     ptx::registers_increase<kConsumerRegisters>();
     Mainloop::template consume<Epilogue, Scheduler>(p, &map_c, ptx::smem_addr(smem_a),
                                                     ptx::smem_addr(smem_b), ptx::smem_addr(full),
                                                     ptx::smem_addr(empty), epilogue_smem, cta_rank,
-                                                    cluster_id, num_clusters);
+                                                    cluster_id, num_clusters, sched_smem);
   }
   // No CTA may leave while its peer can still arrive on its barriers or write its slots.
   if constexpr (Cfg::kClusterSize > 1) ptx::cluster_sync();

@@ -121,24 +121,26 @@ struct Mainloop {
   static __device__ __forceinline__ void produce(const CUtensorMap* map_a, const CUtensorMap* map_b,
                                                  const Params& p, uint32_t smem_a, uint32_t smem_b,
                                                  uint32_t full, uint32_t empty, uint32_t cta_rank,
-                                                 int cluster_id, int num_clusters) {
+                                                 int cluster_id, int num_clusters,
+                                                 const int* sched_smem) {
     ptx::prefetch_tensor_map(map_a);
     ptx::prefetch_tensor_map(map_b);
     int stage = 0;
     uint32_t phase = 0;
-    Scheduler schedule(p, cluster_id, num_clusters);
+    Scheduler schedule(p, cluster_id, num_clusters, sched_smem);
     while (!schedule.done(p)) {
       const UnitWork w = schedule.next(p, num_clusters);
-      const int a_row = tile_row<Cfg>(w, cta_rank) * Cfg::kBlockM;
+      const int a_row = w.row_base + tile_row<Cfg>(w, cta_rank) * Cfg::kBlockM;
       const int b_col = tile_col<Cfg>(w, cta_rank) * Cfg::kBlockN;
       // Boxes wholly outside the matrix are not loaded: A rows past M (the second CTA of a
       // cluster on the last, odd tile row) and B blocks past N feed only accumulators the
       // epilogue never stores, so stale shared memory there is harmless. Boxes that straddle
       // an edge are loaded; TMA zero-fills their outside part (which matters along K). In a
       // cluster along N, every CTA expects the A parts that start inside M (each from the
-      // CTA of that rank).
-      const bool load_a = a_row < p.m;
-      const int a_parts = min(Cfg::kClusterN, (p.m - a_row + Cfg::kAPartRows - 1) / Cfg::kAPartRows);
+      // CTA of that rank). (Grouped: rows past the group's feed only rows never stored.)
+      const bool load_a = a_row < w.row_end;
+      const int a_parts =
+          min(Cfg::kClusterN, (w.row_end - a_row + Cfg::kAPartRows - 1) / Cfg::kAPartRows);
       const int b_blocks =
           max(0, min(Cfg::kBBlocks, (p.n - b_col + kBBlockCols - 1) / kBBlockCols));
       // A and the B blocks land in this CTA's slot (half of the B blocks from the peer in a
@@ -161,7 +163,10 @@ struct Mainloop {
                                        full_bar, k0, a_row + part,
                                        uint16_t((1u << Cfg::kClusterN) - 1));
         } else if (load_a) {
-          ptx::tma_load_2d(smem_a + stage * Cfg::kABytes, map_a, full_bar, k0, a_row);
+          if constexpr (Scheduler::kGrouped)
+            ptx::tma_load_3d(smem_a + stage * Cfg::kABytes, map_a, full_bar, k0, a_row, w.a_slab);
+          else
+            ptx::tma_load_2d(smem_a + stage * Cfg::kABytes, map_a, full_bar, k0, a_row);
         }
         const uint32_t b_slot = smem_b + stage * Cfg::kBBytes;
 #pragma unroll
@@ -170,7 +175,9 @@ struct Mainloop {
           const int n0 = b_col + j * kBBlockCols;
           // The box's (inner, outer) coordinates: (k, n) in a K-major b, else (n, k).
           const int x = Op::kBKMajor ? k0 : n0, y = Op::kBKMajor ? n0 : k0;
-          if constexpr (Cfg::kClusterM == 1) {
+          if constexpr (Scheduler::kGrouped) {
+            ptx::tma_load_3d(b_slot + j * kBBlockBytes, map_b, full_bar, x, y, w.group);
+          } else if constexpr (Cfg::kClusterM == 1) {
             ptx::tma_load_2d(b_slot + j * kBBlockBytes, map_b, full_bar, x, y);
           } else {
             if (j % Cfg::kClusterM == int(cta_rank))
@@ -256,7 +263,7 @@ struct Mainloop {
                                                  uint32_t smem_a, uint32_t smem_b, uint32_t full,
                                                  uint32_t empty, float* epilogue_smem,
                                                  uint32_t cta_rank, int cluster_id,
-                                                 int num_clusters) {
+                                                 int num_clusters, const int* sched_smem) {
     const int wg = threadIdx.x / 128 - 1;  // 0 or 1: which half of the tile's rows
     const int lane = threadIdx.x % 32;
     // The warpgroup's share of the epilogue's shared memory: a staged chunk, or its TMA
@@ -278,7 +285,7 @@ struct Mainloop {
 
     int stage = 0;
     uint32_t phase = 0;
-    Scheduler schedule(p, cluster_id, num_clusters);
+    Scheduler schedule(p, cluster_id, num_clusters, sched_smem);
     // turn: ping-pong, the CTA's units alternate between the warpgroups.
     for (int turn = 0; !schedule.done(p); ++turn) {
       const UnitWork w = schedule.next(p, num_clusters);
@@ -296,7 +303,7 @@ struct Mainloop {
       // could wait on a slot two phases ahead, which mbarrier parity cannot tell from a
       // completed phase.
       if (Cfg::kPingPong && turn > 0) ptx::named_barrier_sync<256>(kHandoff + 1 - wg);
-      const int64_t wg_row = int64_t(tile_m) * Cfg::kBlockM + wg_first_row;
+      const int64_t wg_row = w.row_base + int64_t(tile_m) * Cfg::kBlockM + wg_first_row;
 
       int prev_stage = 0;
       if constexpr (Op::kPromote) {
@@ -337,7 +344,7 @@ struct Mainloop {
 
       if (Scheduler::template fixup<Op, Cfg>(p, acc, w, cluster_id, num_clusters, wg)) continue;
       Epilogue::template store<Op, Cfg>(p, acc, map_c, stage_buf, store_buffers, sub, w.split,
-                                        wg_row, col0, wg);
+                                        wg_row, col0, wg, schedule.rows(p, w));
     }
     Epilogue::template drain<Cfg>(p);
   }

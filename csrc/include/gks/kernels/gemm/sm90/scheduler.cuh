@@ -18,10 +18,20 @@
 //    theirs first) in a fixed order and runs the epilogue. So the waits go to CTAs that
 //    were scheduled no later and are long done, and the sums are deterministic for a given
 //    grid.
-// A scheduler gives the kernel: a constructor (params, cluster id, clusters), done(),
-// next() -> UnitWork, and fixup(): what the consumer does with a unit's accumulators before
-// the epilogue (true: the unit is finished without one).
+//  * GroupedScheduler (grouped_gemm): the output tiles of every group of a grouped GEMM,
+//    group after group, each group's tiles starting at its first row (a tile never holds
+//    two groups). At the CTA's start all its threads lay out, in shared memory, each
+//    group's rows and how many units come before it (a block-wide scan); the units are
+//    then dealt out as above, and the rows of c no group writes are zeroed by the producer
+//    warpgroup's idle warps (fill_uncovered).
+// A scheduler gives the kernel: smem_ints(groups) (ints of shared memory it needs), a
+// constructor (params, cluster id, clusters, that shared memory), done(), next() ->
+// UnitWork, rows() -> TileRows (where the epilogue writes a unit's tile) and fixup(): what
+// the consumer does with a unit's accumulators before the epilogue (true: the unit is
+// finished without one).
 #pragma once
+
+#include <cub/block/block_scan.cuh>
 
 #include <cstdint>
 
@@ -36,11 +46,35 @@ namespace gks::kernels::gemm::sm90 {
 // [kb_begin, kb_end) as split `split`; with stream-K, also whether the piece is a whole
 // tile, a partial or the tile's finish, and the first iteration of its tile (which says
 // whose partials the finish adds).
+// Grouped: the unit's group, the row of a (and c) its tile rows count from, the rows at or
+// past row_end that are not the group's, and the slab of a it reads (the masked layout's
+// group; 0 otherwise).
 enum class Piece { kWhole, kPartial, kFinish };
 struct UnitWork {
   int row, col, split, kb_begin, kb_end;
   Piece piece;
   int64_t tile_first;
+  int group, row_base, row_end, a_slab;
+};
+
+// Where the epilogue writes a unit's tile: row r of c at element c_offset + r * ldc, stored
+// only below `end` and (later_from >= 0: a grouped GEMM whose offsets are out of order, so
+// that groups may overlap) where no group from later_from on also holds the row: the last
+// group that holds a row writes it, as the spec says.
+struct TileRows {
+  int64_t c_offset;
+  int64_t end;
+  int later_from;
+  const int* lo;  // grouped: the groups' row bounds (shared memory)
+  const int* hi;
+
+  __device__ __forceinline__ bool keep(const Params& p, int64_t row) const {
+    if (row >= end) return false;
+    if (later_from < 0) return true;
+    for (int g = later_from; g < p.groups; ++g)
+      if (lo[g] <= row && row < hi[g]) return false;
+    return true;
+  }
 };
 
 // The tile a CTA computes of its cluster's unit: clusters along M stack their CTAs' tiles
@@ -73,6 +107,10 @@ __device__ __forceinline__ UnitWork unit_work(const Params& p, int unit) {
   w.kb_end = min(p.k_blocks, w.kb_begin + p.kb_per_split);
   w.piece = Piece::kWhole;
   w.tile_first = 0;
+  w.group = 0;
+  w.row_base = 0;
+  w.row_end = p.m;
+  w.a_slab = 0;
   return w;
 }
 
@@ -141,11 +179,15 @@ __device__ __forceinline__ void sk_add_partials(const Params& p,
 template <bool kStreamK_>
 struct PersistentScheduler {
   static constexpr bool kStreamK = kStreamK_;
+  static constexpr bool kGrouped = false;
   int unit;         // the next data-parallel unit
   int64_t sk_next;  // stream-K: one past the range's last iteration not yet handed out
   int64_t sk_begin;
 
-  __device__ __forceinline__ PersistentScheduler(const Params& p, int cluster, int clusters)
+  static constexpr int smem_ints(int /*groups*/) { return 0; }
+
+  __device__ __forceinline__ PersistentScheduler(const Params& p, int cluster, int clusters,
+                                                 const int* /*smem*/)
       : unit(cluster),
         sk_next(kStreamK ? sk_range_begin(p, cluster + 1, clusters) : 0),
         sk_begin(kStreamK ? sk_range_begin(p, cluster, clusters) : 0) {}
@@ -174,6 +216,10 @@ struct PersistentScheduler {
     return w;
   }
 
+  __device__ __forceinline__ TileRows rows(const Params& p, const UnitWork&) const {
+    return TileRows{0, p.m, -1, nullptr, nullptr};
+  }
+
   // Stream-K: a partial piece goes to the workspace (true: no epilogue); a tile's finishing
   // piece first adds the partials before it. The warpgroup's rows of the tile (ping-pong:
   // the whole tile) are slot `half` of the CTA's two.
@@ -196,5 +242,171 @@ struct PersistentScheduler {
 
 using DataParallelScheduler = PersistentScheduler<false>;
 using StreamKScheduler = PersistentScheduler<true>;
+
+// The grouped GEMM's schedule. Its shared memory, laid out by prepare(): before[g], the
+// units of the groups before g (before[groups]: all of them); lo[g] and hi[g], group g's
+// rows (the contiguous layout's clamped offsets; the masked layout's 0 and clamped count);
+// and whether the contiguous layout's offsets are in order (then no two groups overlap).
+// A group's units: its row tiles (from lo[g]) by the unit columns, row tiles fastest, so
+// the CTAs in flight share b[g]'s columns.
+template <int kBlockM>
+struct GroupedScheduler {
+  static constexpr bool kStreamK = false;
+  static constexpr bool kGrouped = true;
+  const int* before;
+  const int* lo;
+  const int* hi;
+  bool in_order;
+  int unit;  // the next unit
+  int group;  // the group of `unit`, or one below it (it only moves forward)
+
+  static constexpr int smem_ints(int groups) { return 3 * groups + 2; }
+
+  // Every thread of the CTA: reads the offsets or counts once (after the previous kernel,
+  // which may have written them) and lays out the shared schedule; ends with a barrier.
+  template <int kThreads>
+  static __device__ __forceinline__ void prepare(const Params& p, int* smem) {
+    using Scan = cub::BlockScan<int, kThreads, cub::BLOCK_SCAN_WARP_SCANS>;
+    __shared__ typename Scan::TempStorage scan;
+    int* before_s = smem;
+    int* lo_s = smem + p.groups + 1;
+    int* hi_s = lo_s + p.groups;
+    const bool masked = p.group_counts != nullptr;
+    bool in_order = true;
+    int carry = 0;
+    for (int base = 0; base < p.groups; base += kThreads) {
+      const int g = base + int(threadIdx.x);
+      int units = 0;
+      if (g < p.groups) {
+        int lo = 0, hi;
+        if (masked) {
+          hi = min(max(p.group_counts[g * p.group_stride], 0), p.m);
+        } else {
+          const int start = p.group_offsets[g * p.group_stride];
+          const int end = p.group_offsets[(g + 1) * p.group_stride];
+          in_order = in_order && start <= end;
+          lo = min(max(start, 0), p.m);
+          hi = min(max(end, lo), p.m);
+        }
+        lo_s[g] = lo;
+        hi_s[g] = hi;
+        units = (hi - lo + kBlockM - 1) / kBlockM * p.unit_cols;
+      }
+      int first, total;
+      Scan(scan).ExclusiveSum(units, first, total);
+      if (g < p.groups) before_s[g] = carry + first;
+      carry += total;
+      __syncthreads();  // the scan's storage is reused
+    }
+    in_order = __syncthreads_and(in_order);
+    if (threadIdx.x == 0) {
+      before_s[p.groups] = carry;
+      hi_s[p.groups] = in_order;
+    }
+    __syncthreads();
+  }
+
+  __device__ __forceinline__ GroupedScheduler(const Params& p, int cluster, int /*clusters*/,
+                                              const int* smem)
+      : before(smem),
+        lo(smem + p.groups + 1),
+        hi(smem + 2 * p.groups + 1),
+        in_order(hi[p.groups] != 0),
+        unit(cluster),
+        group(0) {}
+
+  __device__ __forceinline__ void seek(const Params& p) {
+    while (group < p.groups && before[group + 1] <= unit) ++group;
+  }
+
+  __device__ __forceinline__ bool done(const Params& p) {
+    seek(p);
+    return group >= p.groups;
+  }
+
+  __device__ __forceinline__ UnitWork next(const Params& p, int clusters) {
+    seek(p);
+    const int g = group;
+    const int local = unit - before[g];
+    const int row_tiles = (hi[g] - lo[g] + kBlockM - 1) / kBlockM;
+    UnitWork w;
+    w.row = local % row_tiles;
+    w.col = local / row_tiles;
+    w.split = 0;
+    w.kb_begin = 0;
+    w.kb_end = p.k_blocks;
+    w.piece = Piece::kWhole;
+    w.tile_first = 0;
+    w.group = g;
+    w.row_base = lo[g];
+    w.row_end = hi[g];
+    w.a_slab = p.group_counts != nullptr ? g : 0;
+    unit += clusters;
+    return w;
+  }
+
+  __device__ __forceinline__ TileRows rows(const Params& p, const UnitWork& w) const {
+    const bool masked = p.group_counts != nullptr;
+    return TileRows{masked ? int64_t(w.group) * p.c_group_stride : 0, w.row_end,
+                    masked || in_order ? -1 : w.group + 1, lo, hi};
+  }
+
+  template <class Op, class Cfg>
+  static __device__ __forceinline__ bool fixup(const Params&,
+                                               typename Op::Acc (&)[Cfg::kAtomsM][Cfg::kAccum],
+                                               const UnitWork&, int, int, int) {
+    return false;
+  }
+
+  // The rows of c that no group writes, zeroed by warps `warp` of `warps` (over the grid):
+  // each slab's rows past its count (masked); the rows outside every group (contiguous:
+  // before the first group and after the last where the offsets are in order, else each
+  // row looked up among all groups). Whole rows a warp, 16 bytes a lane where c allows.
+  static __device__ __forceinline__ void fill_uncovered(const Params& p, const int* smem, int warp,
+                                                        int warps) {
+    const int* lo_s = smem + p.groups + 1;
+    const int* hi_s = lo_s + p.groups;
+    const int lane = threadIdx.x % 32;
+    const int esize = p.c_kind == 0 ? 4 : 2;
+    const int64_t row_bytes = int64_t(p.n) * esize;
+    auto zero_row = [&](int64_t offset, int64_t row) {
+      char* dst = static_cast<char*>(p.c) + (offset + row * p.ldc) * esize;
+      int64_t i = 0;
+      if (p.c_vec) {
+        for (i = int64_t(lane) * 16; i + 16 <= row_bytes; i += 32 * 16)
+          *reinterpret_cast<uint4*>(dst + i) = make_uint4(0, 0, 0, 0);
+        i = row_bytes / 16 * 16;
+      }
+      for (int64_t j = i + int64_t(lane) * esize; j < row_bytes; j += 32 * esize) {
+        if (esize == 4)
+          *reinterpret_cast<uint32_t*>(dst + j) = 0;
+        else
+          *reinterpret_cast<uint16_t*>(dst + j) = 0;
+      }
+    };
+    if (p.group_counts != nullptr) {
+      const int64_t rows = int64_t(p.groups) * p.m;
+      for (int64_t r = warp; r < rows; r += warps) {
+        const int g = int(r / p.m);
+        const int row = int(r - int64_t(g) * p.m);
+        if (row >= hi_s[g]) zero_row(int64_t(g) * p.c_group_stride, row);
+      }
+      return;
+    }
+    const bool in_order = hi_s[p.groups] != 0;
+    if (in_order) {
+      const int first = p.groups > 0 ? lo_s[0] : p.m;
+      const int last = p.groups > 0 ? hi_s[p.groups - 1] : p.m;
+      for (int64_t r = warp; r < first; r += warps) zero_row(0, r);
+      for (int64_t r = last + warp; r < p.m; r += warps) zero_row(0, r);
+      return;
+    }
+    for (int64_t r = warp; r < p.m; r += warps) {
+      bool held = false;
+      for (int g = lane; g < p.groups && !held; g += 32) held = lo_s[g] <= r && r < hi_s[g];
+      if (!__any_sync(0xffffffffu, held)) zero_row(0, r);
+    }
+  }
+};
 
 }  // namespace gks::kernels::gemm::sm90

@@ -116,6 +116,17 @@ struct Params {
   int64_t a_scale_stride, b_scale_stride;
   int block_scales;
   int64_t a_scale_group_stride, b_scale_group_stride;
+  // Grouped (GroupedScheduler, scheduler.cuh): `groups` products c[rows of g] = a[rows of g]
+  // @ b[g], a and b read through 3-D tensor maps (k or n, row, group). Contiguous layout
+  // (group_offsets, [groups + 1]): group g is rows [clamp(off[g]), clamp(off[g + 1])) of the
+  // m rows of a and c. Masked layout (group_counts, [groups]): group g is the first
+  // clamp(count[g], 0, m) of the m rows of its slab of a, and of c's slab g, c_group_stride
+  // elements apart. Entries are group_stride ints apart. Every other row of c is written 0.
+  const int* group_offsets;
+  const int* group_counts;
+  int64_t group_stride;
+  int groups;
+  int64_t c_group_stride;
 };
 
 }  // namespace gks::kernels::gemm::sm90

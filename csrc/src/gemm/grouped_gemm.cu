@@ -1,0 +1,262 @@
+// SPDX-License-Identifier: Apache-2.0
+// gks::grouped_gemm: validation (the messages of gks.specs.gemm.check_grouped_gemm), the
+// packing of operands TMA cannot read in place, the all-zero cases, and the launch of the
+// Hopper kernel's grouped schedule (grouped_gemm_sm90a.cu).
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gemm/launch.h"
+#include "gks/device_limits.h"
+#include "gks/gemm.h"
+#include "core/launch.h"
+#include "core/workspace.h"
+
+namespace gks {
+namespace detail {
+
+const std::vector<GemmConfigInfo>& grouped_gemm_configs() {
+  static const std::vector<GemmConfigInfo> configs = [] {
+    std::vector<GemmConfigInfo> list;
+    for (const HopperGemmConfig& c : kHopperGroupedConfigs)
+      list.push_back({c.name, c.block_m, c.block_n, c.block_k, 384, c.stages});
+    return list;
+  }();
+  return configs;
+}
+
+int grouped_gemm_heuristic(int64_t rows_per_group, int64_t n, int64_t /*k*/, int64_t groups, int num_sms) {
+  // Groups of at most 64 rows (decode's masked layout, fine-grained experts) waste half of
+  // a 128-row tile: 64-row tiles, ping-pong. Otherwise 128 x 128 tiles, or 128 x 256 where
+  // even the wide tiles fill the GPU (few, large groups).
+  if (rows_per_group <= 64) return 3;
+  const int64_t wide_units = groups * ((rows_per_group + 127) / 128) * ((n + 255) / 256);
+  return wide_units >= 2 * int64_t(num_sms) ? 2 : 0;
+}
+
+namespace {
+
+constexpr const char* kOp = "gks.grouped_gemm";
+
+// Copies a [slabs, rows, cols] view (last dim contiguous, element strides s_slab, s_row)
+// into a packed [slabs, rows, ld] buffer: for operands whose strides TMA cannot take.
+__global__ void pack_rows_kernel(const uint16_t* __restrict__ src, int64_t s_slab, int64_t s_row,
+                                 uint16_t* __restrict__ dst, int64_t ld, int64_t slabs, int64_t rows,
+                                 int64_t cols) {
+  const int64_t total = slabs * rows * cols;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t col = i % cols, row = (i / cols) % rows, slab = i / (cols * rows);
+    dst[(slab * rows + row) * ld + col] = src[slab * s_slab + row * s_row + col];
+  }
+}
+
+// A [slabs, rows, cols] operand as the kernel reads it.
+struct Operand3d {
+  const void* data;
+  int64_t slabs, rows, cols;
+  int64_t ld, slab_stride;  // elements
+};
+
+bool tma_readable(const Operand3d& o, int64_t elem) {
+  const auto aligned = [&](int64_t elems) { return (elems * elem) % 16 == 0; };
+  return reinterpret_cast<uintptr_t>(o.data) % 16 == 0 && (o.rows <= 1 || aligned(o.ld)) &&
+         (o.slabs <= 1 || aligned(o.slab_stride)) && o.ld * elem < (int64_t(1) << 40) &&
+         o.slab_stride * elem < (int64_t(1) << 40);
+}
+
+// The operand itself where TMA can read it, else a packed copy (rows padded to 16 bytes) in
+// `buffer`, which lives until the kernel is done (stream order).
+Operand3d readable(const Operand3d& o, int device, cudaStream_t stream, std::optional<StreamBuffer>& buffer,
+                   const char* what) {
+  Operand3d out = o;
+  // A single row or slab never steps to the next: give TMA strides it accepts.
+  if (out.rows <= 1) out.ld = (out.cols + 7) / 8 * 8;
+  if (out.slabs <= 1) out.slab_stride = out.rows * out.ld;
+  if (tma_readable(out, 2)) return out;
+  const int64_t ld = (o.cols + 7) / 8 * 8;
+  buffer.emplace(size_t(o.slabs * o.rows * ld) * 2, device, stream, kOp, what);
+  const int64_t total = o.slabs * o.rows * o.cols;
+  const int blocks = int(std::min<int64_t>((total + 255) / 256, 4096));
+  pack_rows_kernel<<<blocks, 256, 0, stream>>>(static_cast<const uint16_t*>(o.data), o.slab_stride, o.ld,
+                                               buffer->get<uint16_t>(), ld, o.slabs, o.rows, o.cols);
+  check_launch(kOp);
+  out.data = buffer->get<void>();
+  out.ld = ld;
+  out.slab_stride = o.rows * ld;
+  return out;
+}
+
+// The stride of dim `d`, or what a contiguous tensor would have where the dim has one
+// element (its stride then says nothing).
+int64_t stride_or_packed(const TensorRef& t, int d, int64_t packed) {
+  return t.shape[d] <= 1 ? packed : t.strides[d];
+}
+
+std::string strides_of(const TensorRef& t) {
+  std::string s = "(";
+  for (int d = 0; d < t.ndim; ++d) s += (d ? ", " : "") + std::to_string(t.strides[d]);
+  return s + ")";
+}
+
+struct Validated {
+  bool masked;
+  int64_t groups, rows, n, k;  // rows: T (contiguous) or M_max (masked)
+  const TensorRef* counts_or_offsets;
+};
+
+Validated validate(const GroupedGemmArgs& args) {
+  const bool has_offsets = args.group_offsets.has_value(), has_counts = args.group_counts.has_value();
+  GKS_CHECK(has_offsets != has_counts, kInvalidArgument)
+      << kOp << ": exactly one of the arguments 'group_offsets' (the contiguous layout) and 'group_counts' "
+      << "(the masked layout) must be given, got " << (has_offsets ? "both" : "neither");
+  Validated v;
+  v.masked = has_counts;
+  const char* groups_name = v.masked ? "group_counts" : "group_offsets";
+  const TensorRef& groups = v.masked ? *args.group_counts : *args.group_offsets;
+  v.counts_or_offsets = &groups;
+  const TensorRef& a = args.a;
+  const TensorRef& b = args.b;
+  check_cuda(a, kOp, "a");
+  GKS_CHECK(a.dtype == DType::kFloat16 || a.dtype == DType::kBFloat16, kUnsupportedDtype)
+      << kOp << ": argument 'a' must be float16 or bfloat16, got " << dtype_name(a.dtype);
+  const int a_rank = v.masked ? 3 : 2;
+  GKS_CHECK(a.ndim == a_rank, kInvalidArgument)
+      << kOp << ": argument 'a' must be " << a_rank << "-D "
+      << (v.masked ? "[G, M_max, K] (the masked layout: group_counts given)"
+                   : "[T, K] (the contiguous layout: group_offsets given)")
+      << ", got " << a.ndim << " dims (shape " << a.shape_string() << ")";
+  check_same_device(a, "a", b, "b", kOp);
+  check_same_device(a, "a", groups, groups_name, kOp);
+  GKS_CHECK(b.dtype == a.dtype, kUnsupportedDtype)
+      << kOp << ": argument 'b' must have the dtype of 'a' (" << dtype_name(a.dtype) << "), got "
+      << dtype_name(b.dtype);
+  GKS_CHECK(b.ndim == 3, kInvalidArgument)
+      << kOp << ": argument 'b' must be 3-D [G, K, N], got " << b.ndim << " dims (shape " << b.shape_string()
+      << ")";
+  v.k = a.size(-1);
+  GKS_CHECK(b.shape[1] == v.k, kInvalidArgument)
+      << kOp << ": argument 'b' must have shape [G, K, N] with K = " << v.k << " (the last dim of 'a', "
+      << a.shape_string() << "), got " << b.shape_string();
+  v.groups = b.shape[0];
+  GKS_CHECK(!v.masked || a.shape[0] == v.groups, kInvalidArgument)
+      << kOp << ": argument 'b' must have shape [G, K, N] with G = " << a.shape[0] << " (dim 0 of 'a', "
+      << a.shape_string() << "), got " << b.shape_string();
+  GKS_CHECK(groups.dtype == DType::kInt32, kUnsupportedDtype)
+      << kOp << ": argument '" << groups_name << "' must be int32, got " << dtype_name(groups.dtype);
+  const int64_t want = v.masked ? v.groups : v.groups + 1;
+  GKS_CHECK(groups.ndim == 1 && groups.shape[0] == want, kInvalidArgument)
+      << kOp << ": argument '" << groups_name << "' must have shape " << (v.masked ? "[G]" : "[G + 1]")
+      << " = [" << want << "] (G = " << v.groups << ", dim 0 of 'b'), got " << groups.shape_string();
+  for (const auto& [t, name] : {std::pair<const TensorRef*, const char*>{&a, "a"}, {&b, "b"}})
+    GKS_CHECK(t->size(-1) <= 1 || t->stride(-1) == 1, kInvalidArgument)
+        << kOp << ": argument '" << name << "' must be row-major with a contiguous last dim (stride(-1) == 1), "
+        << "got strides " << strides_of(*t);
+  for (const TensorRef* t : {&a, &b})
+    for (int d = 0; d < t->ndim; ++d)
+      GKS_CHECK(t->shape[d] < (int64_t(1) << 31), kInvalidArgument)
+          << kOp << ": every dim of 'a' and 'b' must be below 2^31, got " << a.shape_string() << " and "
+          << b.shape_string();
+  v.n = b.shape[2];
+  v.rows = v.masked ? a.shape[1] : a.shape[0];
+  // c: a's rows by N, a's dtype, its last dim contiguous.
+  const TensorRef& c = args.c;
+  check_cuda(c, kOp, "c");
+  check_same_device(a, "a", c, "c", kOp);
+  check_dtype(c, a.dtype, kOp, "c");
+  const bool c_shape = c.ndim == a.ndim && c.size(-1) == v.n && c.shape[0] == a.shape[0] &&
+                       (!v.masked || c.shape[1] == a.shape[1]);
+  GKS_CHECK(c_shape, kInvalidArgument)
+      << kOp << ": argument 'c' must have shape " << (v.masked ? "[G, M_max, N]" : "[T, N]") << " (a "
+      << a.shape_string() << ", b " << b.shape_string() << "), got " << c.shape_string();
+  GKS_CHECK(c.size(-1) <= 1 || c.stride(-1) == 1, kInvalidArgument)
+      << kOp << ": argument 'c' must have a contiguous last dim (stride(-1) == 1)";
+  check_outputs({{&c, "c"}}, {{&a, "a"}, {&b, "b"}, {&groups, groups_name}}, kOp);
+  GKS_CHECK(v.rows <= kMaxTmaDim && v.n <= kMaxTmaDim && v.k <= kMaxTmaDim, kInvalidArgument)
+      << kOp << ": the rows, N and K must be at most " << kMaxTmaDim;
+  check_gemm_config(args.config, kNumHopperGroupedConfigs, kOp);
+  return v;
+}
+
+// c = 0 everywhere (no group, or K = 0): a 2-D memset a slab.
+void zero_output(const TensorRef& c, bool masked, cudaStream_t stream) {
+  const int64_t slabs = masked ? c.shape[0] : 1;
+  const int64_t rows = c.size(-2), cols = c.size(-1);
+  const int64_t ld = stride_or_packed(c, c.ndim - 2, cols);
+  const int64_t slab_stride = masked ? stride_or_packed(c, 0, rows * ld) : 0;
+  for (int64_t s = 0; s < slabs; ++s) {
+    const cudaError_t err = cudaMemset2DAsync(static_cast<char*>(c.data) + s * slab_stride * 2, size_t(ld * 2), 0,
+                                              size_t(cols * 2), size_t(rows), stream);
+    GKS_CHECK(err == cudaSuccess, kCudaError) << kOp << ": clearing c failed: " << cudaGetErrorString(err);
+  }
+}
+
+}  // namespace
+}  // namespace detail
+
+void grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream) {
+  using namespace detail;
+  const Validated v = validate(args);
+  if (validating_only()) return;
+  const int device = args.a.device.index;
+  // Every call, empty ones too: no device but Hopper takes it.
+  GKS_CHECK(hopper_gemm_compiled(), kInvalidArgument)
+      << kOp << ": this build of gks has no sm_90a kernels (GKS_CUDA_ARCHS lacks 90a); the CUDA grouped GEMM "
+      << "runs on the Hopper kernel only (gks.triton.grouped_gemm runs elsewhere)";
+  GKS_CHECK(device_is_sm90(device), kInvalidArgument)
+      << kOp << ": argument 'a' is on device " << device << " (sm_" << device_limits(device).compute_capability
+      << "): the CUDA grouped GEMM needs a compute-capability 9.0 GPU (gks.triton.grouped_gemm runs elsewhere)";
+  const TensorRef& c = args.c;
+  if (c.numel() == 0) return;
+  const DeviceGuard guard(device);
+  if (v.groups == 0 || v.k == 0) {  // every row in no group, or every product an empty sum
+    zero_output(c, v.masked, stream);
+    return;
+  }
+#if defined(GKS_WITH_SM90A)
+  const TensorRef& a = args.a;
+  const TensorRef& b = args.b;
+  const int64_t a_ld = stride_or_packed(a, a.ndim - 2, v.k);
+  const Operand3d a_view{a.data, v.masked ? v.groups : 1, v.rows, v.k, a_ld,
+                         v.masked ? stride_or_packed(a, 0, v.rows * a_ld) : v.rows * a_ld};
+  const int64_t b_ld = stride_or_packed(b, 1, v.n);
+  const Operand3d b_view{b.data, v.groups, v.k, v.n, b_ld, stride_or_packed(b, 0, v.k * b_ld)};
+  std::optional<StreamBuffer> a_copy, b_copy;
+  const Operand3d a_read = readable(a_view, device, stream, a_copy, "a packed copy of a");
+  const Operand3d b_read = readable(b_view, device, stream, b_copy, "a packed copy of b");
+
+  HopperGroupedLaunch launch{};
+  launch.a = a_read.data;
+  launch.lda = a_read.ld;
+  launch.a_slab_stride = a_read.slab_stride;
+  launch.a_slabs = int(a_read.slabs);
+  launch.b = b_read.data;
+  launch.ldb = b_read.ld;
+  launch.b_group_stride = b_read.slab_stride;
+  launch.c = c.data;
+  launch.ldc = stride_or_packed(c, c.ndim - 2, v.n);
+  launch.c_group_stride = v.masked ? stride_or_packed(c, 0, v.rows * launch.ldc) : 0;
+  launch.c_vec = reinterpret_cast<uintptr_t>(c.data) % 16 == 0 && (launch.ldc * 2) % 16 == 0 &&
+                 (launch.c_group_stride * 2) % 16 == 0;
+  const TensorRef& groups = *v.counts_or_offsets;
+  launch.group_offsets = v.masked ? nullptr : static_cast<const int*>(groups.data);
+  launch.group_counts = v.masked ? static_cast<const int*>(groups.data) : nullptr;
+  launch.group_stride = groups.shape[0] <= 1 ? 1 : groups.strides[0];
+  launch.groups = int(v.groups);
+  launch.m = int(v.rows);
+  launch.n = int(v.n);
+  launch.k = int(v.k);
+  launch.dtype = a.dtype;
+  launch.device = device;
+  launch.num_sms = device_sm_count(device);
+  const int64_t rows_per_group = v.masked ? v.rows : std::max<int64_t>(1, v.rows / v.groups);
+  launch.config = args.config >= 0 ? args.config
+                                   : grouped_gemm_heuristic(rows_per_group, v.n, v.k, v.groups, launch.num_sms);
+  launch_hopper_grouped_sm90a(launch, stream);
+  check_launch(kOp);
+#endif
+}
+
+}  // namespace gks
