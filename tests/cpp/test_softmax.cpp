@@ -395,11 +395,18 @@ TEST(SoftmaxPlan, LoopedSmemKeepsTheRowInSharedMemoryWhereItFits) {
     EXPECT_EQ(p.kind, Plan::Kind::kLooped) << cols;
     EXPECT_EQ(p.row_smem_bytes, fits ? cols * gks::dtype_size(dtype) : 0) << cols;
   }
-  // Not 16-byte aligned, a ragged row, no shared memory known, or the heuristic: no staging.
+  // Not 16-byte aligned, a ragged row, or no shared memory known: no staging.
   EXPECT_EQ(gks::detail::plan_softmax(50304, DType::kBFloat16, false, config, kSmem).row_smem_bytes, 0);
   EXPECT_EQ(gks::detail::plan_softmax(50301, DType::kBFloat16, true, config, kSmem).row_smem_bytes, 0);
   EXPECT_EQ(gks::detail::plan_softmax(50304, DType::kBFloat16, true, config, 0).row_smem_bytes, 0);
-  EXPECT_EQ(gks::detail::plan_softmax(50304, DType::kBFloat16, true, -1, kSmem).row_smem_bytes, 0);
+  // The heuristic stages the rows it walks in a loop (too long for registers) where they
+  // fit, as looped-smem; the forced looped config never does.
+  const auto heuristic = gks::detail::plan_softmax(50304, DType::kBFloat16, true, -1, kSmem);
+  EXPECT_EQ(heuristic.kind, Plan::Kind::kLooped);
+  EXPECT_EQ(heuristic.row_smem_bytes, 50304 * 2);
+  EXPECT_EQ(gks::detail::plan_softmax(151936, DType::kBFloat16, true, -1, kSmem).row_smem_bytes, 0);
+  EXPECT_EQ(gks::detail::plan_softmax(4096, DType::kBFloat16, true, -1, kSmem).kind, Plan::Kind::kRegisters);
+  EXPECT_EQ(gks::detail::plan_softmax(50304, DType::kBFloat16, true, 1, kSmem).row_smem_bytes, 0);
 }
 
 }  // namespace

@@ -244,7 +244,8 @@ Int8GemmPath int8_gemm_path(const Int8GemmArgs& args);
 // gives c = 0. b comes in either layout, as in int8_gemm: row-major [K, N], or K-major (the
 // transposed view of a row-major [N, K], e.g. an nn.Linear weight's .t()), which wgmma
 // reads in place; a row-major b is first transposed into a temporary (N x K bytes from the
-// stream-ordered pool). It runs the Hopper kernel (kernels/gemm/sm90/, fp8 wgmma) with its
+// stream-ordered pool), and an a (or K-major b) whose base or leading dimension is not
+// 16-byte aligned is copied with padded rows first (what TMA can read). It runs the Hopper kernel (kernels/gemm/sm90/, fp8 wgmma) with its
 // fp8 configs (kHopperFp8Configs), which promote every 128 of K into fp32 accumulators in
 // every scaling (Hopper's fp8 sums keep about 14 bits); there is no fp8 Tensor Core path
 // below compute capability 9.0, so elsewhere (and in a build without sm_90a) it throws

@@ -31,7 +31,8 @@ struct SoftmaxConfig {
 // registers; looped; registers-wide: registers with twice the accesses a thread where that
 // fits (half the threads a row): fp32 rows, and the fused op's 16-bit rows; looped-smem:
 // looped, the row read from HBM once (kept in shared memory for the second walk), else as
-// looped. (Not yet the heuristic's pick anywhere: its first GPU run decides.)
+// looped. The heuristic: registers where the row fits them, else looped with the row in
+// shared memory where it fits (as looped-smem), else looped.
 inline constexpr SoftmaxConfig kSoftmaxConfigs[] = {
     {"registers", SoftmaxConfig::Path::kRegisters},
     {"looped", SoftmaxConfig::Path::kLooped},

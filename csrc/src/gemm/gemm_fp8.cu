@@ -108,9 +108,6 @@ void check_hopper(const GemmFp8Args& args, const Fp8Validated& v) {
   GKS_CHECK(device_is_sm90(device), kInvalidArgument)
       << kOp << ": argument 'a' is on device " << device << " (sm_" << device_limits(device).compute_capability
       << "): the CUDA fp8 GEMM needs a compute-capability 9.0 GPU (fp8 wgmma)";
-  GKS_CHECK(tma_can_describe(v.ops.a, 1), kInvalidArgument)
-      << kOp << ": argument 'a' must start 16-byte aligned with a leading dimension a multiple of 16 "
-      << "(a TMA tensor map), got leading dimension " << v.ops.a.ld;
   GKS_CHECK(v.ops.m <= kMaxTmaDim && v.ops.n <= kMaxTmaDim && v.ops.k <= kMaxTmaDim, kInvalidArgument)
       << kOp << ": M, N and K must be at most " << kMaxTmaDim << ", got " << v.ops.m << ", " << v.ops.n
       << ", " << v.ops.k;
@@ -141,6 +138,18 @@ void gemm_fp8(const GemmFp8Args& args, cudaStream_t stream) {
   HopperGemmLaunch launch{};
   launch.a = v.ops.a.data;
   launch.lda = v.ops.a.ld;
+  // An a that TMA cannot describe (base or leading dimension not 16-byte aligned) is read
+  // from a copy with padded rows, which lives until the kernel is done (stream order).
+  std::optional<StreamBuffer> a_copy;
+  if (!tma_can_describe(v.ops.a, 1)) {
+    const int64_t ld = padded_ld(k);
+    a_copy.emplace(size_t(m) * size_t(ld), device, stream, kOp, "a copy of a");
+    const cudaError_t err = cudaMemcpy2DAsync(a_copy->get<void>(), size_t(ld), v.ops.a.data, size_t(v.ops.a.ld),
+                                              size_t(k), size_t(m), cudaMemcpyDeviceToDevice, stream);
+    GKS_CHECK(err == cudaSuccess, kCudaError) << kOp << ": copying a failed: " << cudaGetErrorString(err);
+    launch.a = a_copy->get<void>();
+    launch.lda = ld;
+  }
   launch.c = v.ops.c.data;
   launch.ldc = v.ops.c.ld;
   launch.m = int(m);
