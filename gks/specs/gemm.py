@@ -522,6 +522,9 @@ def check_grouped_gemm(a, b, group_offsets, group_counts, op: str) -> bool:
     call is the masked layout."""
     import torch
 
+    def dtype_name(dtype) -> str:  # as the C++ API names it (and JAX): float32, not torch.float32
+        return str(dtype).removeprefix("torch.")
+
     if (group_offsets is None) == (group_counts is None):
         given = "both" if group_offsets is not None else "neither"
         raise ValueError(f"{op}: exactly one of the arguments 'group_offsets' (the contiguous layout) "
@@ -532,7 +535,7 @@ def check_grouped_gemm(a, b, group_offsets, group_counts, op: str) -> bool:
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{op}: argument '{name}' must be a torch.Tensor, got {type(t).__name__}")
     if a.dtype not in (torch.float16, torch.bfloat16):
-        raise TypeError(f"{op}: argument 'a' must be float16 or bfloat16, got {a.dtype}")
+        raise TypeError(f"{op}: argument 'a' must be float16 or bfloat16, got {dtype_name(a.dtype)}")
     a_rank, a_dims = (3, "[G, M_max, K] (the masked layout: group_counts given)") if masked else \
         (2, "[T, K] (the contiguous layout: group_offsets given)")
     if a.dim() != a_rank:
@@ -542,7 +545,7 @@ def check_grouped_gemm(a, b, group_offsets, group_counts, op: str) -> bool:
         if t.device != a.device:
             raise ValueError(f"{op}: argument '{name}' must be on the device of 'a' ({a.device}), got {t.device}")
     if b.dtype != a.dtype:
-        raise TypeError(f"{op}: argument 'b' must have the dtype of 'a' ({a.dtype}), got {b.dtype}")
+        raise TypeError(f"{op}: argument 'b' must have the dtype of 'a' ({dtype_name(a.dtype)}), got {dtype_name(b.dtype)}")
     if b.dim() != 3:
         raise ValueError(f"{op}: argument 'b' must be 3-D [G, K, N], got {b.dim()} dims (shape {list(b.shape)})")
     k = a.shape[-1]
@@ -554,7 +557,7 @@ def check_grouped_gemm(a, b, group_offsets, group_counts, op: str) -> bool:
         raise ValueError(f"{op}: argument 'b' must have shape [G, K, N] with G = {a.shape[0]} (dim 0 of 'a', "
                          f"{list(a.shape)}), got {list(b.shape)}")
     if groups.dtype != torch.int32:
-        raise TypeError(f"{op}: argument '{groups_name}' must be int32, got {groups.dtype}")
+        raise TypeError(f"{op}: argument '{groups_name}' must be int32, got {dtype_name(groups.dtype)}")
     want = groups_count if masked else groups_count + 1
     if list(groups.shape) != [want]:
         what = "[G]" if masked else "[G + 1]"
@@ -871,7 +874,7 @@ def _grouped_bad_inputs():
         BadInput("neither-layout", lambda t, d: _grouped_args(t, d, group_offsets=None),
                  ValueError, "and 'group_counts' (the masked layout) must be given, got neither"),
         BadInput("a-float32", lambda t, d: _grouped_args(t, d, dtype=t.float32),
-                 TypeError, "argument 'a' must be float16 or bfloat16, got torch.float32"),
+                 TypeError, "argument 'a' must be float16 or bfloat16, got float32"),
         BadInput("b-dtype", lambda t, d: _grouped_args(t, d, b=t.randn(3, 8, 5, device=d).bfloat16()),
                  TypeError, "argument 'b' must have the dtype of 'a'"),
         BadInput("a-3d-contiguous", lambda t, d: _grouped_args(t, d, a=t.randn(3, 2, 8, device=d).half()),
@@ -889,13 +892,13 @@ def _grouped_bad_inputs():
         BadInput("a-transposed", lambda t, d: _grouped_args(t, d, a=t.randn(8, 6, device=d).half().t()),
                  ValueError, "argument 'a' must be row-major with a contiguous last dim"),
         BadInput("group_offsets-int64", lambda t, d: _grouped_args(t, d, group_offsets=offsets(t, d, [0, 4, 4, 6], t.int64)),
-                 TypeError, "argument 'group_offsets' must be int32, got torch.int64"),
+                 TypeError, "argument 'group_offsets' must be int32, got int64"),
         BadInput("group_offsets-length", lambda t, d: _grouped_args(t, d, group_offsets=offsets(t, d, [0, 4, 6])),
                  ValueError, "argument 'group_offsets' must have shape [G + 1] = [4] (G = 3, dim 0 of 'b')"),
         BadInput("group_counts-length", lambda t, d: _grouped_args(t, d, masked=True, group_counts=offsets(t, d, [4, 0])),
                  ValueError, "argument 'group_counts' must have shape [G] = [3] (G = 3, dim 0 of 'b')"),
         BadInput("group_counts-float", lambda t, d: _grouped_args(t, d, masked=True, group_counts=offsets(t, d, [4, 0, 2], t.float32)),
-                 TypeError, "argument 'group_counts' must be int32, got torch.float32"),
+                 TypeError, "argument 'group_counts' must be int32, got float32"),
         BadInput("group_offsets-on-cpu", lambda t, d: _grouped_args(t, d, group_offsets=t.tensor([0, 4, 4, 6], dtype=t.int32)),
                  ValueError, "argument 'group_offsets' must be on the device of 'a'", gpu=True),
         BadInput("group_counts-on-cpu", lambda t, d: _grouped_args(t, d, masked=True, group_counts=t.tensor([4, 0, 2], dtype=t.int32)),
