@@ -495,7 +495,9 @@ GEMM = register(
         cuda_out=lambda cuda, i, o, **kw: cuda.gemm_out(i["a"], i["b"], o[0], **kw),
         outputs=("c",),
         sass_kernels=(
-            r"sm90::gemm_kernel<gks::kernels::gemm::sm90::Mainloop<gks::kernels::gemm::sm90::HalfOperands<",
+            # (The grouped schedule's instantiations are grouped_gemm's.)
+            r"sm90::gemm_kernel<gks::kernels::gemm::sm90::Mainloop<gks::kernels::gemm::sm90::HalfOperands<"
+            r"(?!.*GroupedScheduler<)",
             r"sm90::split_k_reduce_kernel<gks::kernels::gemm::sm90::HalfOperands<",
         ),
     )

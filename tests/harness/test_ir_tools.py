@@ -165,6 +165,13 @@ KERNELS = {
         f"void {S}split_k_reduce_kernel<{S}ByteOperands<signed char, false>, {S}RowColScales>({S}Params)",
         f"{G}transpose_bytes_kernel({G}TransposeBytesParams)",
     ],
+    "grouped_gemm": [
+        f"void {S}gemm_kernel<{S}Mainloop<{S}HalfOperands<__nv_bfloat16>, {S}Tile<128, 128, 5, 1, "
+         f"false, 1> >, {S}Epilogue<{S}NoScales>, "
+         f"{S}GroupedScheduler<128> >(CUtensorMap_st, CUtensorMap_st, CUtensorMap_st, {S}Params)",
+        "void gks::detail::(anonymous namespace)::pack_rows_kernel(unsigned short const*, long, long, "
+        "unsigned short*, long, long, long, long)",
+    ],
     "gemm_fp8": [
         f"void {S}gemm_kernel<{S}Mainloop<{S}ByteOperands<__nv_fp8_e4m3, true>, {S}Tile<128, 128, 6, 1, "
          f"false, 1> >, {S}Epilogue<{S}NoScales>, "
