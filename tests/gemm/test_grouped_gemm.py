@@ -360,6 +360,21 @@ def test_every_cuda_config(case, layout):
 
 
 @requires_gpu
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_many_groups_take_a_roomier_cuda_config(layout):
+    """The CUDA schedule keeps 16 bytes a group in shared memory: 2000 groups leave the
+    heuristic's 64-row tiles no room, so it gives way to a config that has it; forcing that
+    config is refused, naming G."""
+    sizes = [(g * 7) % 5 for g in range(2000)]
+    inputs = _inputs(sizes, 24, 40, "bfloat16", layout == "masked", "many", rows=8)
+    out = _call(inputs, "cuda")
+    _check(out, inputs, "bfloat16", f"{layout}, 2000 groups")
+    small = SPEC.config_names("cuda").index("grouped_64x128x64_s7_pp")
+    with pytest.raises(ValueError, match="G = 2000 groups need"):
+        _call(inputs, "cuda", config=small)
+
+
+@requires_gpu
 def test_the_cuda_backend_refuses_gpus_before_sm_90():
     if not HAS_NATIVE or torch.cuda.get_device_capability() == (9, 0):
         pytest.skip("for a GPU other than sm_90, with the library built")

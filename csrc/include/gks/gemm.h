@@ -287,7 +287,10 @@ const std::vector<GemmConfigInfo>& gemm_fp8_configs();
 // host synchronization, CUDA-graph safe (a capture replays with other groups).
 // The Hopper kernel (kernels/gemm/sm90/, GroupedScheduler: persistent, each group's tiles
 // from its first row, so no tile computes two groups) runs it; there is no other CUDA path,
-// so elsewhere (an sm_80 GPU, or a build without sm_90a) it throws kInvalidArgument.
+// so elsewhere (an sm_80 GPU, or a build without sm_90a) it throws kInvalidArgument. Its
+// schedule lives in shared memory, 16 bytes a group: past what a config leaves (1593 to 3133
+// groups) the heuristic's pick gives way to the roomiest config, and past every config's
+// room (or with a forced config that has none) the call is refused, naming G.
 
 struct GroupedGemmArgs {
   TensorRef a;  // [T, K] (contiguous) or [G, M_max, K] (masked), float16 or bfloat16
@@ -409,8 +412,8 @@ inline constexpr int kNumHopperFp8Configs =
     int(sizeof(kHopperFp8Configs) / sizeof(kHopperFp8Configs[0]));
 
 // gks::grouped_gemm's configs (single CTAs: the grouped schedule has no clusters), with
-// rings a stage or two shorter than gemm's, leaving shared memory for the schedule (12
-// bytes a group).
+// rings a stage or two shorter than gemm's, leaving shared memory for the schedule (16
+// bytes a group: up to 1593 groups with 64x128 tiles, 3133 with 128x256).
 inline constexpr HopperGemmConfig kHopperGroupedConfigs[] = {
     {"grouped_128x128x64_s5", 128, 128, 64, 5, 1},
     {"grouped_128x128x64_s5_pp", 128, 128, 64, 5, 1, true},
@@ -529,6 +532,7 @@ struct HopperGroupedLaunch {
   int m, n, k;  // m: rows of a slab (T or M_max); all >= 1
   DType dtype;  // kFloat16 or kBFloat16 (c's too)
   int config;   // a valid index into kHopperGroupedConfigs
+  bool config_forced;  // false: the heuristic's, which gives way where G leaves it no room
   int device;
   int num_sms;
 };

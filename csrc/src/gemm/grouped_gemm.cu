@@ -62,8 +62,9 @@ struct Operand3d {
 
 bool tma_readable(const Operand3d& o, int64_t elem) {
   const auto aligned = [&](int64_t elems) { return (elems * elem) % 16 == 0; };
-  return reinterpret_cast<uintptr_t>(o.data) % 16 == 0 && (o.rows <= 1 || aligned(o.ld)) &&
-         (o.slabs <= 1 || aligned(o.slab_stride)) && o.ld * elem < (int64_t(1) << 40) &&
+  // (A stride of 0, an expanded view, is packed too: a tensor map wants real strides.)
+  return reinterpret_cast<uintptr_t>(o.data) % 16 == 0 && (o.rows <= 1 || (o.ld > 0 && aligned(o.ld))) &&
+         (o.slabs <= 1 || (o.slab_stride > 0 && aligned(o.slab_stride))) && o.ld * elem < (int64_t(1) << 40) &&
          o.slab_stride * elem < (int64_t(1) << 40);
 }
 
@@ -252,6 +253,7 @@ void grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream) {
   launch.device = device;
   launch.num_sms = device_sm_count(device);
   const int64_t rows_per_group = v.masked ? v.rows : std::max<int64_t>(1, v.rows / v.groups);
+  launch.config_forced = args.config >= 0;
   launch.config = args.config >= 0 ? args.config
                                    : grouped_gemm_heuristic(rows_per_group, v.n, v.k, v.groups, launch.num_sms);
   launch_hopper_grouped_sm90a(launch, stream);

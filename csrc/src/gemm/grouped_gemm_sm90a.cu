@@ -10,7 +10,14 @@ namespace gks::detail {
 namespace {
 
 template <class Op, size_t... kIndex>
-void launch_grouped(const HopperGroupedLaunch& launch, cudaStream_t stream, std::index_sequence<kIndex...>) {
+void launch_grouped(const HopperGroupedLaunch& given, cudaStream_t stream, std::index_sequence<kIndex...>) {
+  // The heuristic's pick gives way, where the schedule of G groups leaves it no shared
+  // memory, to the config that takes the least of it (a forced config is refused instead).
+  HopperGroupedLaunch launch = given;
+  const int64_t smem[] = {hopper::grouped_smem_bytes<int(kIndex)>(launch.groups)...};
+  if (!launch.config_forced && !hopper::grouped_smem_fits(smem[launch.config]))
+    for (int i = 0; i < int(sizeof...(kIndex)); ++i)
+      if (smem[i] < smem[launch.config]) launch.config = i;
   const bool launched =
       ((launch.config == int(kIndex) && (hopper::launch_grouped_config<Op, int(kIndex)>(launch, stream), true)) ||
        ...);

@@ -223,18 +223,31 @@ void launch_config(const HopperGemmLaunch& L, cudaStream_t stream) {
 // a persistent grid of one CTA an SM (the units' count lives on the device), the schedule's
 // shared memory after the config's own, no split-K and no TMA stores (a tile's rows stop at
 // its group's end, which a tensor map of c cannot clip).
+template <int kIndex>
+using GroupedTile = hk::Tile<kHopperGroupedConfigs[kIndex].block_m, kHopperGroupedConfigs[kIndex].block_n,
+                             kHopperGroupedConfigs[kIndex].stages, 1, kHopperGroupedConfigs[kIndex].ping_pong, 1>;
+
+// The dynamic shared memory config kIndex of the grouped kernel takes for `groups` groups:
+// the config's own and the schedule's. It fits where 1 KiB (the block scan's static shared
+// memory, with room to spare) more stays inside the SM's opt-in limit.
+template <int kIndex>
+constexpr int64_t grouped_smem_bytes(int groups) {
+  using Cfg = GroupedTile<kIndex>;
+  return Cfg::kSmemBytes + 4 * int64_t(hk::GroupedScheduler<Cfg::kBlockM>::smem_ints(groups));
+}
+constexpr bool grouped_smem_fits(int64_t bytes) { return bytes + 1024 <= hk::kSmemLimit; }
+
 template <class Op, int kIndex>
 void launch_grouped_config(const HopperGroupedLaunch& L, cudaStream_t stream) {
   constexpr HopperGemmConfig kConfig = kHopperGroupedConfigs[kIndex];
   static_assert(kConfig.block_k == hk::kBlockK<Op> && kConfig.cluster_m == 1 && kConfig.cluster_n == 1,
                 "grouped configs are single CTAs with 128-byte k-blocks");
-  using Cfg = hk::Tile<kConfig.block_m, kConfig.block_n, kConfig.stages, 1, kConfig.ping_pong, 1>;
+  using Cfg = GroupedTile<kIndex>;
   using Scheduler = hk::GroupedScheduler<Cfg::kBlockM>;
   constexpr auto kernel = hk::gemm_kernel<hk::Mainloop<Op, Cfg>, hk::Epilogue<hk::NoScales>, Scheduler>;
   constexpr const char* op = "gks.grouped_gemm";
-  // The schedule's ints, and room for the block scan's own (static) shared memory.
-  const int64_t smem = Cfg::kSmemBytes + 4 * int64_t(Scheduler::smem_ints(L.groups));
-  GKS_CHECK(smem + 1024 <= hk::kSmemLimit, kInvalidArgument)
+  const int64_t smem = grouped_smem_bytes<kIndex>(L.groups);
+  GKS_CHECK(grouped_smem_fits(smem), kInvalidArgument)
       << op << ": G = " << L.groups << " groups need " << smem << " bytes of shared memory with config "
       << kConfig.name << ", past the " << hk::kSmemLimit << " an SM has; use fewer groups a call";
   // The attribute is set once a device: to the most any G may take.
@@ -261,14 +274,12 @@ void launch_grouped_config(const HopperGroupedLaunch& L, cudaStream_t stream) {
   p.group_stride = L.group_stride;
   p.groups = L.groups;
   p.c_group_stride = L.c_group_stride;
-  // At most this many units (each group's row tiles, rounded up, by the column tiles); the
-  // unit loop adds the grid to a unit index, so keep the sum inside int.
-  const int64_t row_tiles = L.group_counts != nullptr
-                                ? int64_t(L.groups) * ceil_div(L.m, Cfg::kBlockM)
-                                : ceil_div(L.m, Cfg::kBlockM) + L.groups;
-  GKS_CHECK(row_tiles * p.unit_cols <= int64_t(INT_MAX) - 4096, kInvalidArgument)
-      << op << ": the output has too many tiles (up to " << row_tiles * p.unit_cols << ")";
-  p.num_units = int(row_tiles * p.unit_cols);  // a bound; the schedule counts the real ones
+  // A group's units (at most its rows' tiles by the column tiles) are counted in int; the
+  // schedule's running totals are int64 (groups that overlap may add up past int).
+  const int64_t group_units = ceil_div(L.m, Cfg::kBlockM) * p.unit_cols;
+  GKS_CHECK(group_units <= int64_t(INT_MAX) - 4096, kInvalidArgument)
+      << op << ": a group's output has too many tiles (up to " << group_units << ")";
+  p.num_units = 0;  // counted on the device (the schedule's shared memory)
 
   const LaunchConfig launch(dim3(unsigned(L.num_sms)), dim3(hk::kThreads), size_t(smem), stream, 1,
                             /*early_start=*/true);

@@ -244,39 +244,47 @@ using DataParallelScheduler = PersistentScheduler<false>;
 using StreamKScheduler = PersistentScheduler<true>;
 
 // The grouped GEMM's schedule. Its shared memory, laid out by prepare(): before[g], the
-// units of the groups before g (before[groups]: all of them); lo[g] and hi[g], group g's
-// rows (the contiguous layout's clamped offsets; the masked layout's 0 and clamped count);
-// and whether the contiguous layout's offsets are in order (then no two groups overlap).
+// units of the groups before g (before[groups]: all of them; int64, since offsets out of
+// order may make groups overlap, each up to every row); lo[g] and hi[g], group g's rows
+// (the contiguous layout's clamped offsets; the masked layout's 0 and clamped count); and
+// hi[groups], whether the contiguous layout's offsets are in order (then no two overlap).
 // A group's units: its row tiles (from lo[g]) by the unit columns, row tiles fastest, so
 // the CTAs in flight share b[g]'s columns.
 template <int kBlockM>
 struct GroupedScheduler {
   static constexpr bool kStreamK = false;
   static constexpr bool kGrouped = true;
-  const int* before;
+  const int64_t* before;
   const int* lo;
   const int* hi;
   bool in_order;
-  int unit;  // the next unit
+  int64_t unit;  // the next unit
   int group;  // the group of `unit`, or one below it (it only moves forward)
 
-  static constexpr int smem_ints(int groups) { return 3 * groups + 2; }
+  // before (int64, 8-byte aligned where the kernel puts it), lo, hi and the flag.
+  static constexpr int smem_ints(int groups) { return 2 * (groups + 1) + groups + (groups + 1); }
+  static __device__ __forceinline__ const int* lo_of(const int* smem, int groups) {
+    return smem + 2 * (groups + 1);
+  }
+  static __device__ __forceinline__ const int* hi_of(const int* smem, int groups) {
+    return lo_of(smem, groups) + groups;
+  }
 
   // Every thread of the CTA: reads the offsets or counts once (after the previous kernel,
   // which may have written them) and lays out the shared schedule; ends with a barrier.
   template <int kThreads>
   static __device__ __forceinline__ void prepare(const Params& p, int* smem) {
-    using Scan = cub::BlockScan<int, kThreads, cub::BLOCK_SCAN_WARP_SCANS>;
+    using Scan = cub::BlockScan<int64_t, kThreads, cub::BLOCK_SCAN_WARP_SCANS>;
     __shared__ typename Scan::TempStorage scan;
-    int* before_s = smem;
-    int* lo_s = smem + p.groups + 1;
+    int64_t* before_s = reinterpret_cast<int64_t*>(smem);
+    int* lo_s = const_cast<int*>(lo_of(smem, p.groups));
     int* hi_s = lo_s + p.groups;
     const bool masked = p.group_counts != nullptr;
     bool in_order = true;
-    int carry = 0;
+    int64_t carry = 0;
     for (int base = 0; base < p.groups; base += kThreads) {
       const int g = base + int(threadIdx.x);
-      int units = 0;
+      int64_t units = 0;
       if (g < p.groups) {
         int lo = 0, hi;
         if (masked) {
@@ -290,9 +298,9 @@ struct GroupedScheduler {
         }
         lo_s[g] = lo;
         hi_s[g] = hi;
-        units = (hi - lo + kBlockM - 1) / kBlockM * p.unit_cols;
+        units = int64_t((hi - lo + kBlockM - 1) / kBlockM) * p.unit_cols;
       }
-      int first, total;
+      int64_t first, total;
       Scan(scan).ExclusiveSum(units, first, total);
       if (g < p.groups) before_s[g] = carry + first;
       carry += total;
@@ -308,9 +316,9 @@ struct GroupedScheduler {
 
   __device__ __forceinline__ GroupedScheduler(const Params& p, int cluster, int /*clusters*/,
                                               const int* smem)
-      : before(smem),
-        lo(smem + p.groups + 1),
-        hi(smem + 2 * p.groups + 1),
+      : before(reinterpret_cast<const int64_t*>(smem)),
+        lo(lo_of(smem, p.groups)),
+        hi(hi_of(smem, p.groups)),
         in_order(hi[p.groups] != 0),
         unit(cluster),
         group(0) {}
@@ -327,7 +335,7 @@ struct GroupedScheduler {
   __device__ __forceinline__ UnitWork next(const Params& p, int clusters) {
     seek(p);
     const int g = group;
-    const int local = unit - before[g];
+    const int local = int(unit - before[g]);  // inside one group: below the host's bound
     const int row_tiles = (hi[g] - lo[g] + kBlockM - 1) / kBlockM;
     UnitWork w;
     w.row = local % row_tiles;
@@ -364,8 +372,8 @@ struct GroupedScheduler {
   // row looked up among all groups). Whole rows a warp, 16 bytes a lane where c allows.
   static __device__ __forceinline__ void fill_uncovered(const Params& p, const int* smem, int warp,
                                                         int warps) {
-    const int* lo_s = smem + p.groups + 1;
-    const int* hi_s = lo_s + p.groups;
+    const int* lo_s = lo_of(smem, p.groups);
+    const int* hi_s = hi_of(smem, p.groups);
     const int lane = threadIdx.x % 32;
     const int esize = p.c_kind == 0 ? 4 : 2;
     const int64_t row_bytes = int64_t(p.n) * esize;
