@@ -17,12 +17,7 @@ namespace gks {
 namespace detail {
 
 const std::vector<GemmConfigInfo>& gemm_fp8_configs() {
-  static const std::vector<GemmConfigInfo> configs = [] {
-    std::vector<GemmConfigInfo> list;
-    for (const HopperGemmConfig& c : kHopperFp8Configs)
-      list.push_back({c.name, c.block_m, c.block_n, c.block_k, 384, c.stages});
-    return list;
-  }();
+  static const std::vector<GemmConfigInfo> configs = hopper_config_infos(kHopperFp8Configs);
   return configs;
 }
 

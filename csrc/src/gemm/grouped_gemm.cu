@@ -18,12 +18,7 @@ namespace gks {
 namespace detail {
 
 const std::vector<GemmConfigInfo>& grouped_gemm_configs() {
-  static const std::vector<GemmConfigInfo> configs = [] {
-    std::vector<GemmConfigInfo> list;
-    for (const HopperGemmConfig& c : kHopperGroupedConfigs)
-      list.push_back({c.name, c.block_m, c.block_n, c.block_k, 384, c.stages});
-    return list;
-  }();
+  static const std::vector<GemmConfigInfo> configs = hopper_config_infos(kHopperGroupedConfigs);
   return configs;
 }
 

@@ -33,6 +33,15 @@ std::vector<GemmConfigInfo> gemm_config_infos() {
   return gemm_config_infos<Configs>(std::make_index_sequence<std::tuple_size_v<Configs>>{});
 }
 
+// A table of Hopper kernel configs as the config list the library reports (384 threads:
+// the producer and two consumer warpgroups).
+template <size_t kCount>
+std::vector<GemmConfigInfo> hopper_config_infos(const HopperGemmConfig (&table)[kCount]) {
+  std::vector<GemmConfigInfo> list;
+  for (const HopperGemmConfig& c : table) list.push_back({c.name, c.block_m, c.block_n, c.block_k, 384, c.stages});
+  return list;
+}
+
 // Calls f(Cfg{}) with the tile type of config `index` of Configs (a valid index).
 template <class Configs, class F, size_t... kI>
 void with_gemm_config(int index, F&& f, std::index_sequence<kI...>) {
