@@ -399,8 +399,8 @@ inline constexpr int kNumHopperInt8Configs =
     int(sizeof(kHopperInt8Configs) / sizeof(kHopperInt8Configs[0]));
 
 // gks::gemm_fp8's configs: a k-block's products are promoted into the fp32 total as it
-// completes (kernels/gemm/sm90/mainloop.cuh's kPromote), which holds a second set of
-// accumulators: tiles of at most 128 columns a warpgroup (so that one block scale of b
+// completes (kernels/gemm/sm90/mainloop.cuh's kPromote), two k-blocks deep, which holds two
+// more sets of accumulators: tiles of at most 128 columns a warpgroup (so that one block scale of b
 // covers a tile's k-block).
 inline constexpr HopperGemmConfig kHopperFp8Configs[] = {
     {"hopper_128x128x128_s6_c1", 128, 128, 128, 6, 1},

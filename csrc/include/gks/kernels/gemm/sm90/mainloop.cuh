@@ -213,45 +213,112 @@ struct Mainloop {
     ptx::wgmma_commit();
   }
 
-  // Promoted operands: k-block kb of the warpgroup's rows from wg_row and the tile's columns
-  // from col0, into fresh accumulators that are then added to acc, scaled by the k-block's
-  // block scales where p.block_scales. The scales load while the wgmmas run; the k-block is
-  // complete (its slot free) on return. Rows past M and tiles past N scale by 0 (never
-  // stored).
-  static __device__ __forceinline__ void promote_k_block(const Params& p, Acc (&acc)[Cfg::kAtomsM][Cfg::kAccum],
-                                                         uint32_t a_slot, uint32_t b_slot, int64_t wg_row,
-                                                         int col0, int kb) {
+  // Promoted operands: the factors k-block kb's products are added to the total with, per
+  // fragment row (a's scale of the row and b's of the tile's 128 columns, where
+  // p.block_scales; else 1). Rows past M and tiles past N get 0 (never stored).
+  static __device__ __forceinline__ void block_scales(const Params& p, int64_t wg_row, int col0, int kb,
+                                                      float (&s)[Cfg::kAtomsM][2]) {
     static_assert(Cfg::kBlockN <= 128, "one b block scale per k-block of a tile");
-    static_assert(2 * Cfg::kAtomsM * Cfg::kAccum + 64 <= kConsumerRegisters,
-                  "the k-block's accumulators beside the total");
-    Acc part[Cfg::kAtomsM][Cfg::kAccum];
-    issue_k_block(part, a_slot, b_slot, false);
-    // The fragment's rows (wgmma.cuh): warp w of the warpgroup has rows 16 w + lane / 4 and
-    // + 8 of each 64-row atom.
-    const int64_t row0 = wg_row + (threadIdx.x % 128) / 32 * 16 + (threadIdx.x % 32) / 4;
-    float sa[Cfg::kAtomsM][2];
 #pragma unroll
     for (int a = 0; a < Cfg::kAtomsM; ++a)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) sa[a][h] = 1.f;
-    if (p.block_scales) {
-      const float sb =
-          col0 < p.n ? p.b_scale[kb * p.b_scale_group_stride + (col0 / 128) * p.b_scale_stride] : 0.f;
+      for (int h = 0; h < 2; ++h) s[a][h] = 1.f;
+    if (!p.block_scales) return;
+    // The fragment's rows (wgmma.cuh): warp w of the warpgroup has rows 16 w + lane / 4 and
+    // + 8 of each 64-row atom.
+    const int64_t row0 = wg_row + (threadIdx.x % 128) / 32 * 16 + (threadIdx.x % 32) / 4;
+    const float sb =
+        col0 < p.n ? p.b_scale[kb * p.b_scale_group_stride + (col0 / 128) * p.b_scale_stride] : 0.f;
 #pragma unroll
-      for (int a = 0; a < Cfg::kAtomsM; ++a)
+    for (int a = 0; a < Cfg::kAtomsM; ++a)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int64_t row = row0 + a * 64 + 8 * h;
-          sa[a][h] = row < p.m ? p.a_scale[row * p.a_scale_stride + kb * p.a_scale_group_stride] * sb : 0.f;
-        }
-    }
-    ptx::wgmma_wait<0>();
+      for (int h = 0; h < 2; ++h) {
+        const int64_t row = row0 + a * 64 + 8 * h;
+        s[a][h] = row < p.m ? p.a_scale[row * p.a_scale_stride + kb * p.a_scale_group_stride] * sb : 0.f;
+      }
+  }
+
+  // Adds a completed k-block's products to the total, scaled.
+  static __device__ __forceinline__ void add_promoted(Acc (&acc)[Cfg::kAtomsM][Cfg::kAccum],
+                                                      Acc (&part)[Cfg::kAtomsM][Cfg::kAccum],
+                                                      const float (&s)[Cfg::kAtomsM][2]) {
 #pragma unroll
     for (int a = 0; a < Cfg::kAtomsM; ++a) {
       ptx::fence_registers(part[a]);
 #pragma unroll
-      for (int i = 0; i < Cfg::kAccum; ++i) acc[a][i] += part[a][i] * sa[a][(i / 2) % 2];
+      for (int i = 0; i < Cfg::kAccum; ++i) acc[a][i] += part[a][i] * s[a][(i / 2) % 2];
     }
+  }
+
+  // Promoted operands: a unit's k-loop, two k-blocks deep. Block kb's wgmmas go into one of
+  // two sets of fresh accumulators while block kb - 1's (the other set) complete and are
+  // added to the total, so the warpgroup keeps a block queued on the Tensor Cores through
+  // every promotion (waiting for each block before adding it would leave them idle then,
+  // for both warpgroups at once, since both wait on the same full barrier). A block's slot
+  // goes back once its products are added. acc holds the unit's total on return;
+  // `loads_waited` runs once the last block's full barrier has been waited on.
+  template <class LoadsWaited>
+  static __device__ __forceinline__ void promote_unit(const Params& p, Acc (&acc)[Cfg::kAtomsM][Cfg::kAccum],
+                                                      const UnitWork& w, uint32_t smem_a, uint32_t smem_b,
+                                                      uint32_t full, uint32_t empty, int& stage,
+                                                      uint32_t& phase, int64_t wg_row, int col0,
+                                                      bool lane0, LoadsWaited&& loads_waited) {
+    static_assert(3 * Cfg::kAtomsM * Cfg::kAccum + 32 <= kConsumerRegisters,
+                  "two k-blocks' accumulators beside the total");
+#pragma unroll
+    for (int a = 0; a < Cfg::kAtomsM; ++a)
+#pragma unroll
+      for (int i = 0; i < Cfg::kAccum; ++i) acc[a][i] = 0;
+    if (w.kb_end == w.kb_begin) {
+      loads_waited();
+      return;
+    }
+    Acc part0[Cfg::kAtomsM][Cfg::kAccum], part1[Cfg::kAtomsM][Cfg::kAccum];
+    float s0[Cfg::kAtomsM][2], s1[Cfg::kAtomsM][2];
+    int prev_stage = stage;
+    // Block kb's wgmmas into `part`, its scales into `s` (loaded while the wgmmas run).
+    auto issue = [&](Acc(&part)[Cfg::kAtomsM][Cfg::kAccum], float(&s)[Cfg::kAtomsM][2], int kb) {
+      ptx::mbar_wait(full + 8 * stage, phase);
+      issue_k_block(part, smem_a + stage * Cfg::kABytes, smem_b + stage * Cfg::kBBytes, false);
+      block_scales(p, wg_row, col0, kb, s);
+      prev_stage = stage;
+      if (++stage == Cfg::kStages) {
+        stage = 0;
+        phase ^= 1;
+      }
+    };
+    // The block before the newest one: complete once at most one group is pending, its
+    // slot free once added. (Every wait is unconditional within the loop body: ptxas
+    // serializes wgmmas around a wait it cannot place.)
+    auto promote_previous = [&](Acc(&part)[Cfg::kAtomsM][Cfg::kAccum], const float(&s)[Cfg::kAtomsM][2],
+                                int slot) {
+      ptx::wgmma_wait<1>();
+      add_promoted(acc, part, s);
+      release_slot(empty + 8 * slot, lane0);
+    };
+    issue(part0, s0, w.kb_begin);
+    int kb = w.kb_begin + 1;
+    for (; kb + 1 < w.kb_end; kb += 2) {
+      int slot = prev_stage;
+      issue(part1, s1, kb);
+      promote_previous(part0, s0, slot);
+      slot = prev_stage;
+      issue(part0, s0, kb + 1);
+      promote_previous(part1, s1, slot);
+    }
+    if (kb < w.kb_end) {  // an even number of blocks: one left, into part1
+      const int slot = prev_stage;
+      issue(part1, s1, kb);
+      promote_previous(part0, s0, slot);
+      loads_waited();
+      ptx::wgmma_wait<0>();
+      add_promoted(acc, part1, s1);
+    } else {
+      loads_waited();
+      ptx::wgmma_wait<0>();
+      add_promoted(acc, part0, s0);
+    }
+    release_slot(empty + 8 * prev_stage, lane0);
   }
 
   // A consumer warpgroup: the schedule's units (its own, ping-pong), each one's k-blocks out
@@ -305,22 +372,18 @@ struct Mainloop {
       if (Cfg::kPingPong && turn > 0) ptx::named_barrier_sync<256>(kHandoff + 1 - wg);
       const int64_t wg_row = w.row_base + int64_t(tile_m) * Cfg::kBlockM + wg_first_row;
 
-      int prev_stage = 0;
       if constexpr (Op::kPromote) {
-#pragma unroll
-        for (int a = 0; a < Cfg::kAtomsM; ++a)
-#pragma unroll
-          for (int i = 0; i < Cfg::kAccum; ++i) acc[a][i] = 0;
-      }
-      for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
-        ptx::mbar_wait(full + 8 * stage, phase);
-        const uint32_t a_slot = smem_a + stage * Cfg::kABytes + a_wg_offset;
-        const uint32_t b_slot = smem_b + stage * Cfg::kBBytes;
-        if constexpr (Op::kPromote) {
-          promote_k_block(p, acc, a_slot, b_slot, wg_row, col0, kb);
-          release_slot(empty + 8 * stage, lane == 0);  // its wgmmas are complete
-        } else {
-          issue_k_block(acc, a_slot, b_slot, kb > w.kb_begin);
+        promote_unit(p, acc, w, smem_a + a_wg_offset, smem_b, full, empty, stage, phase, wg_row, col0,
+                     lane == 0, [&] {
+                       if (Cfg::kPingPong && !schedule.done(p))
+                         ptx::named_barrier_arrive<256>(kHandoff + wg);  // the other warpgroup's turn
+                     });
+      } else {
+        int prev_stage = 0;
+        for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
+          ptx::mbar_wait(full + 8 * stage, phase);
+          issue_k_block(acc, smem_a + stage * Cfg::kABytes + a_wg_offset, smem_b + stage * Cfg::kBBytes,
+                        kb > w.kb_begin);
           // Keep this k-block's wgmmas in flight; the previous block's are now complete, so
           // its slot can be handed back to the producer.
           ptx::wgmma_wait<1>();
@@ -328,19 +391,18 @@ struct Mainloop {
           for (int a = 0; a < Cfg::kAtomsM; ++a) ptx::fence_registers(acc[a]);
           release_slot(empty + 8 * prev_stage, kb > w.kb_begin && lane == 0);
           prev_stage = stage;
+          if (++stage == Cfg::kStages) {
+            stage = 0;
+            phase ^= 1;
+          }
         }
-        if (++stage == Cfg::kStages) {
-          stage = 0;
-          phase ^= 1;
-        }
-      }
-      if (Cfg::kPingPong && !schedule.done(p))
-        ptx::named_barrier_arrive<256>(kHandoff + wg);  // the other warpgroup's turn
-      ptx::wgmma_wait<0>();
+        if (Cfg::kPingPong && !schedule.done(p))
+          ptx::named_barrier_arrive<256>(kHandoff + wg);  // the other warpgroup's turn
+        ptx::wgmma_wait<0>();
 #pragma unroll
-      for (int a = 0; a < Cfg::kAtomsM; ++a) ptx::fence_registers(acc[a]);
-      // (Promoted: each k-block handed its slot back as it completed.)
-      if constexpr (!Op::kPromote) release_slot(empty + 8 * prev_stage, lane == 0);
+        for (int a = 0; a < Cfg::kAtomsM; ++a) ptx::fence_registers(acc[a]);
+        release_slot(empty + 8 * prev_stage, lane == 0);
+      }
 
       if (Scheduler::template fixup<Op, Cfg>(p, acc, w, cluster_id, num_clusters, wg)) continue;
       Epilogue::template store<Op, Cfg>(p, acc, map_c, stage_buf, store_buffers, sub, w.split,
