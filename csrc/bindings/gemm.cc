@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The GEMM family's entry points: sgemm, wmma_gemm, int8_gemm, gemm, gemm_fp8, grouped_gemm
+// The GEMM family's entry points: sgemm, wmma_gemm, int8_gemm, gemm, gemm_fp8, grouped_gemm,
+// grouped_gemm_fp8
 // (each with its config names and heuristic), the allocating forms and the path queries.
 #include <tvm/ffi/optional.h>
 #include <tvm/ffi/string.h>
@@ -121,6 +122,26 @@ void grouped_gemm(tvm::ffi::TensorView a, tvm::ffi::TensorView b,
   });
 }
 
+// The same with e4m3 a and b and their block scales (gks::GroupedGemmFp8Args).
+void grouped_gemm_fp8(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorView a_scale,
+                      tvm::ffi::TensorView b_scale, tvm::ffi::Optional<tvm::ffi::TensorView> group_offsets,
+                      tvm::ffi::Optional<tvm::ffi::TensorView> group_counts, tvm::ffi::TensorView c,
+                      int64_t config) {
+  using namespace gks::ffi;
+  translate_errors([&] {
+    gks::GroupedGemmFp8Args args;
+    args.config = config_arg(config, "gks.grouped_gemm_fp8");
+    args.a = to_ref(a);
+    args.b = to_ref(b);
+    args.a_scale = to_ref(a_scale);
+    args.b_scale = to_ref(b_scale);
+    if (group_offsets.has_value()) args.group_offsets = to_ref(group_offsets.value());
+    if (group_counts.has_value()) args.group_counts = to_ref(group_counts.value());
+    args.c = to_ref(c);
+    gks::grouped_gemm_fp8(args, stream_for(args.a));
+  });
+}
+
 gks::GemmArgs gemm_args(const tvm::ffi::TensorView& a, const tvm::ffi::TensorView& b,
                         const tvm::ffi::TensorView& c, int64_t config) {
   using gks::ffi::to_ref;
@@ -211,6 +232,15 @@ tvm::ffi::String grouped_gemm_configs() {
   }
   return table.json();
 }
+tvm::ffi::String grouped_gemm_fp8_configs() {
+  gks::ffi::ConfigTable table;
+  const auto& configs = gks::detail::grouped_gemm_fp8_configs();
+  for (int i = 0; i < static_cast<int>(configs.size()); ++i) {
+    tile_fields(table, configs[i]);
+    table.flag("ping_pong", gks::detail::kHopperGroupedFp8Configs[i].ping_pong);
+  }
+  return table.json();
+}
 tvm::ffi::String gemm_configs() {
   gks::ffi::ConfigTable table;
   for (const auto& c : gks::detail::hopper_gemm_configs()) {
@@ -237,6 +267,9 @@ int64_t gemm_heuristic(int64_t m, int64_t n, int64_t k, int64_t num_sms) {
 int64_t grouped_gemm_heuristic(int64_t rows, int64_t n, int64_t k, int64_t groups, int64_t num_sms) {
   return gks::detail::grouped_gemm_heuristic(rows, n, k, groups, static_cast<int>(num_sms));
 }
+int64_t grouped_gemm_fp8_heuristic(int64_t rows, int64_t n, int64_t k, int64_t groups, int64_t num_sms) {
+  return gks::detail::grouped_gemm_fp8_heuristic(rows, n, k, groups, static_cast<int>(num_sms));
+}
 
 }  // namespace
 
@@ -251,6 +284,9 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(gemm_fp8_configs, gemm_fp8_configs);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(grouped_gemm, grouped_gemm);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(grouped_gemm_configs, grouped_gemm_configs);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(grouped_gemm_heuristic, grouped_gemm_heuristic);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(grouped_gemm_fp8, grouped_gemm_fp8);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(grouped_gemm_fp8_configs, grouped_gemm_fp8_configs);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(grouped_gemm_fp8_heuristic, grouped_gemm_fp8_heuristic);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(gemm_alloc, gemm_alloc);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(gemm_path, gemm_path);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(sgemm_configs, sgemm_configs);

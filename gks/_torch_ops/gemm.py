@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The gemm family's torch ops: gks::sgemm, gks::wmma_gemm, gks::int8_gemm, gks::gemm,
-gks::gemm_fp8 and gks::grouped_gemm. See gks._torch_ops for what every custom op guarantees."""
+gks::gemm_fp8, gks::grouped_gemm and gks::grouped_gemm_fp8. See gks._torch_ops for what every
+custom op guarantees."""
 
 from __future__ import annotations
 
@@ -15,12 +16,13 @@ from gks.runtime.tables import resolve_config
 from gks.specs.gemm import (
     GEMM_FP8_SCALINGS,
     check_grouped_gemm,
+    check_grouped_gemm_fp8,
     checked_fp8_out_dtype,
     gemm_fp8_shape,
     grouped_gemm_shape,
 )
 
-__all__ = ["sgemm", "wmma_gemm", "int8_gemm", "gemm", "gemm_fp8", "grouped_gemm"]
+__all__ = ["sgemm", "wmma_gemm", "int8_gemm", "gemm", "gemm_fp8", "grouped_gemm", "grouped_gemm_fp8"]
 
 
 def _sgemm(a: torch.Tensor, b: torch.Tensor, config: int = -1) -> torch.Tensor:
@@ -283,4 +285,47 @@ def _(a, b, group_offsets=None, group_counts=None, config: int = -1):
     check_grouped_gemm(a, b, group_offsets, group_counts, "gks.grouped_gemm")
     c = torch.empty((*a.shape[:-1], b.shape[2]), dtype=a.dtype, device=a.device)
     validate(cuda.grouped_gemm_out, a, b, group_offsets, group_counts, c, config)
+    return c
+
+
+def _grouped_gemm_fp8(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    a_scale: torch.Tensor,
+    b_scale: torch.Tensor,
+    group_offsets: torch.Tensor | None = None,
+    group_counts: torch.Tensor | None = None,
+    out_dtype: torch.dtype = torch.bfloat16,
+    config: int = -1,
+) -> torch.Tensor:
+    """grouped_gemm's grouped product (either layout, the same group semantics) of
+    float8_e4m3fn a and b with DeepSeek-V3's block scales, c in out_dtype (bfloat16,
+    float16 or float32); gks.reference.grouped_gemm_fp8 says it exactly.
+
+    a_scale [T, ceil(K / 128)] (contiguous) or [G, M_max, ceil(K / 128)] (masked): one fp32
+    scale per row and 128 of K, as gks.quantize_fp8(x, "group") gives it; b_scale [G,
+    ceil(K / 128), ceil(N / 128)], one per 128 x 128 block of each b[g]. b [G, K, N]
+    row-major or K-major (w.transpose(1, 2) of [G, N, K] expert weights, read in place); K
+    a multiple of 16. The Hopper kernel (sm_90 only; gks.triton.grouped_gemm_fp8 runs
+    elsewhere). config: -1 = tuned entry if any, else the heuristic; an index into
+    gks.cuda.gemm_config_names("grouped_gemm_fp8") forces it. Runs on the current CUDA
+    stream.
+    """
+    masked = check_grouped_gemm_fp8(a, b, a_scale, b_scale, group_offsets, group_counts, out_dtype,
+                                    "gks.grouped_gemm_fp8")
+    c = a.new_empty((*a.shape[:-1], b.shape[2]), dtype=out_dtype)
+    config = resolve_config("grouped_gemm_fp8", a, grouped_gemm_shape(a, b, masked), config, dtype=c.dtype)
+    cuda.grouped_gemm_fp8_out(a, b, a_scale, b_scale, group_offsets, group_counts, c, config)
+    return c
+
+
+grouped_gemm_fp8 = gks_op("grouped_gemm_fp8", _grouped_gemm_fp8)
+
+
+@grouped_gemm_fp8.op.register_fake
+def _(a, b, a_scale, b_scale, group_offsets=None, group_counts=None, out_dtype: torch.dtype = torch.bfloat16,
+      config: int = -1):
+    check_grouped_gemm_fp8(a, b, a_scale, b_scale, group_offsets, group_counts, out_dtype, "gks.grouped_gemm_fp8")
+    c = torch.empty((*a.shape[:-1], b.shape[2]), dtype=out_dtype, device=a.device)
+    validate(cuda.grouped_gemm_fp8_out, a, b, a_scale, b_scale, group_offsets, group_counts, c, config)
     return c

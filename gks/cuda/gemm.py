@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The gemm family's DLPack entry points: sgemm, wmma_gemm, int8_gemm, gemm, gemm_fp8 and
-grouped_gemm, their config names, heuristics and path queries. See gks.cuda."""
+"""The gemm family's DLPack entry points: sgemm, wmma_gemm, int8_gemm, gemm, gemm_fp8,
+grouped_gemm and grouped_gemm_fp8, their config names, heuristics and path queries. See
+gks.cuda."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from gks import _native, registry
 __all__ = [
     "sgemm_out", "wmma_gemm_out", "int8_gemm_out", "int8_gemm_alloc", "int8_gemm_path", "gemm_out",
     "gemm_alloc", "gemm_path", "gemm_config_names", "gemm_heuristic", "gemm_fp8_out", "grouped_gemm_out",
-    "grouped_gemm_heuristic",
+    "grouped_gemm_heuristic", "grouped_gemm_fp8_out",
 ]
 
 
@@ -71,16 +72,21 @@ def gemm_config_names(kernel: str) -> list[str]:
 def gemm_heuristic(kernel: str, m: int, n: int, k: int, num_sms: int) -> int:
     """The config index the C++ heuristic picks for an M x N x K problem on num_sms SMs."""
     _check_gemm(kernel, "gemm_heuristic")
-    if kernel == "grouped_gemm":
-        raise ValueError("gemm_heuristic: grouped_gemm's heuristic takes the groups too: call "
-                         "grouped_gemm_heuristic(rows, n, k, groups, num_sms)")
+    if kernel in ("grouped_gemm", "grouped_gemm_fp8"):
+        raise ValueError(f"gemm_heuristic: {kernel}'s heuristic takes the groups too: call "
+                         f"grouped_gemm_heuristic(rows, n, k, groups, num_sms, kernel={kernel!r})")
     return int(getattr(_native.module(), f"{kernel}_heuristic")(m, n, k, num_sms))
 
 
-def grouped_gemm_heuristic(rows: int, n: int, k: int, groups: int, num_sms: int) -> int:
-    """The config index the C++ heuristic picks for grouped_gemm with groups of about `rows`
-    rows (the contiguous layout's mean, the masked layout's M_max) on num_sms SMs."""
-    return int(_native.module().grouped_gemm_heuristic(rows, n, k, groups, num_sms))
+def grouped_gemm_heuristic(rows: int, n: int, k: int, groups: int, num_sms: int,
+                           kernel: str = "grouped_gemm") -> int:
+    """The config index the C++ heuristic picks for `kernel` ('grouped_gemm' or
+    'grouped_gemm_fp8') with groups of about `rows` rows (the contiguous layout's mean, the
+    masked layout's M_max) on num_sms SMs."""
+    if kernel not in ("grouped_gemm", "grouped_gemm_fp8"):
+        raise ValueError(f"grouped_gemm_heuristic: argument 'kernel' must be 'grouped_gemm' or "
+                         f"'grouped_gemm_fp8', got {kernel!r}")
+    return int(getattr(_native.module(), f"{kernel}_heuristic")(rows, n, k, groups, num_sms))
 
 
 def gemm_out(a, b, c, config: int = -1) -> None:
@@ -128,3 +134,14 @@ def grouped_gemm_out(a, b, group_offsets, group_counts, c, config: int = -1) -> 
     call. No host synchronization. config: an index into gemm_config_names("grouped_gemm"),
     or -1 for the heuristic."""
     _native.module().grouped_gemm(a, b, group_offsets, group_counts, c, int(config))
+
+
+def grouped_gemm_fp8_out(a, b, a_scale, b_scale, group_offsets, group_counts, c, config: int = -1) -> None:
+    """grouped_gemm_out's grouped product (either layout) of float8_e4m3fn a and b with
+    DeepSeek-V3's block scales, written into c (bfloat16, float16 or float32), as
+    gks.reference.grouped_gemm_fp8 says: a_scale [T, ceil(K / 128)] or [G, M_max, ceil(K /
+    128)], b_scale [G, ceil(K / 128), ceil(N / 128)]; b [G, K, N] row-major or K-major (the
+    view w.transpose(1, 2) of [G, N, K] weights, read in place). The Hopper kernel only
+    (sm_90a), as grouped_gemm_out. config: an index into gemm_config_names("grouped_gemm_fp8"),
+    or -1 for the heuristic."""
+    _native.module().grouped_gemm_fp8(a, b, a_scale, b_scale, group_offsets, group_counts, c, int(config))

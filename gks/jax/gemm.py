@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The gemm family as XLA custom calls: sgemm, wmma_gemm, int8_gemm, gemm, gemm_fp8, grouped_gemm.
+"""The gemm family as XLA custom calls: sgemm, wmma_gemm, int8_gemm, gemm, gemm_fp8, grouped_gemm,
+grouped_gemm_fp8.
 See gks.jax.
 JAX arrays are row-major, so b (and b_q) always reach the kernels [K, N] row-major."""
 
@@ -11,7 +12,7 @@ import numpy as np
 from gks.jax._ffi import call, dtype_of, like, tuned
 from gks.specs.gemm import checked_fp8_out_dtype, grouped_gemm_shape
 
-__all__ = ["sgemm", "wmma_gemm", "int8_gemm", "gemm", "gemm_fp8", "grouped_gemm"]
+__all__ = ["sgemm", "wmma_gemm", "int8_gemm", "gemm", "gemm_fp8", "grouped_gemm", "grouped_gemm_fp8"]
 
 
 def _mnk(a, b) -> tuple[int, int, int] | None:
@@ -86,3 +87,18 @@ def grouped_gemm(a, b, group_offsets=None, group_counts=None, config: int = -1):
         dims = grouped_gemm_shape(a, b, group_counts is not None)
     return call("grouped_gemm", {"a": a, "b": b, "group_offsets": group_offsets, "group_counts": group_counts},
                 (like(a, shape=c_shape),), config=tuned("grouped_gemm", config, a.dtype, dims))[0]
+
+
+def grouped_gemm_fp8(a, b, a_scale, b_scale, group_offsets=None, group_counts=None, out_dtype=jnp.bfloat16,
+                     config: int = -1):
+    """grouped_gemm's product of float8_e4m3fn a and b with DeepSeek-V3's block scales, c in
+    out_dtype (see gks.grouped_gemm_fp8). b reaches the kernel row-major (a JAX array always
+    is one), which it transposes a group at a time first; config -1 is the heuristic."""
+    a, b, a_scale, b_scale = (jnp.asarray(t) for t in (a, b, a_scale, b_scale))
+    group_offsets = None if group_offsets is None else jnp.asarray(group_offsets)
+    group_counts = None if group_counts is None else jnp.asarray(group_counts)
+    out = checked_fp8_out_dtype(dtype_of(out_dtype, "grouped_gemm_fp8", "out_dtype"), "gks.grouped_gemm_fp8")
+    c_shape = (*a.shape[:-1], b.shape[-1] if b.ndim else 0)
+    return call("grouped_gemm_fp8", {"a": a, "b": b, "a_scale": a_scale, "b_scale": b_scale,
+                                     "group_offsets": group_offsets, "group_counts": group_counts},
+                (like(a, out, c_shape),), config=config)[0]

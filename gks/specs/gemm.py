@@ -522,10 +522,17 @@ def check_grouped_gemm(a, b, group_offsets, group_counts, op: str) -> bool:
     raises: TypeError or ValueError naming the argument and what was expected. Reads no
     value of group_offsets / group_counts (no host synchronization). Returns whether the
     call is the masked layout."""
-    import torch
+    return _check_grouped(a, b, group_offsets, group_counts, op, fp8=False)
 
-    def dtype_name(dtype) -> str:  # as the C++ API names it (and JAX): float32, not torch.float32
-        return str(dtype).removeprefix("torch.")
+
+def _dtype_name(dtype) -> str:  # as the C++ API names it (and JAX): float32, not torch.float32
+    return str(dtype).removeprefix("torch.")
+
+
+def _check_grouped(a, b, group_offsets, group_counts, op: str, fp8: bool) -> bool:
+    """check_grouped_gemm, and for grouped_gemm_fp8 (fp8) its operands' rules: e4m3, K a
+    multiple of 16, b row-major or K-major."""
+    import torch
 
     if (group_offsets is None) == (group_counts is None):
         given = "both" if group_offsets is not None else "neither"
@@ -536,8 +543,10 @@ def check_grouped_gemm(a, b, group_offsets, group_counts, op: str) -> bool:
     for name, t in (("a", a), ("b", b), (groups_name, groups)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{op}: argument '{name}' must be a torch.Tensor, got {type(t).__name__}")
-    if a.dtype not in (torch.float16, torch.bfloat16):
-        raise TypeError(f"{op}: argument 'a' must be float16 or bfloat16, got {dtype_name(a.dtype)}")
+    if fp8 and a.dtype != torch.float8_e4m3fn:
+        raise TypeError(f"{op}: argument 'a' must be float8_e4m3fn, got {_dtype_name(a.dtype)}")
+    if not fp8 and a.dtype not in (torch.float16, torch.bfloat16):
+        raise TypeError(f"{op}: argument 'a' must be float16 or bfloat16, got {_dtype_name(a.dtype)}")
     a_rank, a_dims = (3, "[G, M_max, K] (the masked layout: group_counts given)") if masked else \
         (2, "[T, K] (the contiguous layout: group_offsets given)")
     if a.dim() != a_rank:
@@ -547,7 +556,8 @@ def check_grouped_gemm(a, b, group_offsets, group_counts, op: str) -> bool:
         if t.device != a.device:
             raise ValueError(f"{op}: argument '{name}' must be on the device of 'a' ({a.device}), got {t.device}")
     if b.dtype != a.dtype:
-        raise TypeError(f"{op}: argument 'b' must have the dtype of 'a' ({dtype_name(a.dtype)}), got {dtype_name(b.dtype)}")
+        raise TypeError(f"{op}: argument 'b' must have the dtype of 'a' ({_dtype_name(a.dtype)}), "
+                        f"got {_dtype_name(b.dtype)}")
     if b.dim() != 3:
         raise ValueError(f"{op}: argument 'b' must be 3-D [G, K, N], got {b.dim()} dims (shape {list(b.shape)})")
     k = a.shape[-1]
@@ -559,21 +569,67 @@ def check_grouped_gemm(a, b, group_offsets, group_counts, op: str) -> bool:
         raise ValueError(f"{op}: argument 'b' must have shape [G, K, N] with G = {a.shape[0]} (dim 0 of 'a', "
                          f"{list(a.shape)}), got {list(b.shape)}")
     if groups.dtype != torch.int32:
-        raise TypeError(f"{op}: argument '{groups_name}' must be int32, got {dtype_name(groups.dtype)}")
+        raise TypeError(f"{op}: argument '{groups_name}' must be int32, got {_dtype_name(groups.dtype)}")
     want = groups_count if masked else groups_count + 1
     if list(groups.shape) != [want]:
         what = "[G]" if masked else "[G + 1]"
         raise ValueError(f"{op}: argument '{groups_name}' must have shape {what} = [{want}] (G = {groups_count}, "
                          f"dim 0 of 'b'), got {list(groups.shape)}")
-    # Rows are loaded as vectors along their last dim; the other dims may be strided. As
-    # with the other GEMMs, a transposed view is refused, not copied.
-    for name, t in (("a", a), ("b", b)):
-        if t.shape[-1] > 1 and t.stride(-1) != 1:
-            raise ValueError(f"{op}: argument '{name}' must be row-major with a contiguous last dim "
-                             f"(stride(-1) == 1), got strides {tuple(t.stride())}")
+    if fp8:
+        n = b.shape[2]
+        if k % GEMM_FP8_K_MULTIPLE:
+            raise ValueError(f"{op}: K (the last dim of argument 'a') must be a multiple of {GEMM_FP8_K_MULTIPLE}, "
+                             f"got {k}")
+        if k > 1 and a.stride(-1) != 1:
+            raise ValueError(f"{op}: argument 'a' must be row-major with a contiguous last dim (stride(-1) == 1), "
+                             f"got strides {tuple(a.stride())}")
+        if not (n <= 1 or k <= 1 or b.stride(2) == 1 or b.stride(1) == 1):
+            raise ValueError(f"{op}: argument 'b' must be row-major (stride(2) == 1) or K-major (stride(1) == 1: "
+                             f"the view w.transpose(1, 2) of a [G, N, K] w), got strides {tuple(b.stride())}")
+    else:
+        # Rows are loaded as vectors along their last dim; the other dims may be strided. As
+        # with the other GEMMs, a transposed view is refused, not copied.
+        for name, t in (("a", a), ("b", b)):
+            if t.shape[-1] > 1 and t.stride(-1) != 1:
+                raise ValueError(f"{op}: argument '{name}' must be row-major with a contiguous last dim "
+                                 f"(stride(-1) == 1), got strides {tuple(t.stride())}")
     if max((*a.shape, *b.shape), default=0) >= _INT32_LIMIT:
         raise ValueError(f"{op}: every dim of 'a' and 'b' must be below 2^31, got {list(a.shape)} and "
                          f"{list(b.shape)}")
+    return masked
+
+
+def grouped_gemm_fp8_scale_shapes(a, b, masked: bool) -> tuple:
+    """(a_scale's shape, the library's words for it), then b_scale's, for a grouped_gemm_fp8
+    call whose operands check_grouped_gemm_fp8 took."""
+    groups, k, n = b.shape
+    kg, nb = -(-k // 128), -(-n // 128)
+    rows = a.shape[1] if masked else a.shape[0]
+    sa = (groups, rows, kg) if masked else (rows, kg)
+    sa_words = "[G, M_max, ceil(K / 128)]" if masked else "[T, ceil(K / 128)]"
+    return ((sa, f"{sa_words} = {list(sa)}"),
+            ((groups, kg, nb), f"[G, ceil(K / 128), ceil(N / 128)] = {[groups, kg, nb]}"))
+
+
+def check_grouped_gemm_fp8(a, b, a_scale, b_scale, group_offsets, group_counts, out_dtype, op: str) -> bool:
+    """Refuses a bad grouped_gemm_fp8 call with the error every backend (and the reference)
+    raises, as check_grouped_gemm does (the scales: float32 on a's device, of the shapes
+    grouped_gemm_fp8_scale_shapes gives). Returns whether the call is the masked layout."""
+    import torch
+
+    masked = _check_grouped(a, b, group_offsets, group_counts, op, fp8=True)
+    scales = (("a_scale", a_scale), ("b_scale", b_scale))
+    for name, t in scales:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{op}: argument '{name}' must be a torch.Tensor, got {type(t).__name__}")
+    for (name, t), (shape, words) in zip(scales, grouped_gemm_fp8_scale_shapes(a, b, masked)):
+        if t.device != a.device:
+            raise ValueError(f"{op}: argument '{name}' must be on the device of 'a' ({a.device}), got {t.device}")
+        if t.dtype != torch.float32:
+            raise TypeError(f"{op}: argument '{name}' must be float32, got {_dtype_name(t.dtype)}")
+        if tuple(t.shape) != shape:
+            raise ValueError(f"{op}: argument '{name}' must have shape {words}, got {list(t.shape)}")
+    checked_fp8_out_dtype(out_dtype, op)
     return masked
 
 
@@ -672,14 +728,26 @@ def grouped_gemm_check(out, ref, dtype, inputs) -> None:
     """Each group's rows against the float64 reference with gemm_check's "mma" bound (fp32
     accumulation on Tensor Cores, one rounding to the dtype), and rows in no group or past
     a group's count exactly 0 (an unwritten row, NaN-poisoned, fails)."""
+    a, b = inputs["a"], inputs["b"]
+    what = f"grouped_gemm/{dtype}"
+    assert out.dtype == a.dtype, f"{what}: dtype {out.dtype} != {a.dtype}"
+
+    def check_group(g, pick, out_rows, ref_rows):
+        gemm_check(out_rows, ref_rows, pick(a), b[g], dtype, "mma", f"{what} group {g}")
+
+    check_grouped_rows(out, ref, inputs, what, check_group)
+
+
+def check_grouped_rows(out, ref, inputs, what: str, check_group) -> None:
+    """The grouped ops' check: out's shape, each group's rows handed to check_group(g, pick,
+    out_rows, ref_rows), where pick(t) takes the group's rows of a tensor laid out as a
+    (a itself, or a_scale), and every row in no group or past a group's count exactly 0."""
     import torch
 
     a, b = inputs["a"], inputs["b"]
     counts = inputs.get("group_counts")
-    what = f"grouped_gemm/{dtype}"
     shape = (*a.shape[:-1], b.shape[2])
     assert tuple(out.shape) == shape, f"{what}: shape {tuple(out.shape)} != {shape}"
-    assert out.dtype == a.dtype, f"{what}: dtype {out.dtype} != {a.dtype}"
     r = ref.to(out.device)
 
     def zeros(rows, where):
@@ -691,7 +759,7 @@ def grouped_gemm_check(out, ref, dtype, inputs) -> None:
     if counts is not None:
         for g, m in enumerate(grouped_gemm_counts(counts, a.shape[1])):
             if m:
-                gemm_check(out[g, :m], r[g, :m], a[g, :m], b[g], dtype, "mma", f"{what} group {g}")
+                check_group(g, lambda t, g=g, m=m: t[g, :m], out[g, :m], r[g, :m])
             zeros(out[g, m:], f"group {g}'s rows past its count {m}")
         return
     owner = torch.tensor(grouped_gemm_owners(grouped_gemm_bounds(inputs["group_offsets"], a.shape[0]),
@@ -699,9 +767,9 @@ def grouped_gemm_check(out, ref, dtype, inputs) -> None:
     for g in range(b.shape[0]):
         rows = (owner == g).nonzero().squeeze(1)
         if rows.numel():
-            ad = a.index_select(0, rows.to(a.device))
-            gemm_check(out.index_select(0, rows), r.index_select(0, rows), ad, b[g], dtype, "mma",
-                       f"{what} group {g}")
+            on_a = rows.to(a.device)
+            check_group(g, lambda t, on_a=on_a: t.index_select(0, on_a.to(t.device)), out.index_select(0, rows),
+                        r.index_select(0, rows))
     zeros(out[owner < 0], "rows in no group")
 
 
@@ -940,7 +1008,7 @@ GROUPED_GEMM = register(
                                                                i.get("group_counts"), o[0], **kw),
         # The Hopper GEMM with the grouped schedule, and the packing of operands TMA cannot
         # read in place.
-        sass_kernels=(r"sm90::gemm_kernel<.*GroupedScheduler<", r"pack_rows_kernel\("),
+        sass_kernels=(r"sm90::gemm_kernel<.*HalfOperands<.*GroupedScheduler<", r"pack_rows_kernel<unsigned short>"),
     )
 )
 
@@ -1356,8 +1424,280 @@ GEMM_FP8 = register(
                                                            i["scaling"], **kw),
         # The Hopper GEMM's fp8 instantiations (its byte transpose is int8_gemm's).
         sass_kernels=(
-            r"sm90::gemm_kernel<gks::kernels::gemm::sm90::Mainloop<gks::kernels::gemm::sm90::ByteOperands<__nv_fp8_e",
+            # (The grouped schedule's instantiations are grouped_gemm_fp8's.)
+            r"sm90::gemm_kernel<gks::kernels::gemm::sm90::Mainloop<gks::kernels::gemm::sm90::ByteOperands<__nv_fp8_e"
+            r"(?!.*GroupedScheduler<)",
             r"sm90::split_k_reduce_kernel<gks::kernels::gemm::sm90::ByteOperands<__nv_fp8_e",
         ),
+    )
+)
+
+
+# ---- grouped_gemm_fp8: grouped_gemm's product (both layouts, the same group semantics) of
+# e4m3 operands with DeepSeek-V3's block scales, as gemm_fp8's "block" scaling does it a group
+# at a time. Shapes (G, M, N, K, masked) as grouped_gemm's; the spec's dtype is the output's.
+
+
+def grouped_gemm_fp8(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    a_scale: torch.Tensor,
+    b_scale: torch.Tensor,
+    group_offsets: torch.Tensor | None = None,
+    group_counts: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
+    *,
+    precise: bool = False,
+) -> torch.Tensor:
+    """The MoE expert GEMMs of fp8 operands with block scales: for each group g of a's rows
+    (grouped_gemm's two layouts and group semantics, exactly), c[rows of g] =
+    gemm_fp8(a[rows of g], b[g], a_scale[rows of g], b_scale[g], "block").
+
+    a float8_e4m3fn [T, K] (contiguous, group_offsets [G + 1] int32) or [G, M_max, K]
+    (masked, group_counts [G] int32), row-major in its last dim; b float8_e4m3fn [G, K, N],
+    row-major (stride(2) == 1) or K-major (stride(1) == 1: b = w.transpose(1, 2) for the
+    [G, N, K] expert weights w); K a multiple of 16. a_scale float32 [T, ceil(K / 128)] or
+    [G, M_max, ceil(K / 128)] (one per row and 128 of K, as gks.quantize_fp8(x, "group")
+    gives it); b_scale float32 [G, ceil(K / 128), ceil(N / 128)] (one per 128 x 128 block of
+    b[g], i.e. w_scale.transpose(1, 2) for w quantized with "block" a group at a time); any
+    strides. Each 128-wide group of K's product is promoted to fp32 and scaled before it is
+    added (gemm_fp8). c [T, N] or [G, M_max, N] in out_dtype (bfloat16, the default, float16
+    or float32), 0 in every row outside the groups.
+
+    Bad input raises TypeError or ValueError naming the argument (check_grouped_gemm_fp8),
+    the same in every backend. The default result computes in fp32 and rounds once to
+    out_dtype; precise=True computes and returns float64."""
+    import torch
+
+    out_dtype = torch.bfloat16 if out_dtype is None else out_dtype
+    op = "gks.reference.grouped_gemm_fp8"
+    masked = check_grouped_gemm_fp8(a, b, a_scale, b_scale, group_offsets, group_counts, out_dtype, op)
+    result = torch.float64 if precise else out_dtype
+    c = torch.zeros((*a.shape[:-1], b.shape[2]), dtype=result, device=a.device)
+    if a.device.type == "meta":  # shapes alone: no groups to read
+        return c
+
+    def product(g, rows_a, rows_scale):
+        return gemm_fp8(rows_a, b[g], rows_scale, b_scale[g], "block", out_dtype, precise=precise)
+
+    if masked:
+        for g, m in enumerate(grouped_gemm_counts(group_counts, a.shape[1])):
+            if m:
+                c[g, :m] = product(g, a[g, :m], a_scale[g, :m])
+        return c
+    for g, (lo, hi) in enumerate(grouped_gemm_bounds(group_offsets, a.shape[0])):
+        if hi > lo:  # in group order: a later group's rows overwrite an earlier one's
+            c[lo:hi] = product(g, a[lo:hi], a_scale[lo:hi])
+    return c
+
+
+def _grouped_fp8_check(out, ref, dtype, inputs) -> None:
+    """grouped_gemm_check's walk with gemm_fp8's check a group at a time: the "fp8" bound
+    sized by the group's dequantized operands, rows outside the groups exactly 0."""
+    import torch
+
+    a, b, sa, sb = inputs["a"], inputs["b"], inputs["a_scale"], inputs["b_scale"]
+    out_dtype = str(inputs.get("out_dtype", torch.bfloat16)).removeprefix("torch.")
+    what = f"grouped_gemm_fp8/{out_dtype}"
+    assert out.dtype == getattr(torch, out_dtype), f"{what}: dtype {out.dtype} != {out_dtype}"
+
+    def check_group(g, pick, out_rows, ref_rows):
+        deq_a, deq_b = gemm_fp8_dequantized(pick(a), b[g], pick(sa), sb[g], "block")
+        gemm_check(out_rows, ref_rows, deq_a, deq_b, out_dtype, "fp8", f"{what} group {g}")
+
+    check_grouped_rows(out, ref, inputs, what, check_group)
+
+
+def make_grouped_gemm_fp8_inputs(sizes, rows: int, n: int, k: int, out_dtype: str, device, seed: int,
+                                 masked: bool, k_major: bool = True) -> dict:
+    """A grouped_gemm_fp8 call with groups of these sizes (make_grouped_gemm_inputs' layouts):
+    a quantized afresh by quantize_fp8's "group" rule, each expert's weight w[g] [N, K] by
+    its "block" rule, with scales that differ from row to row and group to group; b =
+    w.transpose(1, 2) (K-major, the weights read in place) or, k_major=False, its row-major
+    copy."""
+    import itertools
+
+    import torch
+
+    gen = torch.Generator(device=device).manual_seed(seed)
+    groups = len(sizes)
+    total = groups * rows if masked else sum(sizes)
+    x = torch.randn((total, k), generator=gen, device=device) * _magnitudes(total, k, gen, device)
+    a, a_scale = quantize_fp8_as(x, "group", torch.float8_e4m3fn)
+    w_q, w_scale = [], []
+    for _ in range(groups):
+        w = torch.randn((n, k), generator=gen, device=device) * _magnitudes(n, k, gen, device)
+        q, s = quantize_fp8_as(w, "block", torch.float8_e4m3fn)
+        w_q.append(q)
+        w_scale.append(s)
+    b = torch.stack(w_q).transpose(1, 2) if groups else torch.empty((0, k, n), dtype=a.dtype, device=device)
+    b_scale = torch.stack(w_scale).transpose(1, 2) if groups else \
+        torch.empty((0, -(-k // 128), -(-n // 128)), device=device)
+    if not k_major:
+        b = b.contiguous()
+    args = {"b": b, "b_scale": b_scale, "out_dtype": getattr(torch, out_dtype)}
+    if masked:
+        return {**args, "a": a.reshape(groups, rows, k), "a_scale": a_scale.reshape(groups, rows, a_scale.shape[1]),
+                "group_counts": torch.tensor(sizes, dtype=torch.int32, device=device)}
+    offsets = [0, *itertools.accumulate(sizes)]
+    return {**args, "a": a, "a_scale": a_scale,
+            "group_offsets": torch.tensor(offsets, dtype=torch.int32, device=device)}
+
+
+# grouped_gemm's test shapes with K a multiple of 16: groups across the interpreter's tiles,
+# N past one 128-block of b_scale and K past one 128-group of a_scale; the larger masked ones
+# (and tests/gemm/test_grouped_gemm.py's large contiguous ones) on a GPU only.
+GROUPED_FP8_TEST_SHAPES = (
+    (1, 1, 1, 16, 0), (3, 21, 17, 48, 0), (4, 24, 40, 144, 0), (6, 9, 130, 160, 0), (2, 70, 8, 16, 0),
+    (1, 1, 1, 16, 1), (3, 20, 17, 144, 1), (4, 33, 40, 32, 1),
+    (8, 100, 1000, 528, 1), (16, 48, 2048, 7168, 1),
+)
+
+
+def _grouped_fp8_inputs(shape, dtype, device, seed):
+    """_grouped_inputs' groups (mixed at the test shapes, full elsewhere), fp8 operands."""
+    import torch
+
+    groups, rows, n, k, masked = shape
+    full = tuple(shape) not in GROUPED_FP8_TEST_SHAPES
+    gen = torch.Generator().manual_seed(seed if masked else shape_seed(shape))
+    sizes = grouped_gemm_sizes(groups, rows, gen, full)
+    return make_grouped_gemm_fp8_inputs(sizes, rows, n, k, dtype, device, seed, bool(masked))
+
+
+def _grouped_fp8_bytes(shape, dtype) -> float:
+    """a and b (a byte an element), c in the output dtype, the fp32 scales; every group full."""
+    groups, rows, n, k, _ = shape
+    kg, nb = -(-k // 128), -(-n // 128)
+    return (groups * rows * k + groups * k * n + _OUT_BYTES[dtype] * groups * rows * n
+            + 4.0 * (groups * rows * kg + groups * kg * nb))
+
+
+def _fp8_loop():
+    """A cuBLASLt blockwise fp8 GEMM (F.scaled_mm, _scaled_mm_blockwise's) per group into its
+    rows of c, the groups read to the host once per input set, as _torch_loop does."""
+    import torch
+
+    blockwise = _scaled_mm_blockwise()
+    cached = {}
+
+    def run(a, b, a_scale, b_scale, group_offsets=None, group_counts=None, out_dtype=torch.bfloat16, **_):
+        groups = group_counts if group_counts is not None else group_offsets
+        key = (groups.data_ptr(), a.data_ptr())
+        if key not in cached:
+            cached[key] = (groups, a, *_host_groups(group_offsets, group_counts, a))
+        _, _, parts, gaps = cached[key]
+        c = torch.empty((*a.shape[:-1], b.shape[2]), dtype=out_dtype, device=a.device)
+        masked = group_counts is not None
+        for g, rows in parts:
+            if rows.stop > rows.start:
+                sa, out = (a_scale[g, rows], c[g, rows]) if masked else (a_scale[rows], c[rows])
+                out.copy_(blockwise(a[g, rows] if masked else a[rows], b[g], sa, b_scale[g], "block", out_dtype))
+            if masked:
+                c[g, rows.stop:].zero_()
+        for rows in gaps:
+            c[rows].zero_()
+        return c
+
+    return run
+
+
+def _grouped_fp8_args(t, d, *, masked=False, **change):
+    """A valid grouped_gemm_fp8 call (G = 3, 4 rows a group, N = 5, K = 256: two scale
+    groups) with `change` applied (bad_inputs)."""
+    fp8 = t.float8_e4m3fn
+    if masked:
+        args = {"a": t.zeros(3, 4, 256, device=d, dtype=fp8), "a_scale": t.ones(3, 4, 2, device=d),
+                "group_counts": t.tensor([4, 0, 2], dtype=t.int32, device=d)}
+    else:
+        args = {"a": t.zeros(6, 256, device=d, dtype=fp8), "a_scale": t.ones(6, 2, device=d),
+                "group_offsets": t.tensor([0, 4, 4, 6], dtype=t.int32, device=d)}
+    args.update(b=t.zeros(3, 256, 5, device=d, dtype=fp8), b_scale=t.ones(3, 2, 1, device=d))
+    return {**args, **change}
+
+
+def _grouped_fp8_bad_inputs():
+    def fp8(t, d, *size, dtype=None):
+        return t.zeros(*size, device=d, dtype=dtype or t.float8_e4m3fn)
+
+    def bad(id_, error, message, masked=False, gpu=False, **change):
+        return BadInput(id_, lambda t, d: _grouped_fp8_args(t, d, masked=masked,
+                                                            **{k: v(t, d) for k, v in change.items()}),
+                        error, message, gpu=gpu)
+
+    return (
+        bad("both-layouts", ValueError, "exactly one of the arguments 'group_offsets' (the contiguous layout) and "
+                                        "'group_counts' (the masked layout) must be given, got both",
+            group_counts=lambda t, d: t.tensor([4, 0, 2], dtype=t.int32, device=d)),
+        bad("a-bfloat16", TypeError, "argument 'a' must be float8_e4m3fn, got bfloat16",
+            a=lambda t, d: t.zeros(6, 256, device=d, dtype=t.bfloat16)),
+        bad("a-e5m2", TypeError, "argument 'a' must be float8_e4m3fn, got float8_e5m2",
+            a=lambda t, d: fp8(t, d, 6, 256, dtype=t.float8_e5m2)),
+        bad("b-dtype", TypeError, "argument 'b' must have the dtype of 'a' (float8_e4m3fn), got bfloat16",
+            b=lambda t, d: t.zeros(3, 256, 5, device=d, dtype=t.bfloat16)),
+        bad("a-2d-masked", ValueError, "argument 'a' must be 3-D [G, M_max, K]", masked=True,
+            a=lambda t, d: fp8(t, d, 6, 256)),
+        bad("b-inner-dim", ValueError, "argument 'b' must have shape [G, K, N] with K = 256",
+            b=lambda t, d: fp8(t, d, 3, 128, 5)),
+        bad("k-not-16", ValueError, "K (the last dim of argument 'a') must be a multiple of 16, got 40",
+            a=lambda t, d: fp8(t, d, 6, 40), b=lambda t, d: fp8(t, d, 3, 40, 5),
+            a_scale=lambda t, d: t.ones(6, 1, device=d), b_scale=lambda t, d: t.ones(3, 1, 1, device=d)),
+        bad("a-transposed", ValueError, "argument 'a' must be row-major with a contiguous last dim",
+            a=lambda t, d: fp8(t, d, 256, 6).t()),
+        bad("b-strided", ValueError, "argument 'b' must be row-major (stride(2) == 1) or K-major (stride(1) == 1",
+            b=lambda t, d: fp8(t, d, 3, 256, 10)[:, :, ::2]),
+        bad("group_offsets-length", ValueError, "argument 'group_offsets' must have shape [G + 1] = [4] (G = 3, "
+                                                "dim 0 of 'b')",
+            group_offsets=lambda t, d: t.tensor([0, 4, 6], dtype=t.int32, device=d)),
+        bad("a_scale-half", TypeError, "argument 'a_scale' must be float32, got float16",
+            a_scale=lambda t, d: t.ones(6, 2, device=d, dtype=t.float16)),
+        bad("a_scale-shape", ValueError, "argument 'a_scale' must have shape [T, ceil(K / 128)] = [6, 2], got [6, 1]",
+            a_scale=lambda t, d: t.ones(6, 1, device=d)),
+        bad("a_scale-shape-masked", ValueError, "argument 'a_scale' must have shape [G, M_max, ceil(K / 128)] = "
+                                                "[3, 4, 2], got [12, 2]", masked=True,
+            a_scale=lambda t, d: t.ones(12, 2, device=d)),
+        bad("b_scale-shape", ValueError, "argument 'b_scale' must have shape [G, ceil(K / 128), ceil(N / 128)] = "
+                                         "[3, 2, 1], got [2, 1]",
+            b_scale=lambda t, d: t.ones(2, 1, device=d)),
+        bad("out_dtype-int8", TypeError, "argument 'out_dtype' must be torch.bfloat16, torch.float16 or "
+                                         "torch.float32", out_dtype=lambda t, d: t.int8),
+        bad("b_scale-on-cpu", ValueError, "argument 'b_scale' must be on the device of 'a'", gpu=True,
+            b_scale=lambda t, d: t.ones(3, 2, 1)),
+    )
+
+
+GROUPED_GEMM_FP8 = register(
+    OpSpec(
+        name="grouped_gemm_fp8",
+        family="gemm",
+        summary="MoE grouped GEMM of e4m3 operands with DeepSeek-V3's block scales (1x128 for a, 128x128 for "
+                "each expert's b), fp32 promotion every 128 of K; grouped_gemm's two layouts",
+        signature="grouped_gemm_fp8(a[T, K] | a[G, M_max, K] e4m3, b[G, K, N] e4m3 (row-major or K-major), "
+                  "a_scale[T | G, M_max, ceil(K/128)], b_scale[G, ceil(K/128), ceil(N/128)], group_offsets=None, "
+                  "group_counts=None, out_dtype=bfloat16, config=-1) -> c[T, N] | c[G, M_max, N] (out_dtype)",
+        shape_names=("G", "M", "N", "K", "masked"),
+        bucket_exact=("masked",),
+        dtypes=("bfloat16", "float16", "float32"),  # the output dtype
+        make_inputs=_grouped_fp8_inputs,
+        reference=grouped_gemm_fp8,
+        # Nominal (atol, rtol); `check` applies gemm_check's "fp8" bound group by group.
+        tolerance={"bfloat16": (1e-2, 8e-3), "float16": (1e-3, 2e-3), "float32": (1e-4, 1e-4)},
+        flops=_grouped_flops,
+        bytes_moved=_grouped_fp8_bytes,
+        backends=(Backend("cuda", archs=("sm_90a",), tunable=True),
+                  Backend("triton", archs=("sm_90",), interpreted=True)),
+        test_shapes=GROUPED_FP8_TEST_SHAPES,
+        bench_shapes=GROUPED_BENCH_SHAPES,
+        peers=(Peer("F.scaled_mm blockwise per group (cuBLASLt)", _fp8_loop),),
+        compute="fp8",
+        check=_grouped_fp8_check,
+        example_shape=(4, 24, 40, 144, 0),
+        bad_inputs=_grouped_fp8_bad_inputs(),
+        outputs=("c",),
+        cuda_out=lambda cuda, i, o, **kw: cuda.grouped_gemm_fp8_out(
+            i["a"], i["b"], i["a_scale"], i["b_scale"], i.get("group_offsets"), i.get("group_counts"), o[0], **kw),
+        # The grouped schedule's fp8 instantiations, and the packing of an a TMA cannot read
+        # (a row-major b's transpose is int8_gemm's kernel).
+        sass_kernels=(r"sm90::gemm_kernel<.*ByteOperands<.*GroupedScheduler<", r"pack_rows_kernel<unsigned char>"),
     )
 )

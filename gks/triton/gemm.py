@@ -9,7 +9,8 @@
              and the per-column scale of b, output float16 (default), bfloat16 or float32.
   grouped_gemm  the MoE expert GEMMs in one launch (fp16/bf16, fp32 accumulation), the
              contiguous and the masked layout: kernels of their own, at the end of this
-             module.
+             module; grouped_gemm_fp8 runs them on e4m3 operands with DeepSeek-V3's block
+             scales (sm_89+ on a GPU).
   gemm_fp8   fp8 (e4m3 or e5m2) a @ b with fp32 accumulation and fp32 scales per tensor, per
              row / column or per 1 x 128 group of a and 128 x 128 block of b (see
              gks.reference.gemm_fp8): a kernel of its own (_gemm_fp8_kernel) on the same
@@ -51,7 +52,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from gks.triton._common import (check_device, check_same_device, fp8_value, interpreter_variant, next_pow2,
                                 on_tensor_device)
 
-__all__ = ["sgemm", "wmma_gemm", "int8_gemm", "grouped_gemm", "gemm_fp8", "gemm_config_names",
+__all__ = ["sgemm", "wmma_gemm", "int8_gemm", "grouped_gemm", "grouped_gemm_fp8", "gemm_fp8", "gemm_config_names",
            "sgemm_config_names", "wmma_gemm_config_names", "int8_gemm_config_names", "gemm_fp8_config_names"]
 
 
@@ -757,15 +758,30 @@ def gemm_fp8(a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_scale: t
 
 @triton.jit
 def _group_tile(acc, a_ptrs, b_ptrs, rows_ok, rn, K, tiles_k, stride_ak, stride_bk, N,
-                BLOCK_K: tl.constexpr, UPCAST: tl.constexpr):
+                sa_rows, sb_cols, stride_sak, stride_sbk,
+                BLOCK_K: tl.constexpr, UPCAST: tl.constexpr, FP8: tl.constexpr, INTERPRETED: tl.constexpr):
     """acc + a's rows where rows_ok (the others read as 0) @ one group's b, over the first
-    tiles_k k-tiles of K (all of them, or none)."""
+    tiles_k k-tiles of K (all of them, or none). FP8 (grouped_gemm_fp8): e4m3 a and b,
+    BLOCK_K = 128, one block-scale group a k-tile: each k-tile's product, a fresh fp32
+    accumulator, is scaled by its rows' a scales (sa_rows, stride_sak a group apart) and
+    its columns' b scales (sb_cols, stride_sbk apart) and added to the total."""
+    tl.static_assert(not FP8 or BLOCK_K == 128, "block scaling takes one 128-wide scale group a k-tile")
     rk = tl.arange(0, BLOCK_K)
+    n_ok = rn < N
     for kt in range(0, tiles_k):
         k_left = K - kt * BLOCK_K
-        x = tl.load(a_ptrs, mask=rows_ok[:, None] & (rk[None, :] < k_left), other=0)
-        w = tl.load(b_ptrs, mask=(rk[:, None] < k_left) & (rn[None, :] < N), other=0)
-        if UPCAST:
+        x = tl.load(a_ptrs, mask=rows_ok[:, None] & (rk[None, :] < k_left), other=0.0)
+        w = tl.load(b_ptrs, mask=(rk[:, None] < k_left) & n_ok[None, :], other=0.0)
+        if FP8:
+            if INTERPRETED:  # the bits, decoded exactly (see _gemm_fp8_kernel)
+                part = tl.dot(fp8_value(x, False), fp8_value(w, False), input_precision="ieee")
+            else:
+                part = tl.dot(x, w, out_dtype=tl.float32)
+            group = tl.cast(kt, tl.int64)
+            sa = tl.load(sa_rows + group * stride_sak, mask=rows_ok, other=0.0)
+            sb = tl.load(sb_cols + group * stride_sbk, mask=n_ok, other=0.0)
+            acc += part * sa[:, None] * sb[None, :]
+        elif UPCAST:
             # Triton's CPU interpreter multiplies bfloat16 as raw 16-bit integers; there
             # (only) the operands go up to fp32 first, which is exact.
             acc = tl.dot(x.to(tl.float32), w.to(tl.float32), acc)
@@ -778,14 +794,16 @@ def _group_tile(acc, a_ptrs, b_ptrs, rows_ok, rn, K, tiles_k, stride_ak, stride_
 
 @triton.jit
 def _grouped_contiguous_kernel(
-    a_ptr, b_ptr, c_ptr, off_ptr, T, N, K, G,
+    a_ptr, b_ptr, c_ptr, off_ptr, sa_ptr, sb_ptr, T, N, K, G,
     stride_am, stride_ak, stride_bg, stride_bk, stride_bn, stride_cm, stride_cn, stride_off,
+    stride_sam, stride_sak, stride_sbg, stride_sbk, stride_sbn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    G_BLOCK: tl.constexpr, UPCAST: tl.constexpr,
+    G_BLOCK: tl.constexpr, UPCAST: tl.constexpr, FP8: tl.constexpr, INTERPRETED: tl.constexpr,
 ):
     """One program per (row tile of a's T rows, column tile of N): every group whose rows
     meet the tile, in group order, multiplies its rows of the tile by b[g] and stores them;
-    the tile's rows in no group are stored as 0."""
+    the tile's rows in no group are stored as 0. FP8: with the block scales sa [T, K / 128]
+    and sb [G, K / 128, N / 128] (_group_tile)."""
     pid_m, pid_n = _tile_of(tl.program_id(0), T, N, BLOCK_M, BLOCK_N, GROUP_M)
     row0 = pid_m * BLOCK_M
     rm = row0 + tl.arange(0, BLOCK_M)
@@ -807,6 +825,8 @@ def _grouped_contiguous_kernel(
     a_rows = a_ptr + rm[:, None].to(tl.int64) * stride_am + rk[None, :].to(tl.int64) * stride_ak
     b_cols = b_ptr + rk[:, None].to(tl.int64) * stride_bk + rn[None, :].to(tl.int64) * stride_bn
     c_ptrs = c_ptr + rm[:, None].to(tl.int64) * stride_cm + rn[None, :].to(tl.int64) * stride_cn
+    sa_rows = sa_ptr + rm.to(tl.int64) * stride_sam
+    sb_cols = sb_ptr + (rn // 128).to(tl.int64) * stride_sbn
     n_ok = rn[None, :] < N
     covered = rm < 0
     while g < G:  # usually once; twice where the tile holds a group boundary
@@ -815,7 +835,9 @@ def _grouped_contiguous_kernel(
         in_g = (rm >= g_lo) & (rm < g_hi)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         acc = _group_tile(acc, a_rows, b_cols + g.to(tl.int64) * stride_bg, in_g, rn, K,
-                          tl.cdiv(K, BLOCK_K), stride_ak, stride_bk, N, BLOCK_K, UPCAST)
+                          tl.cdiv(K, BLOCK_K), stride_ak, stride_bk, N,
+                          sa_rows, sb_cols + g.to(tl.int64) * stride_sbg, stride_sak, stride_sbk,
+                          BLOCK_K, UPCAST, FP8, INTERPRETED)
         # Only this group's rows are stored: the others' accumulators hold 0 x b[g], which
         # is NaN where b[g] is not finite. A later group's store overwrites an earlier one's
         # where bounds overlap (offsets in no order), as the spec says.
@@ -829,11 +851,12 @@ def _grouped_contiguous_kernel(
 
 @triton.jit
 def _grouped_masked_kernel(
-    a_ptr, b_ptr, c_ptr, count_ptr, M, N, K,
+    a_ptr, b_ptr, c_ptr, count_ptr, sa_ptr, sb_ptr, M, N, K,
     stride_ag, stride_am, stride_ak, stride_bg, stride_bk, stride_bn,
     stride_cg, stride_cm, stride_cn, stride_count,
+    stride_sag, stride_sam, stride_sak, stride_sbg, stride_sbk, stride_sbn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    UPCAST: tl.constexpr,
+    UPCAST: tl.constexpr, FP8: tl.constexpr, INTERPRETED: tl.constexpr,
 ):
     """One program per (group, row tile of M_max, column tile of N), a group's tiles
     together (they share b[g] in L2): rows below the group's count are a[g] @ b[g], the rest
@@ -855,8 +878,11 @@ def _grouped_masked_kernel(
     # A tile wholly past the count runs no k-tile (a trip count of 0 rather than a branch
     # around the loop, which Triton's pipeliner would leave unpipelined).
     tiles_k = tl.where(pid_m * BLOCK_M < rows, tl.cdiv(K, BLOCK_K), 0)
+    sa_rows = sa_ptr + g.to(tl.int64) * stride_sag + rm.to(tl.int64) * stride_sam
+    sb_cols = sb_ptr + g.to(tl.int64) * stride_sbg + (rn // 128).to(tl.int64) * stride_sbn
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    acc = _group_tile(acc, a_rows, b_cols, rows_ok, rn, K, tiles_k, stride_ak, stride_bk, N, BLOCK_K, UPCAST)
+    acc = _group_tile(acc, a_rows, b_cols, rows_ok, rn, K, tiles_k, stride_ak, stride_bk, N,
+                      sa_rows, sb_cols, stride_sak, stride_sbk, BLOCK_K, UPCAST, FP8, INTERPRETED)
     # Rows past the count read a as 0, so their accumulators hold 0 x b[g]: NaN where b[g]
     # is not finite. They are written as 0 by selection.
     out = tl.where(rows_ok[:, None], acc, 0.0)
@@ -874,20 +900,59 @@ class GroupedBlock(NamedTuple):
     stages: int
 
 
-# Under the interpreter: one small shape (tl.dot takes blocks of 16 and more).
-GROUPED_INTERPRETER_BLOCK = GroupedBlock(32, 32, 32, 4, 1)
-
-
-def grouped_block(rows_per_group: int) -> GroupedBlock:
+def grouped_block(rows_per_group: int, fp8: bool = False, interpreted: bool = False) -> GroupedBlock:
     """The block shape for groups of about this many rows (the contiguous layout's mean,
     the masked layout's M_max): row tiles no taller than a group needs, so few rows of a
-    tile go to waste past a count or on a second group. A heuristic, not yet timed against
-    alternatives on a GPU."""
+    tile go to waste past a count or on a second group; fp8 k-tiles are one 128-wide scale
+    group. Under the interpreter one small shape (tl.dot takes blocks of 16 and more). A
+    heuristic, not yet timed against alternatives on a GPU."""
+    if interpreted:
+        return GroupedBlock(32, 32, 128 if fp8 else 32, 4, 1)
     if rows_per_group >= 128:
-        return GroupedBlock(128, 128, 64, 8, 3)
+        return GroupedBlock(128, 128, 128 if fp8 else 64, 8, 3)
     if rows_per_group > 32:
-        return GroupedBlock(64, 128, 64, 4, 4)
+        return GroupedBlock(64, 128, 128 if fp8 else 64, 4, 4)
     return GroupedBlock(max(16, next_pow2(rows_per_group)), 64, 128, 4, 4)
+
+
+def _run_grouped(op: str, a, b, c, group_offsets, group_counts, scales=None) -> torch.Tensor:
+    """Launches grouped_gemm's kernels (either layout) for a checked call, into c; scales:
+    grouped_gemm_fp8's (a_scale, b_scale), its operands e4m3."""
+    if c.numel() == 0:
+        return c
+    interpreted = interpreter_variant()
+    fp8 = scales is not None
+    upcast = interpreted and a.dtype == torch.bfloat16
+    if fp8:
+        sa, sb = scales
+        if interpreted:  # the kernel decodes the bits itself there (see _group_tile)
+            a, b = a.view(torch.uint8), b.view(torch.uint8)
+    else:
+        sa, sb = a, a  # not read
+    n, k = b.shape[2], b.shape[1]
+    groups = b.shape[0]
+    masked = group_counts is not None
+    rows = a.shape[1] if masked else a.shape[0] // max(groups, 1)
+    blk = grouped_block(rows, fp8, interpreted)
+    flags = {"UPCAST": upcast, "FP8": fp8, "INTERPRETED": interpreted}
+    sb_strides = sb.stride() if fp8 else (0, 0, 0)
+    if masked:
+        sa_strides = sa.stride() if fp8 else (0, 0, 0)
+        grid = (groups * triton.cdiv(a.shape[1], blk.m) * triton.cdiv(n, blk.n),)
+        _grouped_masked_kernel[grid](
+            a, b, c, group_counts, sa, sb, a.shape[1], n, k, *a.stride(), *b.stride(), *c.stride(),
+            group_counts.stride(0), *sa_strides, *sb_strides,
+            BLOCK_M=blk.m, BLOCK_N=blk.n, BLOCK_K=blk.k, GROUP_M=8, **flags,
+            num_warps=blk.warps, num_stages=blk.stages)
+        return c
+    total = a.shape[0]
+    sa_strides = sa.stride() if fp8 else (0, 0)
+    grid = (triton.cdiv(total, blk.m) * triton.cdiv(n, blk.n),)
+    _grouped_contiguous_kernel[grid](
+        a, b, c, group_offsets, sa, sb, total, n, k, groups, *a.stride(), *b.stride(), *c.stride(),
+        group_offsets.stride(0), *sa_strides, *sb_strides, BLOCK_M=blk.m, BLOCK_N=blk.n, BLOCK_K=blk.k,
+        GROUP_M=8, G_BLOCK=next_pow2(groups + 1), **flags, num_warps=blk.warps, num_stages=blk.stages)
+    return c
 
 
 @on_tensor_device
@@ -900,29 +965,27 @@ def grouped_gemm(a: torch.Tensor, b: torch.Tensor, group_offsets: torch.Tensor |
     from gks.specs.gemm import check_grouped_gemm
 
     op = "gks.triton.grouped_gemm"
-    masked = check_grouped_gemm(a, b, group_offsets, group_counts, op)
+    check_grouped_gemm(a, b, group_offsets, group_counts, op)
     check_device(a, op, "a")  # the others are on a's device (checked above)
-    n, k = b.shape[2], b.shape[1]
-    c = torch.empty((*a.shape[:-1], n), dtype=a.dtype, device=a.device)
-    if c.numel() == 0:
-        return c
-    interpreted = interpreter_variant()
-    upcast = interpreted and a.dtype == torch.bfloat16
-    groups = b.shape[0]
-    if masked:
-        rows = a.shape[1]
-        blk = GROUPED_INTERPRETER_BLOCK if interpreted else grouped_block(rows)
-        grid = (groups * triton.cdiv(rows, blk.m) * triton.cdiv(n, blk.n),)
-        _grouped_masked_kernel[grid](
-            a, b, c, group_counts, rows, n, k, *a.stride(), *b.stride(), *c.stride(), group_counts.stride(0),
-            BLOCK_M=blk.m, BLOCK_N=blk.n, BLOCK_K=blk.k, GROUP_M=8, UPCAST=upcast,
-            num_warps=blk.warps, num_stages=blk.stages)
-        return c
-    total = a.shape[0]
-    blk = GROUPED_INTERPRETER_BLOCK if interpreted else grouped_block(total // max(groups, 1))
-    grid = (triton.cdiv(total, blk.m) * triton.cdiv(n, blk.n),)
-    _grouped_contiguous_kernel[grid](
-        a, b, c, group_offsets, total, n, k, groups, *a.stride(), *b.stride(), *c.stride(),
-        group_offsets.stride(0), BLOCK_M=blk.m, BLOCK_N=blk.n, BLOCK_K=blk.k, GROUP_M=8,
-        G_BLOCK=next_pow2(groups + 1), UPCAST=upcast, num_warps=blk.warps, num_stages=blk.stages)
-    return c
+    c = torch.empty((*a.shape[:-1], b.shape[2]), dtype=a.dtype, device=a.device)
+    return _run_grouped(op, a, b, c, group_offsets, group_counts)
+
+
+@on_tensor_device
+def grouped_gemm_fp8(a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor,
+                     group_offsets: torch.Tensor | None = None, group_counts: torch.Tensor | None = None,
+                     out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """grouped_gemm's product of float8_e4m3fn a and b with DeepSeek-V3's block scales, c in
+    out_dtype, as gks.reference.grouped_gemm_fp8 says (a_scale [T or G, M_max, ceil(K /
+    128)], b_scale [G, ceil(K / 128), ceil(N / 128)]; b row-major or K-major). Needs fp8
+    Tensor Cores (sm_89+) on a GPU. No host synchronization."""
+    from gks.specs.gemm import check_grouped_gemm_fp8
+
+    op = "gks.triton.grouped_gemm_fp8"
+    if isinstance(a, torch.Tensor):
+        check_device(a, op, "a")
+    check_grouped_gemm_fp8(a, b, a_scale, b_scale, group_offsets, group_counts, out_dtype, op)
+    if a.is_cuda:
+        check_fp8_tensor_cores(*_capability(a.get_device()), op)
+    c = torch.empty((*a.shape[:-1], b.shape[2]), dtype=out_dtype, device=a.device)
+    return _run_grouped(op, a, b, c, group_offsets, group_counts, (a_scale, b_scale))

@@ -889,4 +889,94 @@ TEST(GroupedGemm, ConfigsAndHeuristic) {
     }
 }
 
+// ---- grouped_gemm_fp8: the same validation with e4m3 operands and block scales ----
+
+// grouped_args' call in e4m3 with a K-major b (the [G, N, K] weights' view), fp32 scales
+// of the block shapes, c bf16.
+gks::GroupedGemmFp8Args grouped_fp8_args(bool masked, int64_t g, int64_t rows, int64_t n, int64_t k) {
+  const auto base = grouped_args(masked, g, rows, n, k);
+  gks::GroupedGemmFp8Args a;
+  a.a = base.a;
+  a.a.dtype = gks::DType::kFloat8E4M3;
+  a.b = gks::TensorRef::make(gks_test::fake_address(2), gks::DType::kFloat8E4M3, {g, k, n}, kGpu,
+                             {n * k, 1, k});
+  a.c = base.c;
+  a.group_offsets = base.group_offsets;
+  a.group_counts = base.group_counts;
+  const int64_t kg = (k + 127) / 128, nb = (n + 127) / 128;
+  a.a_scale = masked ? ref3(gks_test::fake_address(5), gks::DType::kFloat32, g, rows, kg)
+                     : mat(gks_test::fake_address(5), gks::DType::kFloat32, rows, kg);
+  a.b_scale = ref3(gks_test::fake_address(6), gks::DType::kFloat32, g, kg, nb);
+  return a;
+}
+
+TEST(GroupedGemmFp8, AcceptsBothLayoutsBothBLayoutsAndOddShapes) {
+  const gks::ValidateOnly only;
+  for (bool masked : {false, true}) {
+    EXPECT_NO_THROW(gks::grouped_gemm_fp8(grouped_fp8_args(masked, 8, 100, 1000, 528), nullptr));
+    EXPECT_NO_THROW(gks::grouped_gemm_fp8(grouped_fp8_args(masked, 3, 21, 17, 48), nullptr));
+    auto row_major = grouped_fp8_args(masked, 3, 21, 17, 144);
+    row_major.b = ref3(gks_test::fake_address(2), gks::DType::kFloat8E4M3, 3, 144, 17);
+    EXPECT_NO_THROW(gks::grouped_gemm_fp8(row_major, nullptr));
+    auto fp32_out = grouped_fp8_args(masked, 1, 1, 1, 16);
+    fp32_out.c.dtype = gks::DType::kFloat32;
+    EXPECT_NO_THROW(gks::grouped_gemm_fp8(fp32_out, nullptr));
+  }
+}
+
+TEST(GroupedGemmFp8, RefusesBadArgumentsNamingThem) {
+  const gks::ValidateOnly only;
+  const char* op = "gks.grouped_gemm_fp8: ";
+  auto a = grouped_fp8_args(false, 3, 6, 5, 256);
+  a.a.dtype = gks::DType::kBFloat16;
+  expect_error([&] { gks::grouped_gemm_fp8(a, nullptr); }, gks::ErrorKind::kUnsupportedDtype,
+               std::string(op) + "argument 'a' must be float8_e4m3fn, got bfloat16");
+  a = grouped_fp8_args(false, 3, 6, 5, 40);
+  expect_error([&] { gks::grouped_gemm_fp8(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "K (the last dim of argument 'a') must be a multiple of 16, got 40");
+  a = grouped_fp8_args(false, 3, 6, 10, 256);
+  a.b = gks::TensorRef::make(gks_test::fake_address(2), gks::DType::kFloat8E4M3, {3, 256, 5}, kGpu,
+                             {256 * 10, 10, 2});
+  expect_error([&] { gks::grouped_gemm_fp8(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "argument 'b' must be row-major (stride(2) == 1) or K-major (stride(1) == 1: the view "
+               "w.transpose(1, 2) of a [G, N, K] w), got strides (2560, 10, 2)");
+  a = grouped_fp8_args(false, 3, 6, 5, 256);
+  a.a_scale = mat(gks_test::fake_address(5), gks::DType::kFloat32, 6, 1);
+  expect_error([&] { gks::grouped_gemm_fp8(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "argument 'a_scale' must have shape [T, ceil(K / 128)] = [6, 2], got [6, 1]");
+  a = grouped_fp8_args(true, 3, 4, 5, 256);
+  a.a_scale = mat(gks_test::fake_address(5), gks::DType::kFloat32, 12, 2);
+  expect_error([&] { gks::grouped_gemm_fp8(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "argument 'a_scale' must have shape [G, M_max, ceil(K / 128)] = [3, 4, 2], got [12, 2]");
+  a = grouped_fp8_args(false, 3, 6, 5, 256);
+  a.b_scale = mat(gks_test::fake_address(6), gks::DType::kFloat32, 2, 1);
+  expect_error([&] { gks::grouped_gemm_fp8(a, nullptr); }, gks::ErrorKind::kInvalidArgument,
+               "argument 'b_scale' must have shape [G, ceil(K / 128), ceil(N / 128)] = [3, 2, 1], got [2, 1]");
+  a = grouped_fp8_args(false, 3, 6, 5, 256);
+  a.a_scale.dtype = gks::DType::kFloat16;
+  expect_error([&] { gks::grouped_gemm_fp8(a, nullptr); }, gks::ErrorKind::kUnsupportedDtype,
+               "argument 'a_scale' must be float32, got float16");
+  a = grouped_fp8_args(false, 3, 6, 5, 256);
+  a.c.dtype = gks::DType::kInt8;
+  expect_error([&] { gks::grouped_gemm_fp8(a, nullptr); }, gks::ErrorKind::kUnsupportedDtype,
+               "argument 'c' must be bfloat16, float16 or float32, got int8");
+  a = grouped_fp8_args(false, 3, 6, 5, 256);
+  a.config = gks::detail::kNumHopperGroupedFp8Configs;
+  expect_error([&] { gks::grouped_gemm_fp8(a, nullptr); }, gks::ErrorKind::kInvalidArgument, "config");
+}
+
+TEST(GroupedGemmFp8, ConfigsAndHeuristic) {
+  const auto& configs = gks::detail::grouped_gemm_fp8_configs();
+  ASSERT_EQ(int(configs.size()), gks::detail::kNumHopperGroupedFp8Configs);
+  expect_well_formed(configs);
+  for (const auto& c : gks::detail::kHopperGroupedFp8Configs) {
+    EXPECT_EQ(c.cluster_m, 1) << c.name;
+    EXPECT_EQ(c.block_k, 128) << c.name;   // one 128-wide scale group a k-block
+    EXPECT_LE(c.block_n, 128) << c.name;   // one b block scale a tile's k-block
+    EXPECT_EQ(c.ping_pong ? c.block_m : c.block_m / 2, 64) << c.name;  // 64 rows a warpgroup
+  }
+  EXPECT_EQ(configs[gks::detail::grouped_gemm_fp8_heuristic(64, 7168, 2048, 32, kH200Sms)].block_m, 64);
+  EXPECT_EQ(configs[gks::detail::grouped_gemm_fp8_heuristic(512, 4096, 7168, 32, kH200Sms)].block_m, 128);
+}
+
 }  // namespace

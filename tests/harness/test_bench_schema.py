@@ -407,6 +407,11 @@ FORMULAS = {
     # [6, 4], all in the dtype (the int32 offsets / counts not counted).
     ("grouped_gemm", (2, 3, 4, 5, 0), F16): (2 * 6 * 4 * 5, 2 * (30 + 40 + 24)),
     ("grouped_gemm", (2, 3, 4, 5, 1), BF16): (2 * 6 * 4 * 5, 2 * (30 + 40 + 24)),
+    # grouped_gemm_fp8, the same shape with K = 160: fp8 a [6, 160] and b [2, 160, 4], c [6, 4] in
+    # the dtype (the output's), fp32 a_scale [6, 2] and b_scale [2, 2, 1].
+    ("grouped_gemm_fp8", (2, 3, 4, 160, 0), BF16): (2 * 6 * 4 * 160, 960 + 1280 + 2 * 24 + 4 * (12 + 4)),
+    ("grouped_gemm_fp8", (2, 3, 4, 160, 1), F32): (2 * 6 * 4 * 160, 960 + 1280 + 4 * 24 + 4 * (12 + 4)),
+    ("grouped_gemm_fp8", (2, 3, 4, 160, 1), F16): (2 * 6 * 4 * 160, 960 + 1280 + 2 * 24 + 4 * (12 + 4)),
     # gemm_fp8 (M, N, K, scaling, kmajor, e5m2): fp8 a [2, 160] and b [160, 3] (a byte an
     # element), c [2, 3] in the dtype (the output's); fp32 scales: tensor 1 + 1, row 2 + 3,
     # block a [2, 2] and b [2, 1] (K = 160: two 128-groups, the last partial).

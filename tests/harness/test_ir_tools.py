@@ -169,8 +169,15 @@ KERNELS = {
         f"void {S}gemm_kernel<{S}Mainloop<{S}HalfOperands<__nv_bfloat16>, {S}Tile<128, 128, 5, 1, "
          f"false, 1> >, {S}Epilogue<{S}NoScales>, "
          f"{S}GroupedScheduler<128> >(CUtensorMap_st, CUtensorMap_st, CUtensorMap_st, {S}Params)",
-        "void gks::detail::(anonymous namespace)::pack_rows_kernel(unsigned short const*, long, long, "
-        "unsigned short*, long, long, long, long)",
+        "void gks::detail::(anonymous namespace)::pack_rows_kernel<unsigned short>(unsigned short const*, long, "
+        "long, unsigned short*, long, long, long, long)",
+    ],
+    "grouped_gemm_fp8": [
+        f"void {S}gemm_kernel<{S}Mainloop<{S}ByteOperands<__nv_fp8_e4m3, true>, {S}Tile<128, 128, 5, 1, "
+         f"false, 1> >, {S}Epilogue<{S}NoScales>, "
+         f"{S}GroupedScheduler<128> >(CUtensorMap_st, CUtensorMap_st, CUtensorMap_st, {S}Params)",
+        "void gks::detail::(anonymous namespace)::pack_rows_kernel<unsigned char>(unsigned char const*, long, "
+        "long, unsigned char*, long, long, long, long)",
     ],
     "gemm_fp8": [
         f"void {S}gemm_kernel<{S}Mainloop<{S}ByteOperands<__nv_fp8_e4m3, true>, {S}Tile<128, 128, 6, 1, "

@@ -305,6 +305,31 @@ struct GroupedGemmArgs {
 void grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream);
 
 // --------------------------------------------------------------------------------------
+// gks::grouped_gemm_fp8: the same grouped product (both layouts, the same group semantics)
+// of float8_e4m3fn a and b with DeepSeek-V3's block scales, as gemm_fp8's "block" scaling
+// does it a group at a time: a_scale one fp32 scale per row and 128 of K ([T, ceil(K / 128)]
+// or [G, M_max, ceil(K / 128)]), b_scale one per 128 x 128 block of each b[g] ([G, ceil(K /
+// 128), ceil(N / 128)]); each 128-wide k-block's product is promoted to fp32 and scaled as
+// it is added. c is bfloat16, float16 or float32. b [G, K, N] may be row-major or K-major
+// (stride(1) == 1: the view w.transpose(1, 2) of the [G, N, K] expert weights, read in
+// place; a row-major b is transposed into a temporary first). K is a multiple of 16; a's
+// last dim contiguous; the scales take any strides. The same Hopper kernel and schedule
+// (kHopperGroupedFp8Configs); the same refusals off sm_90a.
+
+struct GroupedGemmFp8Args {
+  TensorRef a;        // [T, K] or [G, M_max, K], float8_e4m3fn
+  TensorRef b;        // [G, K, N], float8_e4m3fn, row-major or K-major
+  TensorRef a_scale;  // [T, ceil(K / 128)] or [G, M_max, ceil(K / 128)], float32
+  TensorRef b_scale;  // [G, ceil(K / 128), ceil(N / 128)], float32
+  std::optional<TensorRef> group_offsets;
+  std::optional<TensorRef> group_counts;
+  TensorRef c;        // [T, N] or [G, M_max, N]: bfloat16, float16 or float32
+  int config = -1;    // index into detail::grouped_gemm_fp8_configs(); -1 = heuristic
+};
+
+void grouped_gemm_fp8(const GroupedGemmFp8Args& args, cudaStream_t stream);
+
+// --------------------------------------------------------------------------------------
 // gks::gemm: c[M, N] = a[M, K] @ b[K, N] for fp16/bf16 with fp32 accumulation, c in a's
 // dtype or float32.
 //
@@ -422,11 +447,23 @@ inline constexpr HopperGemmConfig kHopperGroupedConfigs[] = {
 };
 inline constexpr int kNumHopperGroupedConfigs =
     int(sizeof(kHopperGroupedConfigs) / sizeof(kHopperGroupedConfigs[0]));
-// The configs GroupedGemmArgs::config indexes (kHopperGroupedConfigs).
+// grouped_gemm_fp8's: fp8's tiles (at most 64 x 128 a warpgroup: the promotion holds two
+// more sets of accumulators, kHopperFp8Configs) with the grouped rings.
+inline constexpr HopperGemmConfig kHopperGroupedFp8Configs[] = {
+    {"grouped_fp8_128x128x128_s5", 128, 128, 128, 5, 1},
+    {"grouped_fp8_64x128x128_s7_pp", 64, 128, 128, 7, 1, true},
+    {"grouped_fp8_128x64x128_s7", 128, 64, 128, 7, 1},
+};
+inline constexpr int kNumHopperGroupedFp8Configs =
+    int(sizeof(kHopperGroupedFp8Configs) / sizeof(kHopperGroupedFp8Configs[0]));
+// The configs GroupedGemmArgs::config indexes (kHopperGroupedConfigs), and
+// GroupedGemmFp8Args::config (kHopperGroupedFp8Configs).
 const std::vector<GemmConfigInfo>& grouped_gemm_configs();
+const std::vector<GemmConfigInfo>& grouped_gemm_fp8_configs();
 // The config the heuristic picks for groups of about `rows_per_group` rows (the contiguous
 // layout's mean, the masked layout's M_max): row tiles no taller than a group needs.
 int grouped_gemm_heuristic(int64_t rows_per_group, int64_t n, int64_t k, int64_t groups, int num_sms);
+int grouped_gemm_fp8_heuristic(int64_t rows_per_group, int64_t n, int64_t k, int64_t groups, int num_sms);
 
 // The same table as a vector. Available in every build.
 const std::vector<HopperGemmConfig>& hopper_gemm_configs();
@@ -513,9 +550,10 @@ struct HopperGemmLaunch {
   int num_sms;
 };
 
-// What the grouped launcher needs; built by grouped_gemm() after validation. a and b are
-// read through 3-D tensor maps: a as [slabs, rows, K] (contiguous: 1 slab of T rows;
-// masked: G slabs of M_max), b as [G, K, N]; every stride a multiple of 16 bytes.
+// What the grouped launcher needs; built by grouped_gemm() and grouped_gemm_fp8() after
+// validation. a and b are read through 3-D tensor maps: a as [slabs, rows, K] (contiguous:
+// 1 slab of T rows; masked: G slabs of M_max), b as [G, K, N] (16-bit) or [G, N, K] (fp8:
+// K-major); every stride a multiple of 16 bytes.
 struct HopperGroupedLaunch {
   const void* a;
   int64_t lda, a_slab_stride;  // elements
@@ -530,8 +568,16 @@ struct HopperGroupedLaunch {
   int64_t group_stride;  // elements between entries
   int groups;
   int m, n, k;  // m: rows of a slab (T or M_max); all >= 1
-  DType dtype;  // kFloat16 or kBFloat16 (c's too)
-  int config;   // a valid index into kHopperGroupedConfigs
+  DType dtype;  // of a and b: kFloat16 or kBFloat16, or kFloat8E4M3 (grouped_gemm_fp8)
+  DType c_dtype;  // a's (16-bit); kBFloat16, kFloat16 or kFloat32 (fp8)
+  // fp8: the block scales (kernels/gemm/sm90/tile.cuh's Params, their strides in elements):
+  // a_scale[slab * a_scale_slab_stride + row * a_scale_stride + kb * a_scale_group_stride],
+  // b_scale[g * b_scale_slab_stride + kb * b_scale_group_stride + (col / 128) * b_scale_stride].
+  const float* a_scale = nullptr;
+  const float* b_scale = nullptr;
+  int64_t a_scale_stride = 0, a_scale_group_stride = 0, a_scale_slab_stride = 0;
+  int64_t b_scale_stride = 0, b_scale_group_stride = 0, b_scale_slab_stride = 0;
+  int config;   // a valid index into kHopperGroupedConfigs (kHopperGroupedFp8Configs: fp8)
   bool config_forced;  // false: the heuristic's, which gives way where G leaves it no room
   int device;
   int num_sms;

@@ -219,34 +219,35 @@ void launch_config(const HopperGemmLaunch& L, cudaStream_t stream) {
   }
 }
 
-// Launches config kHopperGroupedConfigs[kIndex] of the grouped kernel (GroupedScheduler):
-// a persistent grid of one CTA an SM (the units' count lives on the device), the schedule's
-// shared memory after the config's own, no split-K and no TMA stores (a tile's rows stop at
-// its group's end, which a tensor map of c cannot clip).
-template <int kIndex>
-using GroupedTile = hk::Tile<kHopperGroupedConfigs[kIndex].block_m, kHopperGroupedConfigs[kIndex].block_n,
-                             kHopperGroupedConfigs[kIndex].stages, 1, kHopperGroupedConfigs[kIndex].ping_pong, 1>;
+// Launches config kTable[kIndex] of the grouped kernel (GroupedScheduler; kTable is
+// kHopperGroupedConfigs, or kHopperGroupedFp8Configs for fp8): a persistent grid of one CTA
+// an SM (the units' count lives on the device), the schedule's shared memory after the
+// config's own, no split-K and no TMA stores (a tile's rows stop at its group's end, which
+// a tensor map of c cannot clip).
+template <const HopperGemmConfig* kTable, int kIndex>
+using GroupedTile = hk::Tile<kTable[kIndex].block_m, kTable[kIndex].block_n, kTable[kIndex].stages, 1,
+                             kTable[kIndex].ping_pong, 1>;
 
 // The dynamic shared memory config kIndex of the grouped kernel takes for `groups` groups:
 // the config's own and the schedule's. It fits where 1 KiB (the block scan's static shared
 // memory, with room to spare) more stays inside the SM's opt-in limit.
-template <int kIndex>
+template <const HopperGemmConfig* kTable, int kIndex>
 constexpr int64_t grouped_smem_bytes(int groups) {
-  using Cfg = GroupedTile<kIndex>;
+  using Cfg = GroupedTile<kTable, kIndex>;
   return Cfg::kSmemBytes + 4 * int64_t(hk::GroupedScheduler<Cfg::kBlockM>::smem_ints(groups));
 }
 constexpr bool grouped_smem_fits(int64_t bytes) { return bytes + 1024 <= hk::kSmemLimit; }
 
-template <class Op, int kIndex>
+template <class Op, const HopperGemmConfig* kTable, int kIndex>
 void launch_grouped_config(const HopperGroupedLaunch& L, cudaStream_t stream) {
-  constexpr HopperGemmConfig kConfig = kHopperGroupedConfigs[kIndex];
+  constexpr HopperGemmConfig kConfig = kTable[kIndex];
   static_assert(kConfig.block_k == hk::kBlockK<Op> && kConfig.cluster_m == 1 && kConfig.cluster_n == 1,
                 "grouped configs are single CTAs with 128-byte k-blocks");
-  using Cfg = GroupedTile<kIndex>;
+  using Cfg = GroupedTile<kTable, kIndex>;
   using Scheduler = hk::GroupedScheduler<Cfg::kBlockM>;
   constexpr auto kernel = hk::gemm_kernel<hk::Mainloop<Op, Cfg>, hk::Epilogue<hk::NoScales>, Scheduler>;
-  constexpr const char* op = "gks.grouped_gemm";
-  const int64_t smem = grouped_smem_bytes<kIndex>(L.groups);
+  const char* op = Op::kPromote ? "gks.grouped_gemm_fp8" : "gks.grouped_gemm";
+  const int64_t smem = grouped_smem_bytes<kTable, kIndex>(L.groups);
   GKS_CHECK(grouped_smem_fits(smem), kInvalidArgument)
       << op << ": G = " << L.groups << " groups need " << smem << " bytes of shared memory with config "
       << kConfig.name << ", past the " << hk::kSmemLimit << " an SM has; use fewer groups a call";
@@ -255,8 +256,13 @@ void launch_grouped_config(const HopperGroupedLaunch& L, cudaStream_t stream) {
 
   const CUtensorMap map_a = make_tensor_map_3d(L.a, L.dtype, L.a_slabs, L.m, L.k, L.lda, L.a_slab_stride,
                                                Cfg::kBlockM, op, "a");
-  const CUtensorMap map_b = make_tensor_map_3d(L.b, L.dtype, L.groups, L.k, L.n, L.ldb, L.b_group_stride,
-                                               hk::kBlockK<Op>, op, "b");
+  // B boxes as launch_config's: [64 k][64 n] of a 16-bit b [G, K, N], or [64 n][128 k] of
+  // an 8-bit one stored [G, N, K].
+  const CUtensorMap map_b =
+      Op::kBKMajor
+          ? make_tensor_map_3d(L.b, L.dtype, L.groups, L.n, L.k, L.ldb, L.b_group_stride, hk::kBBlockCols, op, "b")
+          : make_tensor_map_3d(L.b, L.dtype, L.groups, L.k, L.n, L.ldb, L.b_group_stride, hk::kBlockK<Op>, op,
+                               "b");
   CUtensorMap map_c;
   std::memset(&map_c, 0, sizeof(map_c));
 
@@ -264,7 +270,7 @@ void launch_grouped_config(const HopperGroupedLaunch& L, cudaStream_t stream) {
   p.unit_cols = int(ceil_div(L.n, Cfg::kBlockN));
   p.unit_rows = 0;  // per group, on the device
   p.group_m = 1;
-  p.c_kind = gemm_c_kind(L.dtype);
+  p.c_kind = gemm_c_kind(L.c_dtype);
   p.c_vec = L.c_vec ? 1 : 0;
   p.c_tma = 0;
   p.k_splits = 1;
@@ -274,6 +280,15 @@ void launch_grouped_config(const HopperGroupedLaunch& L, cudaStream_t stream) {
   p.group_stride = L.group_stride;
   p.groups = L.groups;
   p.c_group_stride = L.c_group_stride;
+  p.block_scales = Op::kPromote ? 1 : 0;
+  p.a_scale = L.a_scale;
+  p.b_scale = L.b_scale;
+  p.a_scale_stride = L.a_scale_stride;
+  p.a_scale_group_stride = L.a_scale_group_stride;
+  p.a_scale_slab_stride = L.a_scale_slab_stride;
+  p.b_scale_stride = L.b_scale_stride;
+  p.b_scale_group_stride = L.b_scale_group_stride;
+  p.b_scale_slab_stride = L.b_scale_slab_stride;
   // A group's units (at most its rows' tiles by the column tiles) are counted in int; the
   // schedule's running totals are int64 (groups that overlap may add up past int).
   const int64_t group_units = ceil_div(L.m, Cfg::kBlockM) * p.unit_cols;

@@ -216,8 +216,8 @@ struct Mainloop {
   // Promoted operands: the factors k-block kb's products are added to the total with, per
   // fragment row (a's scale of the row and b's of the tile's 128 columns, where
   // p.block_scales; else 1). Rows past M and tiles past N get 0 (never stored).
-  static __device__ __forceinline__ void block_scales(const Params& p, int64_t wg_row, int col0, int kb,
-                                                      float (&s)[Cfg::kAtomsM][2]) {
+  static __device__ __forceinline__ void block_scales(const Params& p, const UnitWork& w, int64_t wg_row,
+                                                      int col0, int kb, float (&s)[Cfg::kAtomsM][2]) {
     static_assert(Cfg::kBlockN <= 128, "one b block scale per k-block of a tile");
 #pragma unroll
     for (int a = 0; a < Cfg::kAtomsM; ++a)
@@ -227,14 +227,16 @@ struct Mainloop {
     // The fragment's rows (wgmma.cuh): warp w of the warpgroup has rows 16 w + lane / 4 and
     // + 8 of each 64-row atom.
     const int64_t row0 = wg_row + (threadIdx.x % 128) / 32 * 16 + (threadIdx.x % 32) / 4;
-    const float sb =
-        col0 < p.n ? p.b_scale[kb * p.b_scale_group_stride + (col0 / 128) * p.b_scale_stride] : 0.f;
+    const float* a_scale = p.a_scale + w.a_slab * p.a_scale_slab_stride;
+    const float sb = col0 < p.n ? p.b_scale[w.group * p.b_scale_slab_stride + kb * p.b_scale_group_stride +
+                                            (col0 / 128) * p.b_scale_stride]
+                                : 0.f;
 #pragma unroll
     for (int a = 0; a < Cfg::kAtomsM; ++a)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int64_t row = row0 + a * 64 + 8 * h;
-        s[a][h] = row < p.m ? p.a_scale[row * p.a_scale_stride + kb * p.a_scale_group_stride] * sb : 0.f;
+        s[a][h] = row < p.m ? a_scale[row * p.a_scale_stride + kb * p.a_scale_group_stride] * sb : 0.f;
       }
   }
 
@@ -280,7 +282,7 @@ struct Mainloop {
     auto issue = [&](Acc(&part)[Cfg::kAtomsM][Cfg::kAccum], float(&s)[Cfg::kAtomsM][2], int kb) {
       ptx::mbar_wait(full + 8 * stage, phase);
       issue_k_block(part, smem_a + stage * Cfg::kABytes, smem_b + stage * Cfg::kBBytes, false);
-      block_scales(p, wg_row, col0, kb, s);
+      block_scales(p, w, wg_row, col0, kb, s);
       prev_stage = stage;
       if (++stage == Cfg::kStages) {
         stage = 0;

@@ -111,11 +111,14 @@ struct Params {
   // block_scales (promoted operands, Op::kPromote, only): the scale of row r and k-block kb
   // is a_scale[r * a_scale_stride + kb * a_scale_group_stride], that of k-block kb and the
   // 128 columns from 128 j b_scale[kb * b_scale_group_stride + j * b_scale_stride].
+  // Grouped: a slab's (masked layout) a scales start a_scale_slab_stride further, group g's
+  // b scales g * b_scale_slab_stride further.
   const float* a_scale;
   const float* b_scale;
   int64_t a_scale_stride, b_scale_stride;
   int block_scales;
   int64_t a_scale_group_stride, b_scale_group_stride;
+  int64_t a_scale_slab_stride, b_scale_slab_stride;
   // Grouped (GroupedScheduler, scheduler.cuh): `groups` products c[rows of g] = a[rows of g]
   // @ b[g], a and b read through 3-D tensor maps (k or n, row, group). Contiguous layout
   // (group_offsets, [groups + 1]): group g is rows [clamp(off[g]), clamp(off[g + 1])) of the
