@@ -50,7 +50,7 @@ if TYPE_CHECKING:  # annotations only: the module loads without torch
 # ---- the reference: the op's meaning in plain PyTorch (gks.reference.<op>). torch is
 # imported where it is used, so the registry loads without it.
 
-__all__ = ["sgemm", "wmma_gemm", "int8_gemm", "gemm", "grouped_gemm", "gemm_fp8"]
+__all__ = ["sgemm", "wmma_gemm", "int8_gemm", "gemm", "grouped_gemm", "grouped_gemm_fp8", "gemm_fp8"]
 
 
 def sgemm(a: torch.Tensor, b: torch.Tensor, *, precise: bool = False) -> torch.Tensor:
