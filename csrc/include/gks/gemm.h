@@ -288,7 +288,7 @@ const std::vector<GemmConfigInfo>& gemm_fp8_configs();
 // The Hopper kernel (kernels/gemm/sm90/, GroupedScheduler: persistent, each group's tiles
 // from its first row, so no tile computes two groups) runs it; there is no other CUDA path,
 // so elsewhere (an sm_80 GPU, or a build without sm_90a) it throws kInvalidArgument. Its
-// schedule lives in shared memory, 16 bytes a group: past what a config leaves (1593 to 3133
+// schedule lives in shared memory, 16 bytes a group: past what a config leaves (1592 to 3132
 // groups) the heuristic's pick gives way to the roomiest config, and past every config's
 // room (or with a forced config that has none) the call is refused, naming G.
 
@@ -438,7 +438,7 @@ inline constexpr int kNumHopperFp8Configs =
 
 // gks::grouped_gemm's configs (single CTAs: the grouped schedule has no clusters), with
 // rings a stage or two shorter than gemm's, leaving shared memory for the schedule (16
-// bytes a group: up to 1593 groups with 64x128 tiles, 3133 with 128x256).
+// bytes a group: up to 1592 groups with 64x128 tiles, 3132 with 128x256).
 inline constexpr HopperGemmConfig kHopperGroupedConfigs[] = {
     {"grouped_128x128x64_s5", 128, 128, 64, 5, 1},
     {"grouped_128x128x64_s5_pp", 128, 128, 64, 5, 1, true},
