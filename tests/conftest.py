@@ -46,6 +46,14 @@ requires_native = pytest.mark.skipif(
 )
 
 
+def backend_params(spec) -> list:
+    """The spec's backends as pytest params of their names: each runs on a GPU, and
+    without one only where it has an interpreter (the others marked skipped, saying so)."""
+    return [pytest.param(b.name, id=b.name,
+                         marks=() if HAS_GPU or b.interpreted else pytest.mark.skip(reason=f"{b.name} has no interpreter"))
+            for b in spec.backends]
+
+
 def public_op(name: str, backend: str):
     """gks.<name> as users call it in `backend` (cuda: the torch op gks.<name>; triton,
     pallas: gks.<backend>.<name>), skipping the test where the CUDA backend cannot run."""

@@ -915,7 +915,7 @@ def grouped_block(rows_per_group: int, fp8: bool = False, interpreted: bool = Fa
     return GroupedBlock(max(16, next_pow2(rows_per_group)), 64, 128, 4, 4)
 
 
-def _run_grouped(op: str, a, b, c, group_offsets, group_counts, scales=None) -> torch.Tensor:
+def _run_grouped(a, b, c, group_offsets, group_counts, scales=None) -> torch.Tensor:
     """Launches grouped_gemm's kernels (either layout) for a checked call, into c; scales:
     grouped_gemm_fp8's (a_scale, b_scale), its operands e4m3."""
     if c.numel() == 0:
@@ -968,7 +968,7 @@ def grouped_gemm(a: torch.Tensor, b: torch.Tensor, group_offsets: torch.Tensor |
     check_grouped_gemm(a, b, group_offsets, group_counts, op)
     check_device(a, op, "a")  # the others are on a's device (checked above)
     c = torch.empty((*a.shape[:-1], b.shape[2]), dtype=a.dtype, device=a.device)
-    return _run_grouped(op, a, b, c, group_offsets, group_counts)
+    return _run_grouped(a, b, c, group_offsets, group_counts)
 
 
 @on_tensor_device
@@ -988,4 +988,4 @@ def grouped_gemm_fp8(a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_
     if a.is_cuda:
         check_fp8_tensor_cores(*_capability(a.get_device()), op)
     c = torch.empty((*a.shape[:-1], b.shape[2]), dtype=out_dtype, device=a.device)
-    return _run_grouped(op, a, b, c, group_offsets, group_counts, (a_scale, b_scale))
+    return _run_grouped(a, b, c, group_offsets, group_counts, (a_scale, b_scale))

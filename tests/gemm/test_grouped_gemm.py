@@ -17,8 +17,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import (DEVICE, HAS_GPU, HAS_NATIVE, capture, poison_allocator, poisoned_host_outputs, refill,
-                      requires_gpu, seed_for)
+from conftest import (DEVICE, HAS_GPU, HAS_NATIVE, backend_params, capture, poison_allocator,
+                      poisoned_host_outputs, refill, requires_gpu, seed_for)
 import gks.triton
 from gks import registry
 from gks.specs.gemm import (check_grouped_gemm, gemm_check, grouped_gemm_bounds, grouped_gemm_sizes,
@@ -29,13 +29,7 @@ DTYPES = ("float16", "bfloat16")
 LAYOUTS = ("contiguous", "masked")
 
 
-def _backends():
-    for b in SPEC.backends:
-        marks = () if HAS_GPU or b.interpreted else pytest.mark.skip(reason=f"{b.name} has no interpreter")
-        yield pytest.param(b.name, id=b.name, marks=marks)
-
-
-BACKENDS = list(_backends())
+BACKENDS = backend_params(SPEC)
 
 
 def _op(backend: str):

@@ -17,8 +17,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import (DEVICE, HAS_GPU, HAS_NATIVE, capture, poison_allocator, poisoned_host_outputs, refill,
-                      requires_gpu, seed_for)
+from conftest import (DEVICE, HAS_GPU, HAS_NATIVE, backend_params, capture, poison_allocator,
+                      poisoned_host_outputs, refill, requires_gpu, seed_for)
 from gks import registry
 from gks.specs.gemm import grouped_gemm_sizes, make_grouped_gemm_fp8_inputs
 
@@ -26,13 +26,7 @@ SPEC = registry.get("grouped_gemm_fp8")
 LAYOUTS = ("contiguous", "masked")
 
 
-def _backends():
-    for b in SPEC.backends:
-        marks = () if HAS_GPU or b.interpreted else pytest.mark.skip(reason=f"{b.name} has no interpreter")
-        yield pytest.param(b.name, id=b.name, marks=marks)
-
-
-BACKENDS = list(_backends())
+BACKENDS = backend_params(SPEC)
 
 
 def _op(backend: str):
@@ -52,7 +46,7 @@ def _call(inputs, backend="triton", **kw):
     op = _op(backend)
     a, b = inputs["a"], inputs["b"]
     poison_allocator(a[..., :1].numel() * b.shape[2] * 4, DEVICE)
-    with poisoned_host_outputs():
+    with poisoned_host_outputs((torch.float32, torch.float16, torch.bfloat16)):
         return op(**inputs, **kw)
 
 
