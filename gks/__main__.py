@@ -29,7 +29,8 @@ FORMAT_JSON = """\
   signature     arguments and result, with shapes
   shape_names   what each entry of a bench/test shape means, e.g. ["M", "N"]
   optional_dims {name: default}: the last shape_names a shape may leave off, each then taking
-                the value of the dim named beside it, e.g. {"Dv": "D"}
+                the value of the dim named beside it, e.g. {"Dv": "D"}, or the number
+                given, e.g. {"epilogue": 0}
   dtypes        input dtypes the op accepts (torch names)
   backends      [{name, archs (GPU architectures it is built or tuned for), interpreted
                 (whether it also runs on a CPU through an interpreter), tunable (whether it

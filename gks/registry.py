@@ -14,8 +14,8 @@ says where an op lives.
 
 Shapes are tuples whose meaning the spec's ``shape_names`` gives (e.g. ``("M", "N")`` for a
 row-wise op over an ``[M, N]`` input); a spec may let its shapes leave off trailing names
-that then take another dim's value (``optional_dims``: flash_attention_fwd's Dv, D unless
-given). Every callable that takes inputs takes the dict that ``make_inputs`` returns, as
+that then take another dim's value or a constant (``optional_dims``: flash_attention_fwd's
+Dv, D unless given; gemm's epilogue, 0 unless given). Every callable that takes inputs takes the dict that ``make_inputs`` returns, as
 keyword arguments.
 """
 
@@ -216,11 +216,11 @@ class OpSpec:
     # power of two: flags, and dims that pick another kernel.
     bucket_exact: tuple[str, ...] = ()
     # The last names of shape_names that a shape may leave off, each mapped to the dim whose
-    # value it then takes (flash_attention_fwd: {"Dv": "D"}): a dim added to an op after its
-    # shapes, tuned tables and bench records were made, which keep their meaning and keys.
-    # The spec's functions take either form; canonical_shape() leaves off what equals its
-    # default, the form the tuned tables key on.
-    optional_dims: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # value it then takes (flash_attention_fwd: {"Dv": "D"}) or to a constant (gemm:
+    # {"epilogue": 0}): a dim added to an op after its shapes, tuned tables and bench records
+    # were made, which keep their meaning and keys. The spec's functions take either form;
+    # canonical_shape() leaves off what equals its default, the form the tuned tables key on.
+    optional_dims: Mapping[str, str | int] = dataclasses.field(default_factory=dict)
     # The unit the FLOPs run on, for the roofline: "fp32" (CUDA cores), "tensor" (FP16/BF16
     # Tensor Cores), "int8" (INT8 Tensor Cores), "fp8" (FP8 Tensor Cores).
     compute: str = "fp32"
@@ -230,9 +230,10 @@ class OpSpec:
     def __post_init__(self) -> None:
         required = len(self.shape_names) - len(self.optional_dims)
         if self.optional_dims and (self.shape_names[required:] != tuple(self.optional_dims) or any(
-                d not in self.shape_names[:required] for d in self.optional_dims.values())):
+                not isinstance(d, int) and d not in self.shape_names[:required]
+                for d in self.optional_dims.values())):
             raise ValueError(f"op '{self.name}': optional_dims {dict(self.optional_dims)} must map the "
-                             f"last of shape_names {self.shape_names} to dims before them")
+                             f"last of shape_names {self.shape_names} to dims before them or to constants")
         bound = []
         for b in self.backends:
             if b.name not in BACKEND_MODULES:
@@ -268,7 +269,7 @@ class OpSpec:
         names = self.shape_names
         while len(shape) > len(names) - len(self.optional_dims):
             default = self.optional_dims[names[len(shape) - 1]]
-            if shape[-1] != shape[names.index(default)]:
+            if shape[-1] != (default if isinstance(default, int) else shape[names.index(default)]):
                 break
             shape = shape[:-1]
         return shape
