@@ -5,9 +5,35 @@
 #include <tvm/ffi/optional.h>
 #include <tvm/ffi/string.h>
 
+#include <string>
+
 #include "common.h"
 
 namespace {
+
+using OptionalTensor = tvm::ffi::Optional<tvm::ffi::TensorView>;
+
+// The fused epilogue of gemm and gemm_fp8 (gks::GemmEpilogue): the tensors given, and
+// `gated` by name ("" for none).
+gks::GemmEpilogue epilogue_arg(const OptionalTensor& bias, const OptionalTensor& row_scale,
+                               const OptionalTensor& col_scale, const std::string& gated, const char* op) {
+  using gks::ffi::to_ref;
+  gks::GemmEpilogue e;
+  if (bias.has_value()) e.bias = to_ref(bias.value());
+  if (row_scale.has_value()) e.row_scale = to_ref(row_scale.value());
+  if (col_scale.has_value()) e.col_scale = to_ref(col_scale.value());
+  if (gated == "silu") {
+    e.gated = gks::Activation::kSilu;
+  } else if (gated == "gelu") {
+    e.gated = gks::Activation::kGelu;
+  } else if (gated == "gelu_tanh") {
+    e.gated = gks::Activation::kGeluTanh;
+  } else {
+    GKS_CHECK(gated.empty(), kInvalidArgument)
+        << op << ": argument 'gated' must be None, 'silu', 'gelu' or 'gelu_tanh', got '" << gated << "'";
+  }
+  return e;
+}
 
 // A tile config's fields, the ones every GEMM table has.
 void tile_fields(gks::ffi::ConfigTable& table, const gks::GemmConfigInfo& c) {
@@ -88,7 +114,7 @@ tvm::ffi::String int8_gemm_path(tvm::ffi::TensorView a_q, tvm::ffi::TensorView b
 // (gks::Fp8Scaling).
 void gemm_fp8(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorView a_scale,
               tvm::ffi::TensorView b_scale, tvm::ffi::TensorView c, tvm::ffi::String scaling,
-              int64_t config) {
+              int64_t config, OptionalTensor bias, tvm::ffi::String gated) {
   using namespace gks::ffi;
   translate_errors([&] {
     gks::GemmFp8Args args{to_ref(a), to_ref(b), to_ref(a_scale), to_ref(b_scale), to_ref(c)};
@@ -99,6 +125,7 @@ void gemm_fp8(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorVi
                    : mode == "row"  ? gks::Fp8Scaling::kRow
                                     : gks::Fp8Scaling::kBlock;
     args.config = config_arg(config, "gks.gemm_fp8");
+    args.epilogue = epilogue_arg(bias, OptionalTensor(), OptionalTensor(), std::string(gated), "gks.gemm_fp8");
     gks::gemm_fp8(args, stream_for(args.a));
   });
 }
@@ -150,26 +177,33 @@ gks::GemmArgs gemm_args(const tvm::ffi::TensorView& a, const tvm::ffi::TensorVie
   return args;
 }
 
-// c = a @ b (fp16/bf16 in, fp32 accumulate, c fp32 or a's dtype): the Hopper kernel on
-// sm_90a, else the WMMA kernel.
-void gemm(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorView c,
-          int64_t config) {
+// c = a @ b (fp16/bf16 in, fp32 accumulate, c fp32 or a's dtype) through the fused epilogue
+// (bias, row_scale, col_scale, gated: "" for none): the Hopper kernel on sm_90a, else the
+// WMMA kernel.
+void gemm(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorView c, int64_t config,
+          OptionalTensor bias, OptionalTensor row_scale, OptionalTensor col_scale, tvm::ffi::String gated) {
   gks::ffi::translate_errors([&] {
-    const gks::GemmArgs args = gemm_args(a, b, c, config);
+    gks::GemmArgs args = gemm_args(a, b, c, config);
+    args.epilogue = epilogue_arg(bias, row_scale, col_scale, std::string(gated), "gks.gemm");
     gks::gemm(args, gks::ffi::stream_for(args.a));
   });
 }
 
-// gemm into a new [M, N] tensor of c_dtype (a's dtype or float32) from the caller's
-// framework (see new_tensor). The torch op's eager path.
-tvm::ffi::Tensor gemm_alloc(tvm::ffi::TensorView a, tvm::ffi::TensorView b, DLDataType c_dtype,
-                            int64_t config) {
+// gemm into a new [M, N] (gated: [M, N / 2]) tensor of c_dtype (a's dtype or float32) from
+// the caller's framework (see new_tensor). The torch op's eager path.
+tvm::ffi::Tensor gemm_alloc(tvm::ffi::TensorView a, tvm::ffi::TensorView b, DLDataType c_dtype, int64_t config,
+                            OptionalTensor bias, OptionalTensor row_scale, OptionalTensor col_scale,
+                            tvm::ffi::String gated) {
   tvm::ffi::Tensor c;
   gks::ffi::translate_errors([&] {
+    const gks::GemmEpilogue epilogue = epilogue_arg(bias, row_scale, col_scale, std::string(gated), "gks.gemm");
     gks::detail::check_matrix_rank(gks::ffi::to_ref(a), "gks.gemm", "a");
     gks::detail::check_matrix_rank(gks::ffi::to_ref(b), "gks.gemm", "b");
-    c = gks::ffi::new_tensor({a.size(0), b.size(1)}, c_dtype, a.device(), "gks.gemm");
-    const gks::GemmArgs args = gemm_args(a, b, c, config);
+    // An odd N with gated is refused by gks::gemm, naming 'gated', before c is looked at.
+    const int64_t n = b.size(1);
+    c = gks::ffi::new_tensor({a.size(0), epilogue.gated ? n / 2 : n}, c_dtype, a.device(), "gks.gemm");
+    gks::GemmArgs args = gemm_args(a, b, c, config);
+    args.epilogue = epilogue;
     gks::gemm(args, gks::ffi::stream_for(args.a));
   });
   return c;

@@ -35,29 +35,35 @@ def _concrete(values) -> list[int] | None:
     return out
 
 
-def validate(entry: Callable, *args) -> None:
-    """Runs gks.cuda's `entry` (an `_out` entry point) on `args` in validate-only mode, each
-    tensor described by its metadata: raises what the real call would raise, or returns.
-    Skipped when a size has no concrete value (a dynamic dim without a hint)."""
+def validate(entry: Callable, *args, **kwargs) -> None:
+    """Runs gks.cuda's `entry` (an `_out` entry point) on `args` and `kwargs` in validate-only
+    mode, each tensor described by its metadata: raises what the real call would raise, or
+    returns. Skipped when a size has no concrete value (a dynamic dim without a hint)."""
     import tvm_ffi
 
     from gks import _native
 
-    described = []
     slots: dict[int, int] = {}  # one tensor passed twice (an in-place form) is one range
-    for slot, a in enumerate(args, start=1):
-        if isinstance(a, torch.Tensor):
-            slot = slots.setdefault(id(a), slot)
-            shape, strides, offset = _concrete(a.shape), _concrete(a.stride()), _concrete([a.storage_offset()])
-            if shape is None or strides is None or offset is None:
-                return
-            device = (DL_CPU, 0) if a.device.type == "cpu" else (DL_CUDA, a.device.index or 0)
-            a = tvm_ffi.from_dlpack(Described(shape, strides, dl_dtype(str(a.dtype), a.element_size()), device,
-                                              (slot << 40) + offset[0] * a.element_size()))
-        described.append(a)
+    missing = object()
+
+    def describe(a, slot):
+        if not isinstance(a, torch.Tensor):
+            return a
+        slot = slots.setdefault(id(a), slot)
+        shape, strides, offset = _concrete(a.shape), _concrete(a.stride()), _concrete([a.storage_offset()])
+        if shape is None or strides is None or offset is None:
+            return missing
+        device = (DL_CPU, 0) if a.device.type == "cpu" else (DL_CUDA, a.device.index or 0)
+        return tvm_ffi.from_dlpack(Described(shape, strides, dl_dtype(str(a.dtype), a.element_size()), device,
+                                             (slot << 40) + offset[0] * a.element_size()))
+
+    described = [describe(a, slot) for slot, a in enumerate(args, start=1)]
+    described_kw = {k: describe(a, slot) for slot, (k, a) in enumerate(kwargs.items(), start=len(args) + 1)}
+    if any(a is missing for a in (*described, *described_kw.values())):
+        return
     module = _native.module()
     module.validate_only(True)
     try:
-        entry(*described)
+        entry(*described, **described_kw)
     finally:
         module.validate_only(False)

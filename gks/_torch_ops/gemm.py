@@ -18,6 +18,7 @@ from gks.specs.gemm import (
     check_grouped_gemm,
     check_grouped_gemm_fp8,
     checked_fp8_out_dtype,
+    epilogue_code,
     gemm_fp8_shape,
     grouped_gemm_shape,
 )
@@ -171,11 +172,33 @@ def _gemm_out_dtype(a: torch.Tensor, out_dtype: torch.dtype | None) -> torch.dty
     return out_dtype
 
 
+def _epilogue_cols(n: int, bias, row_scale, col_scale, gated, a, op: str) -> int:
+    """c's columns (N, or N / 2 gated), after the epilogue's checks (every backend's)."""
+    from gks.specs.gemm import check_epilogue
+
+    return check_epilogue(a.shape[0], n, bias, row_scale, col_scale, gated, a.device, op)
+
+
 def _gemm(
-    a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None, config: int = -1
+    a: torch.Tensor,
+    b: torch.Tensor,
+    out_dtype: torch.dtype | None = None,
+    config: int = -1,
+    bias: torch.Tensor | None = None,  # (not keyword-only: custom ops take no keyword-only tensors)
+    row_scale: torch.Tensor | None = None,
+    col_scale: torch.Tensor | None = None,
+    gated: str | None = None,
 ) -> torch.Tensor:
     """c = a @ b: float16 or bfloat16 a [M, K] and b [K, N], fp32 accumulation, c in
-    out_dtype (None: a's dtype; or torch.float32).
+    out_dtype (None: a's dtype; or torch.float32), through the fused epilogue where given:
+
+        y = (a @ b) * row_scale[m] * col_scale[n] + bias[n]     (fp32)
+        c = y, or with gated, c[:, j] = act(y[:, 2j]) * y[:, 2j + 1]  (c [M, N / 2])
+
+    bias [N] float32, float16 or bfloat16; row_scale [M] (or [M, 1]) and col_scale [N] (or
+    [1, N]) float32; any strides. gated: None, 'silu' (SwiGLU), 'gelu' or 'gelu_tanh', with
+    b's columns interleaving each gate and its up (N even; see gks.reference.gemm). The
+    epilogue runs in the kernel's stores: c is written once, in its dtype.
 
     On an sm_90 GPU (with the library built for sm_90a) this runs the Hopper kernel (TMA,
     wgmma, warp-specialized and persistent); elsewhere, or when a or b is not 16-byte
@@ -190,11 +213,18 @@ def _gemm(
     """
     m, n, k = gemm_dims("gks.gemm", a, b)
     c_dtype = _gemm_out_dtype(a, out_dtype)
-    config = resolve_config("gemm", a, (m, n, k), config)
+    epilogue = {"bias": bias, "row_scale": row_scale, "col_scale": col_scale, "gated": gated}
+    code = 0
+    if any(v is not None for v in epilogue.values()):
+        cols = _epilogue_cols(n, bias, row_scale, col_scale, gated, a, "gks.gemm")
+        code = epilogue_code(bias is not None, row_scale is not None or col_scale is not None, gated)
+    else:
+        cols, epilogue = n, {}
+    config = resolve_config("gemm", a, (m, n, k, code), config)
     if native_allocates():  # one native call: c comes from PyTorch's allocator
-        return cuda.gemm_alloc(a, b, c_dtype, config)
-    c = a.new_empty((m, n), dtype=c_dtype)
-    cuda.gemm_out(a, b, c, config)
+        return cuda.gemm_alloc(a, b, c_dtype, config, **epilogue)
+    c = a.new_empty((m, cols), dtype=c_dtype)
+    cuda.gemm_out(a, b, c, config, **epilogue)
     return c
 
 
@@ -202,10 +232,12 @@ gemm = gks_op("gemm", _gemm)
 
 
 @gemm.op.register_fake
-def _(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None, config: int = -1):
+def _(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None, config: int = -1,
+      bias=None, row_scale=None, col_scale=None, gated=None):
     m, n, _k = gemm_dims("gks.gemm", a, b)
-    c = torch.empty((m, n), dtype=_gemm_out_dtype(a, out_dtype), device=a.device)
-    validate(cuda.gemm_out, a, b, c, config)
+    cols = _epilogue_cols(n, bias, row_scale, col_scale, gated, a, "gks.gemm")
+    c = torch.empty((m, cols), dtype=_gemm_out_dtype(a, out_dtype), device=a.device)
+    validate(cuda.gemm_out, a, b, c, config, bias=bias, row_scale=row_scale, col_scale=col_scale, gated=gated)
     return c
 
 
@@ -217,9 +249,12 @@ def _gemm_fp8(
     scaling: str = "tensor",
     out_dtype: torch.dtype = torch.bfloat16,
     config: int = -1,
+    bias: torch.Tensor | None = None,
+    gated: str | None = None,
 ) -> torch.Tensor:
     """c [M, N] = fp8 a [M, K] @ b [K, N] with fp32 accumulation and fp32 scales, c in
     out_dtype (bfloat16, float16 or float32); gks.reference.gemm_fp8 says it exactly.
+    bias [N] and gated: gks.gemm's fused epilogue on the scaled product (gated: c [M, N / 2]).
 
     a and b both float8_e4m3fn or both float8_e5m2, K a multiple of 16; a row-major (any
     leading dimension), b row-major [K, N] or K-major (b = w.t() of a row-major [N, K]
@@ -231,10 +266,12 @@ def _gemm_fp8(
     config. Runs on the current CUDA stream.
     """
     m, n, _k = gemm_dims("gks.gemm_fp8", a, b)
-    c = a.new_empty((m, n), dtype=checked_fp8_out_dtype(out_dtype, "gks.gemm_fp8"))
+    cols = _epilogue_cols(n, bias, None, None, gated, a, "gks.gemm_fp8")
+    c = a.new_empty((m, cols), dtype=checked_fp8_out_dtype(out_dtype, "gks.gemm_fp8"))
     if scaling in GEMM_FP8_SCALINGS:  # else the library refuses it, naming it
-        config = resolve_config("gemm_fp8", a, gemm_fp8_shape(a, b, scaling), config, dtype=c.dtype)
-    cuda.gemm_fp8_out(a, b, a_scale, b_scale, c, scaling, config)
+        shape = gemm_fp8_shape(a, b, scaling) + (epilogue_code(bias is not None, False, gated),)
+        config = resolve_config("gemm_fp8", a, shape, config, dtype=c.dtype)
+    cuda.gemm_fp8_out(a, b, a_scale, b_scale, c, scaling, config, bias=bias, gated=gated)
     return c
 
 
@@ -242,10 +279,12 @@ gemm_fp8 = gks_op("gemm_fp8", _gemm_fp8)
 
 
 @gemm_fp8.op.register_fake
-def _(a, b, a_scale, b_scale, scaling: str = "tensor", out_dtype: torch.dtype = torch.bfloat16, config: int = -1):
+def _(a, b, a_scale, b_scale, scaling: str = "tensor", out_dtype: torch.dtype = torch.bfloat16, config: int = -1,
+      bias=None, gated=None):
     m, n, _k = gemm_dims("gks.gemm_fp8", a, b)
-    c = torch.empty((m, n), dtype=checked_fp8_out_dtype(out_dtype, "gks.gemm_fp8"), device=a.device)
-    validate(cuda.gemm_fp8_out, a, b, a_scale, b_scale, c, scaling, config)
+    cols = _epilogue_cols(n, bias, None, None, gated, a, "gks.gemm_fp8")
+    c = torch.empty((m, cols), dtype=checked_fp8_out_dtype(out_dtype, "gks.gemm_fp8"), device=a.device)
+    validate(cuda.gemm_fp8_out, a, b, a_scale, b_scale, c, scaling, config, bias=bias, gated=gated)
     return c
 
 

@@ -89,22 +89,30 @@ def grouped_gemm_heuristic(rows: int, n: int, k: int, groups: int, num_sms: int,
     return int(getattr(_native.module(), f"{kernel}_heuristic")(rows, n, k, groups, num_sms))
 
 
-def gemm_out(a, b, c, config: int = -1) -> None:
+def gemm_out(a, b, c, config: int = -1, *, bias=None, row_scale=None, col_scale=None, gated=None) -> None:
     """c = a @ b: a [M, K], b [K, N] float16 or bfloat16 (row-major, any leading dimension),
-    fp32 accumulation, c [M, N] float32 or a's dtype. The Hopper kernel on sm_90 (config:
-    an index into gemm_config_names(), or -1 for the heuristic), else the WMMA fallback;
-    see gemm_path."""
-    _native.module().gemm(a, b, c, int(config))
+    fp32 accumulation, c [M, N] float32 or a's dtype, through the fused epilogue where given
+    (gks.reference.gemm: c = (a @ b) * row_scale * col_scale + bias, then with gated
+    ('silu', 'gelu' or 'gelu_tanh') act(y[:, 2j]) * y[:, 2j + 1] into c [M, N / 2]). The
+    Hopper kernel on sm_90 (config: an index into gemm_config_names(), or -1 for the
+    heuristic), else the WMMA fallback; see gemm_path."""
+    _native.module().gemm(a, b, c, int(config), bias, row_scale, col_scale, _gated(gated))
 
 
-def gemm_alloc(a, b, out_dtype, config: int = -1):
-    """gemm_out into a new [M, N] tensor of out_dtype (a's dtype or float32) that the
-    library allocates through the caller's framework: tvm-ffi's environment allocator, which
-    PyTorch lends (its caching allocator, current stream). One native call instead of a
-    Python-level allocation plus gemm_out: less host time a call, which is what bounds
-    small GEMMs on a slow host (docs/perf/gemm.md). Other frameworks get
+def _gated(gated) -> str:
+    """gated as the bindings take it: the activation's name, "" for none (the library
+    refuses any other value, naming 'gated')."""
+    return "" if gated is None else gated if isinstance(gated, str) else repr(gated)
+
+
+def gemm_alloc(a, b, out_dtype, config: int = -1, *, bias=None, row_scale=None, col_scale=None, gated=None):
+    """gemm_out into a new [M, N] (gated: [M, N / 2]) tensor of out_dtype (a's dtype or
+    float32) that the library allocates through the caller's framework: tvm-ffi's
+    environment allocator, which PyTorch lends (its caching allocator, current stream). One
+    native call instead of a Python-level allocation plus gemm_out: less host time a call,
+    which is what bounds small GEMMs on a slow host (docs/perf/gemm.md). Other frameworks get
     a ValueError saying so; they use gemm_out."""
-    return _native.module().gemm_alloc(a, b, out_dtype, int(config))
+    return _native.module().gemm_alloc(a, b, out_dtype, int(config), bias, row_scale, col_scale, _gated(gated))
 
 
 def gemm_path(a, b, c) -> str:
@@ -114,14 +122,16 @@ def gemm_path(a, b, c) -> str:
     return str(_native.module().gemm_path(a, b, c))
 
 
-def gemm_fp8_out(a, b, a_scale, b_scale, c, scaling: str = "tensor", config: int = -1) -> None:
+def gemm_fp8_out(a, b, a_scale, b_scale, c, scaling: str = "tensor", config: int = -1, *, bias=None,
+                 gated=None) -> None:
     """c = fp8 a [M, K] @ b [K, N] (both float8_e4m3fn or both float8_e5m2; a row-major, b
     row-major or K-major) with fp32 accumulation and the fp32 scales of `scaling`
-    ('tensor', 'row' or 'block'), written into c [M, N] bfloat16, float16 or float32: the
-    contract of gks.reference.gemm_fp8. The Hopper kernel (sm_90a only; fp8 wgmma, every 128
-    of K promoted into fp32): off compute capability 9.0, or in a build without sm_90a, it
+    ('tensor', 'row' or 'block'), then the fused epilogue's bias and gated unit where given,
+    written into c [M, N] (gated: [M, N / 2]) bfloat16, float16 or float32: the contract of
+    gks.reference.gemm_fp8. The Hopper kernel (sm_90a only; fp8 wgmma, every 128 of K
+    promoted into fp32): off compute capability 9.0, or in a build without sm_90a, it
     refuses the call. config: an index into gemm_config_names("gemm_fp8"), or -1."""
-    _native.module().gemm_fp8(a, b, a_scale, b_scale, c, scaling, int(config))
+    _native.module().gemm_fp8(a, b, a_scale, b_scale, c, scaling, int(config), bias, _gated(gated))
 
 
 def grouped_gemm_out(a, b, group_offsets, group_counts, c, config: int = -1) -> None:

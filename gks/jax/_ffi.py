@@ -40,7 +40,7 @@ from gks.runtime.dlpack import DL_CUDA, Described, dl_dtype
 # nests a traced custom call in.
 NO_CUDA_GRAPH: dict[str, str] = {
     "int8_gemm": "transposes b_q into a stream-ordered temporary on some paths",
-    "gemm": "split-K and stream-K tiles use a stream-ordered workspace",
+    "gemm": "split-K and stream-K tiles, and the WMMA fallback's epilogue, use a stream-ordered workspace",
     "quantize_fp8": "granularity 'tensor' reduces through a stream-ordered temporary",
     "flash_attention_decode": "the split partials come from the stream-ordered pool",
 }

@@ -44,12 +44,28 @@ def wmma_gemm(a, b, out_dtype=jnp.float32, config: int = -1):
                 config=tuned("wmma_gemm", config, a.dtype, _mnk(a, b)))[0]
 
 
-def gemm(a, b, out_dtype=None, config: int = -1):
-    """c = a @ b, c in a's dtype or out_dtype (float32 or a's) (see gks.gemm)."""
+def _epilogue(bias, row_scale, col_scale, gated) -> dict:
+    """The epilogue's inputs given (arrays, and gated by name), as the spec's inputs name them."""
+    given = {"bias": bias, "row_scale": row_scale, "col_scale": col_scale}
+    out = {k: jnp.asarray(v) for k, v in given.items() if v is not None}
+    if gated is not None:
+        out["gated"] = gated
+    return out
+
+
+def _gated_mn(a, b, gated) -> tuple[int, int]:
+    """c's [M, N], or [M, N / 2] with a gated unit (an odd N is the library's to refuse)."""
+    m, n = _mn(a, b)
+    return (m, n // 2) if gated is not None else (m, n)
+
+
+def gemm(a, b, out_dtype=None, config: int = -1, *, bias=None, row_scale=None, col_scale=None, gated=None):
+    """c = a @ b, c in a's dtype or out_dtype (float32 or a's), through the fused epilogue
+    where given: bias, row_scale, col_scale, gated (see gks.gemm)."""
     a, b = jnp.asarray(a), jnp.asarray(b)
     out = np.dtype(a.dtype) if out_dtype is None else dtype_of(out_dtype, "gemm", "out_dtype")
-    return call("gemm", {"a": a, "b": b}, (like(a, out, _mn(a, b)),),
-                config=tuned("gemm", config, a.dtype, _mnk(a, b)))[0]
+    return call("gemm", {"a": a, "b": b, **_epilogue(bias, row_scale, col_scale, gated)},
+                (like(a, out, _gated_mn(a, b, gated)),), config=tuned("gemm", config, a.dtype, _mnk(a, b)))[0]
 
 
 def int8_gemm(a_q, b_q, a_scale, b_scale, out_dtype=jnp.float16, config: int = -1):
@@ -64,14 +80,17 @@ def int8_gemm(a_q, b_q, a_scale, b_scale, out_dtype=jnp.float16, config: int = -
                 (like(a_q, out, _mn(a_q, b_q)),), config=config)[0]
 
 
-def gemm_fp8(a, b, a_scale, b_scale, scaling: str = "tensor", out_dtype=jnp.bfloat16, config: int = -1):
+def gemm_fp8(a, b, a_scale, b_scale, scaling: str = "tensor", out_dtype=jnp.bfloat16, config: int = -1, *,
+             bias=None, gated=None):
     """c = fp8 a @ b with fp32 accumulation and the fp32 scales of `scaling` ('tensor', 'row'
-    or 'block'), c in out_dtype (see gks.gemm_fp8). b reaches the kernel row-major (a JAX
-    array always is one), which it transposes first; config -1 is the heuristic."""
+    or 'block'), then the fused epilogue's bias and gated unit where given, c in out_dtype
+    (see gks.gemm_fp8). b reaches the kernel row-major (a JAX array always is one), which it
+    transposes first; config -1 is the heuristic."""
     a, b, a_scale, b_scale = (jnp.asarray(t) for t in (a, b, a_scale, b_scale))
     out = checked_fp8_out_dtype(dtype_of(out_dtype, "gemm_fp8", "out_dtype"), "gks.gemm_fp8")
-    return call("gemm_fp8", {"a": a, "b": b, "a_scale": a_scale, "b_scale": b_scale, "scaling": scaling},
-                (like(a, out, _mn(a, b)),), config=config)[0]
+    return call("gemm_fp8", {"a": a, "b": b, "a_scale": a_scale, "b_scale": b_scale, "scaling": scaling,
+                             **_epilogue(bias, None, None, gated)},
+                (like(a, out, _gated_mn(a, b, gated)),), config=config)[0]
 
 
 def grouped_gemm(a, b, group_offsets=None, group_counts=None, config: int = -1):

@@ -8,7 +8,9 @@
              scales in the epilogue. The spec's dtype is the output dtype.
   gemm       fp16/bf16 GEMM with fp32 accumulation, c in a's dtype: the Hopper-native
              kernel on sm_90a (TMA + wgmma, warp-specialized, persistent), the WMMA kernel
-             elsewhere.
+             elsewhere; shapes (M, N, K[, epilogue]). Its fused epilogue (apply_epilogue;
+             gemm_fp8 has it too, but for the scales): bias, per-row and per-column scales,
+             and the gated unit (SwiGLU, GeGLU) of interleaved gate and up columns.
   grouped_gemm  the MoE expert GEMMs in one launch: group g of a's rows times b[g], fp16/
              bf16 with fp32 accumulation, contiguous (group_offsets) or masked
              (group_counts) layout; shapes (G, M, N, K, masked). See grouped_gemm below.
@@ -98,15 +100,151 @@ def int8_gemm(
 
 
 def gemm(
-    a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None, *, precise: bool = False
+    a: torch.Tensor,
+    b: torch.Tensor,
+    out_dtype: torch.dtype | None = None,
+    *,
+    bias: torch.Tensor | None = None,
+    row_scale: torch.Tensor | None = None,
+    col_scale: torch.Tensor | None = None,
+    gated: str | None = None,
+    precise: bool = False,
 ) -> torch.Tensor:
-    """c = a @ b for float16/bfloat16 a [M, K] and b [K, N]: fp32 math, rounded once to
-    out_dtype (a's dtype when None, or float32); precise=True computes and returns float64."""
+    """c = a @ b for float16/bfloat16 a [M, K] and b [K, N], through the fused epilogue
+    (apply_epilogue: row and column scales, bias, a gated activation on interleaved columns;
+    none by default): fp32 math, rounded once to out_dtype (a's dtype when None, or float32);
+    precise=True computes and returns float64."""
     import torch
 
-    if precise:
-        return a.to(torch.float64) @ b.to(torch.float64)
-    return (a.to(torch.float32) @ b.to(torch.float32)).to(out_dtype or a.dtype)
+    check_epilogue(a.shape[0], b.shape[1], bias, row_scale, col_scale, gated, a.device, "gks.reference.gemm")
+    compute = torch.float64 if precise else torch.float32
+    c = apply_epilogue(a.to(compute) @ b.to(compute), bias, row_scale, col_scale, gated)
+    return c if precise else c.to(out_dtype or a.dtype)
+
+
+# ---- The fused epilogue of gemm and gemm_fp8 (a policy of the Hopper kernel's epilogue):
+# y = acc * row_scale[m] * col_scale[n] + bias[n] in fp32, then with `gated` the gated
+# linear unit of b's interleaved columns, c[:, j] = act(y[:, 2j]) * y[:, 2j + 1] (SwiGLU for
+# "silu"), c [M, N / 2]. Interleaving keeps a gate and its up in one thread's registers.
+# In a spec shape the epilogue is a code (epilogue_code): 1 bias, 2 row and column scales,
+# 4 (activation index + 1) the gated activation.
+
+GATED = ("silu", "gelu", "gelu_tanh")  # act_and_mul's activations, gks::Activation's order
+_BIAS_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def epilogue_code(bias: bool = False, scales: bool = False, gated: str | None = None) -> int:
+    return int(bias) | 2 * int(scales) | 4 * (0 if gated is None else GATED.index(gated) + 1)
+
+
+def epilogue_parts(code: int) -> tuple[bool, bool, str | None]:
+    """(bias, scales, gated) of an epilogue code."""
+    act = code >> 2
+    return bool(code & 1), bool(code & 2), GATED[act - 1] if act else None
+
+
+def check_epilogue(m: int, n: int, bias, row_scale, col_scale, gated, device, op: str) -> int:
+    """Refuses a bad epilogue with the error every backend raises (TypeError or ValueError
+    naming the argument); returns c's columns (N, or N / 2 when gated). bias [N] float32,
+    float16 or bfloat16; row_scale [M] or [M, 1] and col_scale [N] or [1, N] float32; any
+    strides; on the device of 'a'."""
+    import torch
+
+    for name, t, dtypes, shapes, want in (
+            ("bias", bias, _BIAS_DTYPES, ((n,),), f"shape [N] with N = {n}"),
+            ("row_scale", row_scale, ("float32",), ((m,), (m, 1)), f"shape [M] or [M, 1] with M = {m}"),
+            ("col_scale", col_scale, ("float32",), ((n,), (1, n)), f"shape [N] or [1, N] with N = {n}")):
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{op}: argument '{name}' must be a torch.Tensor, got {type(t).__name__}")
+        if t.device != device:
+            raise ValueError(f"{op}: argument '{name}' must be on the device of 'a' ({device}), got {t.device}")
+        if _dtype_name(t.dtype) not in dtypes:
+            names = ", ".join(dtypes[:-1]) + " or " + dtypes[-1] if len(dtypes) > 1 else dtypes[0]
+            raise TypeError(f"{op}: argument '{name}' must be {names}, got {_dtype_name(t.dtype)}")
+        if tuple(t.shape) not in shapes:
+            raise ValueError(f"{op}: argument '{name}' must have {want}, got {list(t.shape)}")
+    if gated is None:
+        return n
+    if gated not in GATED:
+        raise ValueError(f"{op}: argument 'gated' must be None, 'silu', 'gelu' or 'gelu_tanh', got {gated!r}")
+    if n % 2:
+        raise ValueError(f"{op}: argument 'gated' needs an even N (b's columns interleave gate and up), "
+                         f"got N = {n}")
+    return n // 2
+
+
+def _activation(g, gated: str):
+    import torch.nn.functional as F
+
+    if gated == "silu":
+        return F.silu(g)
+    return F.gelu(g, approximate="tanh" if gated == "gelu_tanh" else "none")
+
+
+def apply_epilogue(y, bias=None, row_scale=None, col_scale=None, gated=None):
+    """The epilogue on y [M, N] (the product, in its compute dtype): y * row_scale[m] *
+    col_scale[n] + bias[n], then with `gated` act(y[:, 2j]) * y[:, 2j + 1] for j < N / 2."""
+    m, n = y.shape
+    if row_scale is not None:
+        y = y * row_scale.to(y.dtype).reshape(m, 1)
+    if col_scale is not None:
+        y = y * col_scale.to(y.dtype).reshape(1, n)
+    if bias is not None:
+        y = y + bias.to(y.dtype).reshape(1, n)
+    if gated is not None:
+        y = _activation(y[:, 0::2], gated) * y[:, 1::2]
+    return y
+
+
+def epilogue_inputs(code: int, m: int, n: int, bias_dtype, gen, device) -> dict:
+    """The epilogue's arguments for a spec shape's code: bias ~ N(0, 1) in bias_dtype,
+    scales in [0.5, 1.5) (row and column alike), `gated` by name; {} for code 0."""
+    import torch
+
+    bias, scales, gated = epilogue_parts(code)
+    out = {}
+    if bias:
+        out["bias"] = torch.randn(n, generator=gen, device=device).to(bias_dtype)
+    if scales:
+        out["row_scale"] = 0.5 + torch.rand(m, generator=gen, device=device)
+        out["col_scale"] = 0.5 + torch.rand(n, generator=gen, device=device)
+    if gated is not None:
+        out["gated"] = gated
+    return out
+
+
+# |act'| over the reals: silu's peaks at 1.0998, gelu's (erf or tanh form) at 1.1289.
+_ACT_SLOPE = 1.13
+# The kernels' fp32 activations (__expf, erff, tanhf) against float64: a generous relative
+# share (__expf's error grows with |x|: 2 + 1.16 |x| ulps).
+_ACT_ERROR = 2.0**-16
+
+
+def _epilogue_bound(acc_bound, y64, inputs):
+    """The bound on |c - ref| before c's rounding, from acc_bound (that on the product) and the
+    float64 product y64, through the epilogue of `inputs`: the scales multiply it, the fp32
+    multiplies and add round (3 u), a gated unit's gate and up errors pass through act's slope."""
+    import torch
+
+    m, n = y64.shape
+    scale = torch.ones_like(y64)
+    if inputs.get("row_scale") is not None:
+        scale = scale * inputs["row_scale"].to(y64).reshape(m, 1).abs()
+    if inputs.get("col_scale") is not None:
+        scale = scale * inputs["col_scale"].to(y64).reshape(1, n).abs()
+    bias = inputs.get("bias")
+    bias = torch.zeros_like(y64) if bias is None else bias.to(y64).reshape(1, n).expand(m, n)
+    err = acc_bound * scale + 3 * U32 * (y64.abs() * scale + bias.abs())
+    gated = inputs.get("gated")
+    if gated is None:
+        return err
+    y = apply_epilogue(y64, inputs.get("bias"), inputs.get("row_scale"), inputs.get("col_scale"))
+    g, u, eg, eu = y[:, 0::2], y[:, 1::2], err[:, 0::2], err[:, 1::2]
+    act = _activation(g, gated).abs()
+    out = act * u.abs()
+    return _ACT_SLOPE * eg * (u.abs() + eu) + act * eu + (_ACT_ERROR + 2 * U32) * out
 
 
 SQUARE_SHAPES = ((4096, 4096, 4096), (8192, 8192, 8192))
@@ -131,36 +269,44 @@ SUBNORMAL_STEP = {"float32": 2.0**-149, "float16": 2.0**-24, "bfloat16": 2.0**-1
 
 
 def flops(shape) -> float:
-    m, n, k = shape
+    m, n, k = shape[:3]
     return 2.0 * m * n * k
 
 
-def gemm_check(out, ref, a, b, out_dtype: str, arithmetic: str, what: str = "") -> None:
-    """Raises AssertionError unless out matches ref within the bound described above."""
+def gemm_check(out, ref, a, b, out_dtype: str, arithmetic: str, what: str = "", epilogue: dict | None = None) -> None:
+    """Raises AssertionError unless out matches ref within the bound described above; with
+    `epilogue` (a call's bias / row_scale / col_scale / gated, see apply_epilogue) the
+    product's bound passes through the epilogue first (_epilogue_bound)."""
     import torch
 
     m, k = a.shape
     n = b.shape[1]
-    assert tuple(out.shape) == (m, n), f"{what}: shape {tuple(out.shape)} != {(m, n)}"
+    epilogue = {key: v for key, v in (epilogue or {}).items()
+                if key in ("bias", "row_scale", "col_scale", "gated") and v is not None}
+    n_out = n // 2 if epilogue.get("gated") else n
+    assert tuple(out.shape) == (m, n_out), f"{what}: shape {tuple(out.shape)} != {(m, n_out)}"
     assert out.dtype == getattr(torch, out_dtype), f"{what}: dtype {out.dtype} != {out_dtype}"
     dev = out.device
     o = out.to(torch.float64)
     r = ref.to(device=dev, dtype=torch.float64)
     ad = a.to(device=dev, dtype=torch.float64)
     bd = b.to(device=dev, dtype=torch.float64)
-    # One ulp of the output dtype: round-to-nearest needs half, the Triton interpreter's
-    # bfloat16 conversion truncates.
-    bound = 2 * UNIT_ROUNDOFF[out_dtype] * r.abs() + 2 * SUBNORMAL_STEP[out_dtype]
     if arithmetic == "fma":
-        bound += 8 * U32 * math.sqrt(max(k, 1)) * torch.sqrt(ad.square() @ bd.square())
+        bound = 8 * U32 * math.sqrt(max(k, 1)) * torch.sqrt(ad.square() @ bd.square())
     elif arithmetic == "mma":
-        bound += 4 * U32 * math.sqrt(max(k, 1)) * (ad.abs() @ bd.abs())
+        bound = 4 * U32 * math.sqrt(max(k, 1)) * (ad.abs() @ bd.abs())
     elif arithmetic == "exact":
-        bound += 3 * U32 * r.abs()
+        bound = 3 * U32 * r.abs()  # int8_gemm's ref: the exact sums, scaled
     elif arithmetic == "fp8":
-        bound += (FP8_ACCUMULATOR + 4 * U32 * (math.sqrt(max(k, 1)) + 1)) * (ad.abs() @ bd.abs())
+        bound = (FP8_ACCUMULATOR + 4 * U32 * (math.sqrt(max(k, 1)) + 1)) * (ad.abs() @ bd.abs())
     else:
         raise ValueError(f"unknown arithmetic '{arithmetic}'")
+    if epilogue:
+        epilogue = {key: v.to(dev) if isinstance(v, torch.Tensor) else v for key, v in epilogue.items()}
+        bound = _epilogue_bound(bound, ad @ bd, epilogue)
+    # One ulp of the output dtype: round-to-nearest needs half, the Triton interpreter's
+    # bfloat16 conversion truncates.
+    bound = bound + 2 * UNIT_ROUNDOFF[out_dtype] * r.abs() + 2 * SUBNORMAL_STEP[out_dtype]
     # Where the reference is NaN or infinite (a non-finite input), out must be that value.
     finite = torch.isfinite(r)
     same = (o == r) | (torch.isnan(o) & torch.isnan(r))
@@ -432,6 +578,11 @@ HOPPER_TEST_SHAPES = (
     # N = 8, one k-block, several k-blocks with a partial last one, several tile rows.
     (200, 264, 520), (1, 264, 136), (136, 8, 64), (257, 520, 200), (384, 392, 448),
     (64, 64, 64), (513, 128, 8),
+    # The fused epilogue (M, N, K, epilogue_code): each part alone and together, every
+    # activation, on the Hopper path (TMA-store, direct and split-K stores: 16 rows of K
+    # 4096 split K), the WMMA fallback (K = 263, 300: rows TMA cannot read) and K = 0.
+    (200, 264, 520, 1), (257, 520, 200, 2), (1, 264, 136, 4), (136, 8, 64, 7), (384, 392, 448, 9),
+    (129, 136, 263, 15), (2, 600, 300, 5), (16, 264, 4096, 7), (5, 24, 0, 5), (0, 16, 32, 5),
 )
 
 # The squares, then M in {128, 1024, 4096} x (N, K); 4096^3 is both, and is timed once (a
@@ -440,34 +591,122 @@ HOPPER_TEST_SHAPES = (
 GEMM_BENCH_SHAPES = tuple(dict.fromkeys(((4096, 4096, 4096), (8192, 8192, 8192)) + tuple(
     (m, n, k) for m in (128, 1024, 4096) for n, k in ((4096, 4096), (14336, 4096), (4096, 14336))
 )))
+# The fused epilogue on an LLM MLP's gate/up projection (hidden 4096, 2 x 14336 interleaved
+# columns): SwiGLU, SwiGLU with a bias, and the bias alone; decode (128 rows) and prefill.
+GEMM_EPILOGUE_BENCH_SHAPES = tuple((m, 28672, 4096, code) for m in (128, 4096) for code in (4, 5, 1))
+
+
+def epilogue_args(inputs: dict) -> dict:
+    """The epilogue's keyword arguments among a call's inputs (those given)."""
+    return {key: inputs[key] for key in ("bias", "row_scale", "col_scale", "gated") if inputs.get(key) is not None}
 
 
 def _gemm_inputs(shape, dtype, device, seed):
+    """a, b ~ N(0, 1); a shape's fourth element, an epilogue code, adds that epilogue's
+    arguments (epilogue_inputs: the bias in a's dtype), and with a gated unit b / sqrt(K), so
+    that gate x up stays inside float16 for any K."""
     import torch
 
-    m, n, k = shape
+    m, n, k = shape[:3]
     gen = torch.Generator(device=device).manual_seed(seed)
     dt = getattr(torch, dtype)
+    gated = len(shape) > 3 and epilogue_parts(shape[3])[2] is not None
     a = torch.randn((m, k), generator=gen, device=device, dtype=torch.float32).to(dt)
-    b = torch.randn((k, n), generator=gen, device=device, dtype=torch.float32).to(dt)
-    return {"a": a, "b": b}
+    b = torch.randn((k, n), generator=gen, device=device, dtype=torch.float32)
+    b = (b / math.sqrt(max(k, 1)) if gated else b).to(dt)
+    epilogue = epilogue_inputs(shape[3], m, n, dt, gen, device) if len(shape) > 3 else {}
+    return {"a": a, "b": b, **epilogue}
 
 
 def _gemm_check(out, ref, dtype, inputs, what: str = "gemm") -> None:
     """Element-wise against the float64 reference: the output dtype's rounding plus a
-    Tensor Core fp32-accumulation bound that grows with sqrt(K) (gemm_check)."""
+    Tensor Core fp32-accumulation bound that grows with sqrt(K) (gemm_check), through the
+    call's epilogue."""
     out_dtype = inputs.get("out_dtype") or inputs["a"].dtype
     gemm_check(out, ref, inputs["a"], inputs["b"], str(out_dtype).removeprefix("torch."), "mma",
-               f"{what}/{dtype}")
+               f"{what}/{dtype}", epilogue=inputs)
+
+
+def _torch_epilogue(product, compiled: bool):
+    """A peer of the fused epilogue: `product` (cuBLAS: torch.matmul, or cuBLASLt's fp8
+    GEMMs) then the epilogue in torch on its output, eagerly (a kernel a step) or compiled
+    by torch.compile (Inductor fuses the pointwise steps into one kernel). A call with no
+    epilogue is the bare product's; the compiled peer leaves it out."""
+    import torch
+
+    def epilogue(y, bias=None, row_scale=None, col_scale=None, gated=None):
+        if row_scale is not None:
+            y = y * row_scale.reshape(-1, 1).to(y.dtype)
+        if col_scale is not None:
+            y = y * col_scale.reshape(1, -1).to(y.dtype)
+        if bias is not None:
+            y = y + bias.to(y.dtype)
+        if gated is not None:
+            y = _activation(y[:, 0::2], gated) * y[:, 1::2]
+        return y
+
+    fn = torch.compile(epilogue, dynamic=False) if compiled else epilogue
+
+    def run(bias=None, row_scale=None, col_scale=None, gated=None, **call):
+        if compiled and bias is None and row_scale is None and col_scale is None and gated is None:
+            raise NotImplementedError("no epilogue: the compiled peer is the bare product's")
+        return fn(product(**call), bias, row_scale, col_scale, gated)
+
+    return run
+
+
+def _cublas_epilogue(compiled: bool):
+    import torch
+
+    def product(a, b, out_dtype=None, **_):
+        return torch.matmul(a, b) if out_dtype in (None, a.dtype) else torch.matmul(a.float(), b.float())
+
+    return lambda: _torch_epilogue(product, compiled)
+
+
+def _epilogue_bad_inputs(args, scales: bool = True) -> tuple[BadInput, ...]:
+    """The epilogue's refusals, on top of `args(t, d, **change)`: a valid call of M = 4 and
+    N = 5 (odd, so that gated refuses it); scales: the op takes row_scale and col_scale."""
+
+    def bad(id_, error, message, **change):
+        return BadInput(id_, lambda t, d: args(t, d, **{k: v(t, d) for k, v in change.items()}), error, message)
+
+    scale_cases = (
+        bad("row_scale-shape", ValueError, "argument 'row_scale' must have shape [M] or [M, 1] with M = 4, "
+                                           "got [1, 4]", row_scale=lambda t, d: t.ones(1, 4, device=d)),
+        bad("col_scale-half", TypeError, "argument 'col_scale' must be float32, got float16",
+            col_scale=lambda t, d: t.ones(5, device=d, dtype=t.float16)),
+    )
+    return (scale_cases if scales else ()) + (
+        bad("bias-shape", ValueError, "argument 'bias' must have shape [N] with N = 5, got [1, 5]",
+            bias=lambda t, d: t.zeros(1, 5, device=d)),
+        bad("bias-int32", TypeError, "argument 'bias' must be float32, float16 or bfloat16, got int32",
+            bias=lambda t, d: t.zeros(5, device=d, dtype=t.int32)),
+        bad("gated-relu", ValueError, "argument 'gated' must be None, 'silu', 'gelu' or 'gelu_tanh', got 'relu'",
+            gated=lambda t, d: "relu"),
+        bad("gated-odd-n", ValueError, "argument 'gated' needs an even N (b's columns interleave gate and up), "
+                                       "got N = 5", gated=lambda t, d: "silu"),
+        BadInput("bias-on-cpu", lambda t, d: args(t, d, bias=t.zeros(5)), ValueError,
+                 "argument 'bias' must be on the device of 'a'", gpu=True),
+    )
+
+
+def _gemm_args(t, d, **change):
+    """A valid gemm call of 4 x 5 x 8 (fp16) with `change` applied (bad_inputs)."""
+    return {"a": t.randn(4, 8, device=d).half(), "b": t.randn(8, 5, device=d).half(), **change}
 
 
 GEMM = register(
     OpSpec(
         name="gemm",
         family="gemm",
-        summary="fp16/bf16 GEMM, fp32 accumulation: TMA + wgmma on sm_90a, WMMA elsewhere",
-        signature="gemm(a[M, K], b[K, N], out_dtype=None, config=-1) -> c[M, N] (a's dtype)",
-        shape_names=("M", "N", "K"),
+        summary="fp16/bf16 GEMM, fp32 accumulation: TMA + wgmma on sm_90a, WMMA elsewhere; fused epilogue: "
+                "bias, row/column scales, SwiGLU / GeGLU of interleaved gate and up columns",
+        signature="gemm(a[M, K], b[K, N], out_dtype=None, config=-1, *, bias=None, row_scale=None, "
+                  "col_scale=None, gated=None) -> c[M, N, or N / 2 gated] (a's dtype)",
+        shape_names=("M", "N", "K", "epilogue"),
+        optional_dims={"epilogue": 0},  # epilogue_code; none unless given
+        bucket_exact=("epilogue",),
         dtypes=("float16", "bfloat16"),
         make_inputs=_gemm_inputs,
         reference=gemm,
@@ -477,8 +716,9 @@ GEMM = register(
         bytes_moved=lambda s, dt: ELEM_BYTES[dt] * (s[0] * s[2] + s[2] * s[1] + s[0] * s[1]),
         backends=(Backend("cuda", archs=("sm_80", "sm_90a"), tunable=True),),
         test_shapes=HOPPER_TEST_SHAPES,
-        bench_shapes=GEMM_BENCH_SHAPES,
-        peers=(Peer("cuBLAS (torch.matmul)", _cublas),),
+        bench_shapes=GEMM_BENCH_SHAPES + GEMM_EPILOGUE_BENCH_SHAPES,
+        peers=(Peer("cuBLAS (torch.matmul) + torch epilogue", _cublas_epilogue(False)),
+               Peer("torch.compile (matmul + epilogue)", _cublas_epilogue(True))),
         compute="tensor",
         check=_gemm_check,
         example_shape=(200, 264, 520),
@@ -491,14 +731,16 @@ GEMM = register(
                      ValueError, "argument 'b' must have shape [K, N] with K = 8"),
             BadInput("b-transposed", lambda t, d: {"a": t.randn(4, 8, device=d).half(), "b": t.randn(3, 8, device=d).half().t()},
                      ValueError, "argument 'b' must be row-major"),
-        ),
-        cuda_out=lambda cuda, i, o, **kw: cuda.gemm_out(i["a"], i["b"], o[0], **kw),
+        ) + _epilogue_bad_inputs(_gemm_args),
+        cuda_out=lambda cuda, i, o, **kw: cuda.gemm_out(i["a"], i["b"], o[0], **kw, **epilogue_args(i)),
         outputs=("c",),
         sass_kernels=(
             # (The grouped schedule's instantiations are grouped_gemm's.)
             r"sm90::gemm_kernel<gks::kernels::gemm::sm90::Mainloop<gks::kernels::gemm::sm90::HalfOperands<"
             r"(?!.*GroupedScheduler<)",
             r"sm90::split_k_reduce_kernel<gks::kernels::gemm::sm90::HalfOperands<",
+            # The fused epilogue's finishing pass (gemm_fp8's K = 0 takes it too).
+            r"gemm::apply_epilogue_kernel<",
         ),
     )
 )
@@ -1115,6 +1357,8 @@ def gemm_fp8(
     scaling: str = "tensor",
     out_dtype: torch.dtype | None = None,
     *,
+    bias: torch.Tensor | None = None,
+    gated: str | None = None,
     precise: bool = False,
 ) -> torch.Tensor:
     """c [M, N] = the product of fp8 a [M, K] and b [K, N] with fp32 scales, in out_dtype.
@@ -1142,6 +1386,10 @@ def gemm_fp8(
                 each 128-wide group's product promoted to fp32 and scaled before it is
                 added; the last group and block may be partial.
 
+    bias and gated: gemm's fused epilogue on the scaled product (apply_epilogue; bias [N]
+    added, then with gated c [M, N / 2] = act(y[:, 2j]) * y[:, 2j + 1]). The per-row and
+    per-column scales are scaling "row"'s.
+
     Bad input raises TypeError or ValueError naming the argument (check_gemm_fp8), the same
     in every backend. The default result computes in fp32 (each group's product, then its
     scales) and rounds once to out_dtype; precise=True computes and returns float64."""
@@ -1149,6 +1397,7 @@ def gemm_fp8(
 
     out_dtype = torch.bfloat16 if out_dtype is None else out_dtype
     m, n, k, *_ = check_gemm_fp8(a, b, a_scale, b_scale, scaling, out_dtype, "gks.reference.gemm_fp8")
+    check_epilogue(m, n, bias, None, None, gated, a.device, "gks.reference.gemm_fp8")
     compute = torch.float64 if precise else torch.float32
     c = torch.zeros((m, n), dtype=compute, device=a.device)
     sa, sb = a_scale.to(compute), b_scale.to(compute)
@@ -1160,6 +1409,7 @@ def gemm_fp8(
         for g in range(sa.shape[1]):
             ks = slice(128 * g, min(k, 128 * (g + 1)))
             c += (a[:, ks].to(compute) @ b[ks].to(compute)) * sa[:, g:g + 1] * column_scales[g]
+    c = apply_epilogue(c, bias, gated=gated)
     return c if precise else c.to(out_dtype)
 
 
@@ -1214,11 +1464,13 @@ def _gemm_fp8_inputs(shape, dtype, device, seed):
     model would have; with room for it, a's row 1 starts with an all-zero group (scale 0)."""
     import torch
 
-    m, n, k, code, kmajor, e5m2 = shape
+    m, n, k, code, kmajor, e5m2 = shape[:6]
     scaling = GEMM_FP8_SCALINGS[code]
     gen = torch.Generator(device=device).manual_seed(seed)
     x = torch.randn((m, k), generator=gen, device=device) * _magnitudes(m, k, gen, device)
     w = torch.randn((n, k), generator=gen, device=device) * _magnitudes(n, k, gen, device)
+    if len(shape) > 6 and epilogue_parts(shape[6])[2] is not None:
+        w = w / (8 * math.sqrt(max(k, 1)))  # gate x up inside float16 (the magnitudes reach 8)
     if m >= 3 and k >= 128:
         x[1, :128] = 0
     fp8 = torch.float8_e5m2 if e5m2 else torch.float8_e4m3fn
@@ -1228,8 +1480,12 @@ def _gemm_fp8_inputs(shape, dtype, device, seed):
     b, b_scale = w_q.t(), w_scale.t()
     if not kmajor:
         b, b_scale = b.contiguous(), b_scale.contiguous()
+    epilogue = {}
+    if len(shape) > 6:  # its epilogue: a float32 bias, no scales (scaling "row"'s are)
+        assert not epilogue_parts(shape[6])[1], f"gemm_fp8 shape {shape}: no epilogue scales"
+        epilogue = epilogue_inputs(shape[6], m, n, torch.float32, gen, device)
     return {"a": a, "b": b, "a_scale": a_scale, "b_scale": b_scale, "scaling": scaling,
-            "out_dtype": getattr(torch, dtype)}
+            "out_dtype": getattr(torch, dtype), **epilogue}
 
 
 def _gemm_fp8_check(out, ref, dtype, inputs) -> None:
@@ -1240,7 +1496,8 @@ def _gemm_fp8_check(out, ref, dtype, inputs) -> None:
     deq_a, deq_b = gemm_fp8_dequantized(inputs["a"], inputs["b"], inputs["a_scale"], inputs["b_scale"],
                                         inputs["scaling"])
     out_dtype = str(inputs.get("out_dtype", torch.bfloat16)).removeprefix("torch.")
-    gemm_check(out, ref, deq_a, deq_b, out_dtype, "fp8", f"gemm_fp8/{inputs['scaling']}/{out_dtype}")
+    gemm_check(out, ref, deq_a, deq_b, out_dtype, "fp8", f"gemm_fp8/{inputs['scaling']}/{out_dtype}",
+               epilogue=inputs)
 
 
 def _gemm_fp8_scale_count(shape) -> int:
@@ -1367,7 +1624,7 @@ def _gemm_fp8_bad_inputs():
             block=True, b_scale=lambda t, d: t.ones(2, 2, device=d)),
         BadInput("b_scale-on-cpu", lambda t, d: _gemm_fp8_args(t, d, b_scale=t.ones(1)), ValueError,
                  "argument 'b_scale' must be on the device of 'a'", gpu=True),
-    )
+    ) + _epilogue_bad_inputs(_gemm_fp8_args, scales=False)
 
 
 # 1x1x16, M = 1 with K = 144 (the last 128-group 16 wide), N = 1, primes with K = 16, N =
@@ -1382,6 +1639,10 @@ GEMM_FP8_TEST_SHAPES = (
     + tuple((67, 131, 144, s, 0, 0) for s in range(3))
     + tuple(shape for s in range(3) for shape in ((31, 67, 16, s, 0, 1), (5, 131, 144, s, 1, 1)))
     + ((257, 520, 1040, 1, 1, 1), (130, 260, 528, 2, 1, 1))
+    # The fused epilogue (bias 1, gated activation 4 (act + 1)): each scaling, both layouts,
+    # every activation, K = 0 (c = the epilogue of 0), then split-K's reduction (GPU only).
+    + ((31, 66, 144, 0, 1, 0, 5), (33, 200, 400, 1, 0, 0, 1), (67, 130, 144, 2, 1, 0, 13),
+       (1, 38, 144, 2, 0, 0, 8), (8, 24, 0, 1, 1, 0, 5), (16, 264, 4096, 2, 1, 0, 5))
 )
 # The issue's: squares in every scaling, then M in {128, 4096} x (N, K) of the LLM
 # projections in row and block scaling; b K-major, e4m3.
@@ -1389,6 +1650,8 @@ GEMM_FP8_BENCH_SHAPES = (
     tuple((s, s, s, code, 1, 0) for code in range(3) for s in (4096, 6144, 8192))
     + tuple((m, n, k, code, 1, 0) for code in (1, 2) for m in (128, 4096)
             for n, k in ((7168, 16384), (4096, 7168), (28672, 4096)))
+    # The fused epilogue on the gate/up projection (SwiGLU, with a bias), as gemm's.
+    + tuple((m, 28672, 4096, code, 1, 0, epi) for code in (1, 2) for m in (128, 4096) for epi in (4, 5))
 )
 
 GEMM_FP8 = register(
@@ -1396,11 +1659,13 @@ GEMM_FP8 = register(
         name="gemm_fp8",
         family="gemm",
         summary="fp8 GEMM (e4m3 or e5m2, fp32 accumulation) with fp32 scales per tensor, per row and column, "
-                "or per 1x128 group of a and 128x128 block of b (DeepSeek-V3)",
+                "or per 1x128 group of a and 128x128 block of b (DeepSeek-V3); fused bias and SwiGLU / GeGLU",
         signature="gemm_fp8(a[M, K] fp8, b[K, N] fp8 (row-major or K-major), a_scale, b_scale (fp32, per "
-                  "scaling), scaling='tensor', out_dtype=bfloat16, config=-1) -> c[M, N] (out_dtype)",
-        shape_names=("M", "N", "K", "scaling", "kmajor", "e5m2"),
-        bucket_exact=("scaling", "kmajor", "e5m2"),
+                  "scaling), scaling='tensor', out_dtype=bfloat16, config=-1, *, bias=None, gated=None) "
+                  "-> c[M, N, or N / 2 gated] (out_dtype)",
+        shape_names=("M", "N", "K", "scaling", "kmajor", "e5m2", "epilogue"),
+        optional_dims={"epilogue": 0},  # epilogue_code (bias, gated; no scales); none unless given
+        bucket_exact=("scaling", "kmajor", "e5m2", "epilogue"),
         dtypes=("bfloat16", "float16", "float32"),  # the output dtype
         make_inputs=_gemm_fp8_inputs,
         reference=gemm_fp8,
@@ -1413,15 +1678,19 @@ GEMM_FP8 = register(
                   Backend("triton", archs=("sm_90",), interpreted=True, tunable=True)),
         test_shapes=GEMM_FP8_TEST_SHAPES,
         bench_shapes=GEMM_FP8_BENCH_SHAPES,
-        peers=(Peer("torch._scaled_mm (cuBLASLt)", _scaled_mm),
-               Peer("F.scaled_mm blockwise (cuBLASLt)", _scaled_mm_blockwise)),
+        peers=(Peer("torch._scaled_mm (cuBLASLt) + torch epilogue", lambda: _torch_epilogue(_scaled_mm(), False)),
+               Peer("F.scaled_mm blockwise (cuBLASLt) + torch epilogue",
+                    lambda: _torch_epilogue(_scaled_mm_blockwise(), False)),
+               Peer("torch._scaled_mm (cuBLASLt) + compiled epilogue", lambda: _torch_epilogue(_scaled_mm(), True)),
+               Peer("F.scaled_mm blockwise (cuBLASLt) + compiled epilogue",
+                    lambda: _torch_epilogue(_scaled_mm_blockwise(), True))),
         compute="fp8",
         check=_gemm_fp8_check,
         example_shape=(67, 131, 144, 2, 1, 0),
         bad_inputs=_gemm_fp8_bad_inputs(),
         outputs=("c",),
         cuda_out=lambda cuda, i, o, **kw: cuda.gemm_fp8_out(i["a"], i["b"], i["a_scale"], i["b_scale"], o[0],
-                                                           i["scaling"], **kw),
+                                                           i["scaling"], **kw, **epilogue_args(i)),
         # The Hopper GEMM's fp8 instantiations (its byte transpose is int8_gemm's).
         sass_kernels=(
             # (The grouped schedule's instantiations are grouped_gemm_fp8's.)

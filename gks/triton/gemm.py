@@ -13,8 +13,10 @@
              scales (sm_89+ on a GPU).
   gemm_fp8   fp8 (e4m3 or e5m2) a @ b with fp32 accumulation and fp32 scales per tensor, per
              row / column or per 1 x 128 group of a and 128 x 128 block of b (see
-             gks.reference.gemm_fp8): a kernel of its own (_gemm_fp8_kernel) on the same
-             launch path, block shapes and tuning as the three above; sm_89+ on a GPU.
+             gks.reference.gemm_fp8), then optionally the fused epilogue (a bias, a gated
+             activation of interleaved gate / up columns): a kernel of its own
+             (_gemm_fp8_kernel) on the same launch path, block shapes and tuning as the three
+             above; sm_89+ on a GPU.
 
 The kernels behind them: one tiled kernel (grouped tile order for L2 reuse, masked edges,
 int64 offsets, any strides) with a compile-time arithmetic mode:
@@ -51,6 +53,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from gks.triton._common import (check_device, check_same_device, fp8_value, interpreter_variant, next_pow2,
                                 on_tensor_device)
+from gks.triton.activation import _activation
 
 __all__ = ["sgemm", "wmma_gemm", "int8_gemm", "grouped_gemm", "grouped_gemm_fp8", "gemm_fp8", "gemm_config_names",
            "sgemm_config_names", "wmma_gemm_config_names", "int8_gemm_config_names", "gemm_fp8_config_names"]
@@ -126,10 +129,11 @@ def _gemm_kernel(
 
 @triton.jit
 def _gemm_fp8_kernel(
-    a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, M, N, K,
+    a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, bias_ptr, M, N, K,
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_sa, stride_sb,
-    stride_sa_group, stride_sb_group,
+    stride_sa_group, stride_sb_group, stride_bias,
     SCALING: tl.constexpr, E5M2: tl.constexpr, INTERPRETED: tl.constexpr,
+    HAS_BIAS: tl.constexpr, GATED: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr = 1,
 ):
@@ -138,8 +142,12 @@ def _gemm_fp8_kernel(
     each) and 1 (row: sa [M] of stride_sa, sb [N] of stride_sb) scale the sum once at the
     end; 2 (block: sa [M, K / 128], sb [K / 128, N / 128], the group strides apart) takes K
     128 at a time, one scale group a k-tile, and adds each group's product, a fresh
-    accumulator scaled by its row and column scales, to the fp32 total."""
+    accumulator scaled by its row and column scales, to the fp32 total. The scaled tile then
+    goes through the epilogue (_store_epilogue: HAS_BIAS, GATED) into c; split-K's parts
+    are only summed here, the epilogue then runs on the sum (_epilogue_kernel)."""
     tl.static_assert(SCALING != 2 or BLOCK_K == 128, "block scaling takes one 128-wide scale group a k-tile")
+    tl.static_assert(SPLIT_K == 1 or (not HAS_BIAS and GATED == 0),
+                     "split-K parts add up in c before the epilogue runs (_epilogue_kernel)")
     pid_m, pid_n = _tile_of(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     kt_begin, kt_end = _k_tiles(K, BLOCK_K, SPLIT_K)
 
@@ -193,7 +201,49 @@ def _gemm_fp8_kernel(
         out = acc * sa[:, None] * sb[None, :]
     else:
         out = acc
-    _store_tile(c_ptr, out, rm, rn, M, N, stride_cm, stride_cn, SPLIT_K)
+    if SPLIT_K == 1:
+        _store_epilogue(c_ptr, out, rm, pid_n * BLOCK_N, M, N, stride_cm, stride_cn, bias_ptr, stride_bias,
+                        HAS_BIAS, GATED, BLOCK_M, BLOCK_N)
+    else:
+        _store_tile(c_ptr, out, rm, rn, M, N, stride_cm, stride_cn, SPLIT_K)
+
+
+@triton.jit
+def _store_epilogue(c_ptr, y, rm, col0, M, N, stride_cm, stride_cn, bias_ptr, stride_bias,
+                    HAS_BIAS: tl.constexpr, GATED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Stores gemm_fp8's epilogue of the fp32 tile y (rows rm, columns col0 ... col0 +
+    BLOCK_N - 1 of the product [M, N]) into c: y + bias[n] (HAS_BIAS: bias_ptr [N], stride_bias
+    apart, read as fp32), then with GATED (1 silu, 2 gelu, 3 gelu_tanh: GATED's order in
+    gks.specs.gemm, plus one) act(y[:, 2j]) * y[:, 2j + 1] into c's columns col0 / 2 + j of
+    N / 2. Neither: the tile itself."""
+    rn = col0 + tl.arange(0, BLOCK_N)
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + rn.to(tl.int64) * stride_bias, mask=rn < N, other=0.0)
+        y = y + bias.to(tl.float32)[None, :]
+    if GATED == 0:
+        _store_tile(c_ptr, y, rm, rn, M, N, stride_cm, stride_cn, 1)
+    else:
+        # b's columns interleave gate and up, so a tile (col0 and BLOCK_N even) holds whole
+        # pairs: the pairs' halves side by side, split without leaving registers.
+        gate, up = tl.split(tl.reshape(y, (BLOCK_M, BLOCK_N // 2, 2)))
+        out = _activation(gate, GATED - 1) * up
+        _store_tile(c_ptr, out, rm, col0 // 2 + tl.arange(0, BLOCK_N // 2), M, N // 2, stride_cm, stride_cn, 1)
+
+
+@triton.jit
+def _epilogue_kernel(y_ptr, c_ptr, bias_ptr, M, N, stride_ym, stride_yn, stride_cm, stride_cn, stride_bias,
+                     HAS_BIAS: tl.constexpr, GATED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """c = gemm_fp8's epilogue (_store_epilogue) of the fp32 product y [M, N], a tile a
+    program: for the product that split-K's parts sum in y, or that K = 0 makes 0."""
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    pid = tl.program_id(0)
+    rm = (pid // tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M)
+    col0 = (pid % tiles_n) * BLOCK_N
+    rn = col0 + tl.arange(0, BLOCK_N)
+    y_ptrs = y_ptr + rm[:, None].to(tl.int64) * stride_ym + rn[None, :].to(tl.int64) * stride_yn
+    y = tl.load(y_ptrs, mask=(rm[:, None] < M) & (rn[None, :] < N), other=0.0)
+    _store_epilogue(c_ptr, y, rm, col0, M, N, stride_cm, stride_cn, bias_ptr, stride_bias,
+                    HAS_BIAS, GATED, BLOCK_M, BLOCK_N)
 
 
 @triton.jit
@@ -325,7 +375,8 @@ GPU_CONFIGS = {
 INTERPRETER_BLOCK = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8}
 
 _tuned = {
-    mode: triton.autotune(configs=cfgs, key=["M", "N", "K", "SCALING"] if mode == "fp8" else ["M", "N", "K"])(
+    mode: triton.autotune(configs=cfgs, key=["M", "N", "K", "SCALING", "HAS_BIAS", "GATED"] if mode == "fp8"
+                          else ["M", "N", "K"])(
         _gemm_fp8_kernel if mode == "fp8" else _gemm_kernel)
     for mode, cfgs in GPU_CONFIGS.items()
 }
@@ -362,32 +413,36 @@ def check_config(op: str, config: int) -> None:
 def launch(op: str, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
            a_scale: torch.Tensor | None = None, b_scale: torch.Tensor | None = None, *,
            config: int = -1, mode: str | None = None, plan: tuple | None = None,
-           fp8: dict | None = None, shape: tuple | None = None) -> None:
+           fp8: dict | None = None, shape: tuple | None = None, bias: torch.Tensor | None = None) -> None:
     """c = a @ b (sgemm, wmma_gemm), or c = (a @ b) * a_scale * b_scale (int8_gemm), with
     op's arithmetic mode unless `mode` overrides it; `config` as check_config says. With
     `plan` (plan_key's answer for this call) a direct launch is kept for run_plan. gemm_fp8
-    passes `fp8`, its kernel's SCALING, E5M2 and INTERPRETED (its scales as 2-D views: see
-    _kernel_args), and `shape`, its spec shape, the tuned tables' key ((M, N, K) else)."""
+    passes `fp8`, its kernel's SCALING, E5M2, INTERPRETED, HAS_BIAS and GATED (its scales as
+    2-D views: see _kernel_args), `bias` where HAS_BIAS, and `shape`, its spec shape, the
+    tuned tables' key ((M, N, K) else)."""
     check_config(op, config)
     mode = mode or MODE_OF[op]
     m, k = a.shape
     n = b.shape[1]
     if m == 0 or n == 0:
         return
-    if k == 0:
-        c.zero_()
+    if k == 0:  # c = 0 whatever the scales (0 x a NaN scale would not be), or the epilogue of 0
+        if _has_epilogue(fp8):
+            _run_epilogue(torch.zeros((m, n), dtype=torch.float32, device=c.device), c, bias, fp8)
+        else:
+            c.zero_()
         return
     if interpreting():  # one block shape; a config's split-K and TMA still apply
         spec = CONFIGS[MODE_OF[op]][config] if config >= 0 else Block(32, 32, 32, 4, 1)
         block = INTERPRETER_BLOCK if fp8 is None else {**INTERPRETER_BLOCK, "BLOCK_K": FP8_BLOCK_K}
-        _launch_block(a, b, c, a_scale, b_scale, mode, spec, block, {}, fp8)
+        _launch_block(a, b, c, a_scale, b_scale, mode, spec, block, {}, fp8, bias)
         return
     if config == -1:
         config = tuned_config(op, a, c, m, n, k, shape)
     if config >= 0:
         spec = CONFIGS[MODE_OF[op]][config]
         launched = _launch_block(a, b, c, a_scale, b_scale, mode, spec, _block(spec),
-                                 {"num_warps": spec.warps, "num_stages": spec.stages}, fp8)
+                                 {"num_warps": spec.warps, "num_stages": spec.stages}, fp8, bias)
         if plan is not None and launched is not None:
             if len(_PLANS) >= _COMPILED_MAX:
                 _PLANS.clear()
@@ -397,7 +452,7 @@ def launch(op: str, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
     def autotuned_grid(meta):
         return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
 
-    _tuned[mode][autotuned_grid](*_kernel_args(a, b, c, a_scale, b_scale, fp8 is not None),
+    _tuned[mode][autotuned_grid](*_kernel_args(a, b, c, a_scale, b_scale, fp8 is not None, bias),
                                  **(fp8 or {"MODE": mode}))
 
 
@@ -420,13 +475,14 @@ def tuned_config(op: str, a: torch.Tensor, c: torch.Tensor, m: int, n: int, k: i
 
 def _launch_block(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
                   a_scale: torch.Tensor | None, b_scale: torch.Tensor | None, mode: str,
-                  spec: Block, block: dict, compile_opts: dict, fp8: dict | None = None) -> tuple | None:
+                  spec: Block, block: dict, compile_opts: dict, fp8: dict | None = None,
+                  bias: torch.Tensor | None = None) -> tuple | None:
     """Launches block shape `spec` with block sizes `block`: by TMA where spec asks for it
     and a tensor map can describe a and b, else by pointers (split-K as spec says). Returns
     _launch's answer."""
     if spec.tma and mode == "mma" and _tma_ok(a) and _tma_ok(b):
         return _launch_tma(a, b, c, block, compile_opts)
-    return _launch_split(a, b, c, a_scale, b_scale, mode, block, spec.split, compile_opts, fp8)
+    return _launch_split(a, b, c, a_scale, b_scale, mode, block, spec.split, compile_opts, fp8, bias)
 
 
 def _tma_ok(t: torch.Tensor) -> bool:
@@ -462,40 +518,81 @@ def _launch_tma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, block: dict,
 
 
 def _kernel_args(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
-                 a_scale: torch.Tensor | None, b_scale: torch.Tensor | None, fp8: bool = False) -> tuple:
+                 a_scale: torch.Tensor | None, b_scale: torch.Tensor | None, fp8: bool = False,
+                 bias: torch.Tensor | None = None) -> tuple:
     """_gemm_kernel's arguments before its meta-parameters (absent scales: c, stride 0); with
     fp8, _gemm_fp8_kernel's, whose scales come as 2-D views (a_scale [M or 1, groups or 1],
-    b_scale [groups or 1, N or N / 128 or 1]) and add their group strides."""
+    b_scale [groups or 1, N or N / 128 or 1]) and add their group strides, with the bias
+    (absent: c, stride 0) a sixth tensor and its stride last."""
     m, k = a.shape
-    args = (a, b, c, c if a_scale is None else a_scale, c if b_scale is None else b_scale,
-            m, b.shape[1], k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+    tensors = (a, b, c, c if a_scale is None else a_scale, c if b_scale is None else b_scale)
+    ints = (m, b.shape[1], k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
             c.stride(0), c.stride(1), 0 if a_scale is None else a_scale.stride(0),
             0 if b_scale is None else b_scale.stride(-1))
-    return (*args, a_scale.stride(1), b_scale.stride(0)) if fp8 else args
+    if not fp8:
+        return (*tensors, *ints)
+    return (*tensors, c if bias is None else bias, *ints, a_scale.stride(1), b_scale.stride(0),
+            0 if bias is None else bias.stride(0))
 
 
 def _launch_split(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
                   a_scale: torch.Tensor | None, b_scale: torch.Tensor | None, mode: str,
-                  block: dict, split: int, compile_opts: dict, fp8: dict | None = None) -> tuple | None:
+                  block: dict, split: int, compile_opts: dict, fp8: dict | None = None,
+                  bias: torch.Tensor | None = None) -> tuple | None:
     """One launch of _gemm_kernel (with `fp8`, gemm_fp8's meta-parameters: of
-    _gemm_fp8_kernel) with block sizes `block` over k in `split` parts. With split > 1 the
-    parts add into a zeroed fp32 output: c itself when it is fp32, else a scratch copied
-    into c. Returns _launch's answer."""
+    _gemm_fp8_kernel, and its `bias`) with block sizes `block` over k in `split` parts. With
+    split > 1 the parts add into a zeroed fp32 output: c itself when it is fp32, else a
+    scratch copied into c, or, with gemm_fp8's epilogue, a scratch [M, N] that
+    _epilogue_kernel then takes into c. Returns _launch's answer (None for the latter: two
+    launches, no plan)."""
     grid = (triton.cdiv(a.shape[0], block["BLOCK_M"]) * triton.cdiv(b.shape[1], block["BLOCK_N"]), split)
     kernel = _gemm_kernel if fp8 is None else _gemm_fp8_kernel
     meta = {**(fp8 or {"MODE": mode}), **block, "SPLIT_K": split}
+    epilogue_after = split > 1 and _has_epilogue(fp8)
+    if epilogue_after:  # no program holds a whole sum: the epilogue runs once the parts are in
+        meta.update(HAS_BIAS=False, GATED=0)
     acc = c
     if split > 1:
         assert mode != "int8", "split-K applies to the fp32, fp16/bf16 and fp8 modes"
-        acc = c.zero_() if c.dtype == torch.float32 else torch.zeros(c.shape, dtype=torch.float32, device=c.device)
-    args = _kernel_args(a, b, acc, a_scale, b_scale, fp8 is not None)
+        if c.dtype == torch.float32 and not epilogue_after:
+            acc = c.zero_()
+        else:
+            acc = torch.zeros((a.shape[0], b.shape[1]), dtype=torch.float32, device=c.device)
+    args = _kernel_args(a, b, acc, a_scale, b_scale, fp8 is not None, None if epilogue_after else bias)
+    tensors = 5 if fp8 is None else 6  # _gemm_fp8_kernel's bias is one more
     # What Triton specializes a tensor argument on beyond its dtype: 16-byte alignment.
-    key = ("ptr" if fp8 is None else "fp8", *meta.values(), *compile_opts.values(), *args[5:],
-           *((t.dtype, t.data_ptr() % 16 == 0) for t in args[:5]))
-    launched = _launch(kernel, grid, args, 5, meta, compile_opts, key)
+    key = ("ptr" if fp8 is None else "fp8", *meta.values(), *compile_opts.values(), *args[tensors:],
+           *((t.dtype, t.data_ptr() % 16 == 0) for t in args[:tensors]))
+    launched = _launch(kernel, grid, args, tensors, meta, compile_opts, key)
+    if epilogue_after:
+        _run_epilogue(acc, c, bias, fp8)
+        return None
     if acc is not c:
         c.copy_(acc)
     return None if launched is None else (*launched, None)
+
+
+# _epilogue_kernel's tile: 128 columns (64 outputs gated) of 32 rows, 4 warps; a pass over
+# memory, untuned (it runs only after split-K's parts, or for K = 0).
+EPILOGUE_BLOCK = {"BLOCK_M": 32, "BLOCK_N": 128}
+
+
+def _has_epilogue(fp8: dict | None) -> bool:
+    return fp8 is not None and bool(fp8["HAS_BIAS"] or fp8["GATED"])
+
+
+def _run_epilogue(y: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None, fp8: dict) -> None:
+    """c = gemm_fp8's epilogue (fp8's HAS_BIAS and GATED, `bias`) of the fp32 product y
+    [M, N], by _epilogue_kernel."""
+    m, n = y.shape
+    meta = {"HAS_BIAS": fp8["HAS_BIAS"], "GATED": fp8["GATED"], **EPILOGUE_BLOCK}
+    grid = (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]), 1)
+    args = (y, c, y if bias is None else bias, m, n, y.stride(0), y.stride(1), c.stride(0), c.stride(1),
+            0 if bias is None else bias.stride(0))
+    compile_opts = {} if interpreting() else {"num_warps": 4}
+    key = ("epilogue", *meta.values(), *compile_opts.values(), *args[3:],
+           *((t.dtype, t.data_ptr() % 16 == 0) for t in args[:3]))
+    _launch(_epilogue_kernel, grid, args, 3, meta, compile_opts, key)
 
 
 # Kernels already compiled, launched straight through their launcher. Triton's own call
@@ -595,6 +692,8 @@ def run_plan(key: tuple | None, a: torch.Tensor, b: torch.Tensor, a_scale=None, 
         c = acc if out_dtype == torch.float32 else None
     if boxes is None:
         tensors = (a, b, acc, acc if a_scale is None else a_scale, acc if b_scale is None else b_scale)
+        if key[0].startswith("gemm_fp8:"):  # _gemm_fp8_kernel's bias, unread: no plan has an epilogue
+            tensors += (acc,)
     else:
         tensors = (*_descriptors(a, b, boxes), acc)
     kernel.run(grid[0], grid[1], 1, _current_stream(index), kernel.function, kernel.packed_metadata,
@@ -719,15 +818,21 @@ def _scales_2d(a_scale: torch.Tensor, b_scale: torch.Tensor, m: int, n: int, sca
 
 @on_tensor_device
 def gemm_fp8(a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor,
-             scaling: str = "tensor", out_dtype: torch.dtype = torch.bfloat16, config: int = -1) -> torch.Tensor:
+             scaling: str = "tensor", out_dtype: torch.dtype = torch.bfloat16, config: int = -1, *,
+             bias: torch.Tensor | None = None, gated: str | None = None) -> torch.Tensor:
     """c [M, N] (out_dtype) = fp8 a [M, K] @ b [K, N] with fp32 accumulation and the scales
     of `scaling` ('tensor', 'row' or 'block'), as gks.reference.gemm_fp8 says; b row-major
-    or K-major (w.t()). config as in gks.triton.sgemm, over
+    or K-major (w.t()). The fused epilogue, in fp32: + bias [N] (float32, float16 or
+    bfloat16), then with gated ('silu', 'gelu' or 'gelu_tanh') c [M, N / 2] = act(y[:, 2j])
+    * y[:, 2j + 1]. config as in gks.triton.sgemm, over
     gks.triton.gemm_config_names("gemm_fp8"). Needs fp8 Tensor Cores (sm_89+) on a GPU."""
-    from gks.specs.gemm import check_gemm_fp8
+    from gks.specs.gemm import GATED, check_epilogue, check_gemm_fp8, epilogue_code
 
+    # A plan repeats one launch of _gemm_fp8_kernel without an epilogue (it keeps no bias):
+    # a call with one takes the full path every time, and leaves no plan.
+    epilogue = bias is not None or gated is not None
     plan = plan_key(f"gemm_fp8:{scaling}", a, b, out_dtype, config, a_scale, b_scale) \
-        if isinstance(scaling, str) else None
+        if isinstance(scaling, str) and not epilogue else None
     c = run_plan(plan, a, b, a_scale, b_scale)
     if c is not None:
         return c
@@ -735,16 +840,20 @@ def gemm_fp8(a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_scale: t
     if isinstance(a, torch.Tensor):
         check_device(a, op, "a")
     shape = check_gemm_fp8(a, b, a_scale, b_scale, scaling, out_dtype, op)
+    m, n = shape[:2]
+    columns = check_epilogue(m, n, bias, None, None, gated, a.device, op)
     if a.is_cuda:
         check_fp8_tensor_cores(*_capability(a.get_device()), op)
-    m, n = shape[:2]
-    c = torch.empty((m, n), dtype=out_dtype, device=a.device)
+    c = torch.empty((m, columns), dtype=out_dtype, device=a.device)
     sa, sb = _scales_2d(a_scale, b_scale, m, n, scaling)
     interpreted = interpreter_variant()
-    fp8 = {"SCALING": shape[3], "E5M2": bool(shape[5]), "INTERPRETED": interpreted}
+    fp8 = {"SCALING": shape[3], "E5M2": bool(shape[5]), "INTERPRETED": interpreted,
+           "HAS_BIAS": bias is not None, "GATED": 0 if gated is None else GATED.index(gated) + 1}
+    if epilogue:  # the tuned tables key an epilogue's shapes apart (its code, a 7th dim)
+        shape = (*shape, epilogue_code(bias is not None, False, gated))
     if interpreted:  # the kernel decodes the bits itself there (see _gemm_fp8_kernel)
         a, b = a.view(torch.uint8), b.view(torch.uint8)
-    launch("gemm_fp8", a, b, c, sa, sb, config=config, plan=plan, fp8=fp8, shape=shape)
+    launch("gemm_fp8", a, b, c, sa, sb, config=config, plan=plan, fp8=fp8, shape=shape, bias=bias)
     return c
 
 

@@ -52,7 +52,7 @@ def _assert_guard_untouched(buf, m, n, pad_rows=1, pad_cols=8):
 @requires_native
 def test_heuristic_picks_a_valid_config():
     mod = _native.module()
-    for m, n, k in SPEC.bench_shapes + SPEC.test_shapes:
+    for m, n, k, *_ in SPEC.bench_shapes + SPEC.test_shapes:
         c = int(mod.gemm_heuristic(m, n, k, 132))
         assert 0 <= c < len(CONFIG_NAMES)
     assert CONFIG_NAMES[int(mod.gemm_heuristic(8192, 8192, 8192, 132))] == "128x256x64_s4_c1"

@@ -151,18 +151,18 @@ KERNELS = {
     ],
     "gemm": [
         f"void {S}gemm_kernel<{S}Mainloop<{S}HalfOperands<__half>, {S}Tile<128, 128, 6, "
-         f"1, false, 1> >, {S}Epilogue<{S}NoScales>, "
+         f"1, false, 1> >, {S}Epilogue<{S}Fused>, "
          f"{S}PersistentScheduler<false> >(CUtensorMap_st, CUtensorMap_st, CUtensorMap_st, "
          f"{S}Params)",
-        f"void {S}split_k_reduce_kernel<{S}HalfOperands<__half>, {S}NoScales>({S}Params)",
+        f"void {S}split_k_reduce_kernel<{S}HalfOperands<__half>, {S}Fused>({S}Params)",
     ],
     "int8_gemm": [
         f"void {G}int8_gemm_kernel<{D}Int8_128x128x128, false>({G}Int8GemmParams)",
         f"void {S}gemm_kernel<{S}Mainloop<{S}ByteOperands<signed char, false>, {S}Tile<128, 128, 6, 1, "
-         f"false, 1> >, {S}Epilogue<{S}RowColScales>, "
+         f"false, 1> >, {S}Epilogue<{S}Fused>, "
          f"{S}PersistentScheduler<false> >(CUtensorMap_st, CUtensorMap_st, CUtensorMap_st, "
          f"{S}Params)",
-        f"void {S}split_k_reduce_kernel<{S}ByteOperands<signed char, false>, {S}RowColScales>({S}Params)",
+        f"void {S}split_k_reduce_kernel<{S}ByteOperands<signed char, false>, {S}Fused>({S}Params)",
         f"{G}transpose_bytes_kernel({G}TransposeBytesParams)",
     ],
     "grouped_gemm": [
@@ -181,10 +181,10 @@ KERNELS = {
     ],
     "gemm_fp8": [
         f"void {S}gemm_kernel<{S}Mainloop<{S}ByteOperands<__nv_fp8_e4m3, true>, {S}Tile<128, 128, 6, 1, "
-         f"false, 1> >, {S}Epilogue<{S}NoScales>, "
+         f"false, 1> >, {S}Epilogue<{S}Fused>, "
          f"{S}PersistentScheduler<false> >(CUtensorMap_st, CUtensorMap_st, CUtensorMap_st, "
          f"{S}Params)",
-        f"void {S}split_k_reduce_kernel<{S}ByteOperands<__nv_fp8_e5m2, true>, {S}RowColScales>({S}Params)",
+        f"void {S}split_k_reduce_kernel<{S}ByteOperands<__nv_fp8_e5m2, true>, {S}Fused>({S}Params)",
     ],
     "flash_attention_decode": [
         f"void {A}flash_attention_decode_kernel<__half, {A}DecodeTile<128, 1>, true>({A}DecodeParams)",

@@ -10,6 +10,8 @@
 #include <optional>
 #include <vector>
 
+#include "gks/activation.h"
+#include "gks/kernels/gemm/epilogue_terms.h"
 #include "gks/tensor.h"
 
 // What the three GEMMs (sgemm, wmma_gemm, int8_gemm) share on the host: the description of
@@ -29,6 +31,19 @@ struct GemmConfigInfo {
   int block_k;
   int threads;
   int stages;
+};
+
+// The fused epilogue of gks::gemm and gks::gemm_fp8 (every part optional; none by default):
+//   y = (a @ b) * row_scale[m] * col_scale[n] + bias[n]        (fp32, in that order)
+//   c = y, or with `gated` c[:, j] = act(y[:, 2j]) * y[:, 2j + 1]: b's columns interleave
+//       each gate with its up (SwiGLU for kSilu), N is even and c is [M, N / 2].
+// K = 0 gives the epilogue of a zero product. row_scale and col_scale are gemm's (gemm_fp8's
+// per-row and per-column scales are its scaling kRow).
+struct GemmEpilogue {
+  std::optional<TensorRef> bias;       // [N] float32, float16 or bfloat16, any stride
+  std::optional<TensorRef> row_scale;  // [M] or [M, 1] float32, any stride
+  std::optional<TensorRef> col_scale;  // [N] or [1, N] float32, any stride
+  std::optional<Activation> gated;
 };
 
 namespace detail {
@@ -72,16 +87,38 @@ struct GemmOperands {
 };
 
 // The shape checks every GEMM shares (after its own device and dtype checks): each operand
-// a row-major matrix (gemm_matrix), b's rows equal to a's columns, c [M, N], `config` in
-// [-1, config_count), and M, N, K in range. Errors name the arguments as given.
+// a row-major matrix (gemm_matrix), b's rows equal to a's columns, an epilogue where given
+// (check_gemm_epilogue; `epi_scales`: it may have scales), c [M, N] (gated: [M, N / 2]),
+// `config` in [-1, config_count), and M, N, K in range. Errors name the arguments as given.
 GemmOperands gemm_operands(const TensorRef& a, const char* a_name, const TensorRef& b,
                            const char* b_name, const TensorRef& c, int config, int config_count,
-                           const char* op);
+                           const char* op, const GemmEpilogue* epi = nullptr, bool epi_scales = true);
 
 // The dtype and device checks of the 16-bit GEMMs (wmma_gemm, gemm), then gemm_operands:
 // a and b float16 or bfloat16, one dtype, on one CUDA device; c float32 or a's dtype.
 GemmOperands half_gemm_operands(const TensorRef& a, const TensorRef& b, const TensorRef& c,
-                                int config, int config_count, const char* op);
+                                int config, int config_count, const char* op,
+                                const GemmEpilogue* epi = nullptr);
+
+// The checks of an epilogue for an M x N product of `a` (its device): each tensor given
+// on a's device with its dtype and shape (GemmEpilogue), row_scale and col_scale only where
+// `scales` (gemm's), an even N where gated. Returns c's columns (N, or N / 2 gated).
+int64_t check_gemm_epilogue(const GemmEpilogue& epi, int64_t m, int64_t n, const TensorRef& a, bool scales,
+                            const char* op);
+
+// The kernels' view of a checked epilogue.
+kernels::gemm::EpilogueTerms epilogue_terms(const GemmEpilogue& epi);
+
+// c [M, N or N / 2] = the epilogue `terms` of y [M, N] (fp32, leading dimension ldy), or of
+// a zero product when y is null (K = 0), on `stream`: what finishes the paths that compute
+// the product elsewhere (the WMMA fallback) or not at all.
+void apply_gemm_epilogue(const float* y, int64_t ldy, const GemmMatrix& c, DType c_dtype, int64_t m, int64_t n,
+                         const kernels::gemm::EpilogueTerms& terms, cudaStream_t stream, const char* op);
+
+// Whether an epilogue has any part.
+inline bool has_epilogue(const GemmEpilogue& e) {
+  return e.bias.has_value() || e.row_scale.has_value() || e.col_scale.has_value() || e.gated.has_value();
+}
 
 // What the heuristic knows about a config beyond its tile shape: how many blocks fit on an
 // SM and how close to peak its inner loop runs once the GPU is full (a relative guess; the
@@ -258,9 +295,10 @@ struct GemmFp8Args {
   TensorRef b;        // [K, N] a's dtype, row-major or K-major, any leading dimension
   TensorRef a_scale;  // float32, see Fp8Scaling
   TensorRef b_scale;  // float32, see Fp8Scaling
-  TensorRef c;        // [M, N] bfloat16, float16 or float32, row-major, any leading dim
+  TensorRef c;        // [M, N] (gated: [M, N / 2]) bfloat16, float16 or float32, row-major, any leading dim
   Fp8Scaling scaling = Fp8Scaling::kTensor;
   int config = -1;    // index into detail::gemm_fp8_configs(); -1 = heuristic
+  GemmEpilogue epilogue{};  // bias and gated unit (no row_scale / col_scale: see scaling kRow)
 };
 
 // Validates the arguments (throws gks::Error naming the bad one) and launches on `stream`.
@@ -352,10 +390,11 @@ void grouped_gemm_fp8(const GroupedGemmFp8Args& args, cudaStream_t stream);
 struct GemmArgs {
   TensorRef a;  // [M, K] float16 or bfloat16, row-major, any leading dimension
   TensorRef b;  // [K, N] a's dtype, row-major, any leading dimension
-  TensorRef c;  // [M, N] a's dtype or float32, row-major, any leading dimension
+  TensorRef c;  // [M, N] (gated: [M, N / 2]) a's dtype or float32, row-major, any leading dimension
   // Index into detail::hopper_gemm_configs() (-1: heuristic). It forces the Hopper kernel's
   // tile config; when the WMMA fallback runs instead, it is ignored.
   int config = -1;
+  GemmEpilogue epilogue{};  // bias, row / column scales, gated unit: see GemmEpilogue
 };
 
 // Validates the arguments (throws gks::Error naming the bad one) and launches on `stream`.
@@ -534,13 +573,15 @@ struct HopperGemmLaunch {
   DType dtype;    // of a and b: kFloat16, kBFloat16, kInt8, kFloat8E4M3 or kFloat8E5M2
   DType c_dtype;  // kFloat32, or a's dtype (16-bit); kFloat32, kFloat16 or kBFloat16 (8-bit)
   bool c_vec;     // c's base and leading dimension are 16-byte aligned
-  // 8-bit only: c = float(a @ b) * a_scale[row * a_scale_stride] * b_scale[col * ...]
-  // (stride 0: one scale for every row or column).
+  // The fused epilogue (kernels/gemm/epilogue_terms.h): gemm's options; int8_gemm's and
+  // gemm_fp8's per-tensor / per-row scales are its row and column scales (stride 0: one
+  // scale for every row or column). Gated: c is [M, N / 2].
+  kernels::gemm::EpilogueTerms epi{};
+  // fp8 block scaling only (kernels/gemm/sm90/tile.cuh's Params): a_scale [M, K / 128] (row
+  // stride a_scale_stride), b_scale [K / 128, N / 128] (column stride b_scale_stride).
   const float* a_scale = nullptr;
   const float* b_scale = nullptr;
   int64_t a_scale_stride = 0, b_scale_stride = 0;
-  // fp8 block scaling (kernels/gemm/sm90/tile.cuh's Params): a_scale [M, K / 128] (row
-  // stride a_scale_stride), b_scale [K / 128, N / 128] (column stride b_scale_stride).
   bool block_scaled = false;
   int64_t a_scale_group_stride = 0, b_scale_group_stride = 0;
   // A valid index into kHopperGemmConfigs (16-bit), kHopperInt8Configs (int8) or

@@ -10,7 +10,7 @@ namespace gks::detail {
 
 ByteOperands byte_operands(const TensorRef& a, const char* a_name, const TensorRef& b,
                            const char* b_name, const TensorRef& c, int config, int config_count,
-                           const char* op) {
+                           const char* op, const GemmEpilogue* epi, bool epi_scales) {
   ByteOperands v;
   v.b_k_major = b.ndim == 2 && b.shape[0] > 1 && b.shape[1] > 1 && b.strides[0] == 1 &&
                 b.strides[1] != 1;
@@ -19,7 +19,7 @@ ByteOperands byte_operands(const TensorRef& a, const char* a_name, const TensorR
     b_shape.strides[0] = b.shape[1];
     b_shape.strides[1] = 1;
   }
-  v.ops = gemm_operands(a, a_name, b_shape, b_name, c, config, config_count, op);
+  v.ops = gemm_operands(a, a_name, b_shape, b_name, c, config, config_count, op, epi, epi_scales);
   if (v.b_k_major) {
     GKS_CHECK(b.strides[1] >= b.shape[0], kInvalidArgument)
         << op << ": argument '" << b_name << "' is a K-major view (stride(0) == 1), so its stride(1) "

@@ -24,7 +24,7 @@ struct ByteOperands {
 // b's, its storage is then the row-major [N, K] matrix of leading dimension stride(1).
 ByteOperands byte_operands(const TensorRef& a, const char* a_name, const TensorRef& b,
                            const char* b_name, const TensorRef& c, int config, int config_count,
-                           const char* op);
+                           const char* op, const GemmEpilogue* epi = nullptr, bool epi_scales = true);
 
 // The checks of what sits beside the operands: the scales and c on a's device, c float16,
 // bfloat16 or float32 (the dequantized output).

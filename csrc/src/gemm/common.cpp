@@ -63,7 +63,7 @@ void check_gemm_dims(int64_t m, int64_t n, int64_t k, const char* op) {
 
 GemmOperands gemm_operands(const TensorRef& a, const char* a_name, const TensorRef& b,
                            const char* b_name, const TensorRef& c, int config, int config_count,
-                           const char* op) {
+                           const char* op, const GemmEpilogue* epi, bool epi_scales) {
   GemmOperands ops;
   ops.a = gemm_matrix(a, op, a_name, -1, -1);
   ops.b = gemm_matrix(b, op, b_name, -1, -1);
@@ -71,7 +71,9 @@ GemmOperands gemm_operands(const TensorRef& a, const char* a_name, const TensorR
       << op << ": argument '" << b_name << "' must have shape [K, N] with K = " << ops.a.cols
       << " (the columns of '" << a_name << "', " << a.shape_string() << "), got "
       << b.shape_string();
-  ops.c = gemm_matrix(c, op, "c", ops.a.rows, ops.b.cols);
+  const int64_t c_cols =
+      epi ? check_gemm_epilogue(*epi, ops.a.rows, ops.b.cols, a, epi_scales, op) : ops.b.cols;
+  ops.c = gemm_matrix(c, op, "c", ops.a.rows, c_cols);
   check_gemm_config(config, config_count, op);
   ops.m = ops.a.rows;
   ops.n = ops.b.cols;
@@ -109,7 +111,7 @@ int64_t gemm_tile_count(const GemmConfigInfo& c, int64_t m, int64_t n) {
 }
 
 GemmOperands half_gemm_operands(const TensorRef& a, const TensorRef& b, const TensorRef& c,
-                                int config, int config_count, const char* op) {
+                                int config, int config_count, const char* op, const GemmEpilogue* epi) {
   // The device comes first, so a CPU tensor is reported as such on any machine.
   check_cuda(a, op, "a");
   GKS_CHECK(a.dtype == DType::kFloat16 || a.dtype == DType::kBFloat16, kUnsupportedDtype)
@@ -120,8 +122,16 @@ GemmOperands half_gemm_operands(const TensorRef& a, const TensorRef& b, const Te
   GKS_CHECK(c.dtype == DType::kFloat32 || c.dtype == a.dtype, kUnsupportedDtype)
       << op << ": argument 'c' must be float32 or the dtype of 'a' (" << dtype_name(a.dtype)
       << "), got " << dtype_name(c.dtype);
-  GemmOperands ops = gemm_operands(a, "a", b, "b", c, config, config_count, op);
-  check_outputs({{&c, "c"}}, {{&a, "a"}, {&b, "b"}}, op);
+  GemmOperands ops = gemm_operands(a, "a", b, "b", c, config, config_count, op, epi);
+  const GemmEpilogue none;
+  const GemmEpilogue& e = epi ? *epi : none;
+  check_outputs({{&c, "c"}},
+                {{&a, "a"},
+                 {&b, "b"},
+                 {e.bias ? &*e.bias : nullptr, "bias"},
+                 {e.row_scale ? &*e.row_scale : nullptr, "row_scale"},
+                 {e.col_scale ? &*e.col_scale : nullptr, "col_scale"}},
+                op);
   return ops;
 }
 

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // gks::gemm: validation, the Hopper-or-WMMA decision, config choice and dispatch. Compiled
 // for every architecture; the sm_90a kernels live in gemm_sm90a.cu and are reached
-// only under GKS_WITH_SM90A.
+// only under GKS_WITH_SM90A. The fused epilogue runs in the Hopper kernel's stores; the
+// WMMA fallback computes the product into an fp32 temporary that apply_gemm_epilogue
+// finishes.
 #include "gks/gemm.h"
 
 #include <cuda_runtime_api.h>
@@ -13,6 +15,7 @@
 
 #include "gemm/launch.h"
 #include "core/launch.h"
+#include "core/workspace.h"
 
 namespace gks {
 namespace detail {
@@ -21,7 +24,7 @@ namespace {
 constexpr const char* kOp = "gks.gemm";
 
 GemmOperands validate(const GemmArgs& args) {
-  return half_gemm_operands(args.a, args.b, args.c, args.config, kNumHopperGemmConfigs, kOp);
+  return half_gemm_operands(args.a, args.b, args.c, args.config, kNumHopperGemmConfigs, kOp, &args.epilogue);
 }
 
 // The heuristic over one config table (see hopper_gemm_heuristic).
@@ -130,8 +133,13 @@ void gemm(const GemmArgs& args, cudaStream_t stream) {
   const int device = args.a.device.index;
   const detail::DeviceGuard guard(device);
   const int64_t c_elem = dtype_size(args.c.dtype);
+  const bool fused = detail::has_epilogue(args.epilogue);
+  const kernels::gemm::EpilogueTerms terms = detail::epilogue_terms(args.epilogue);
   if (k == 0) {
-    detail::zero_gemm_output(ops.c, c_elem, stream, detail::kOp);
+    if (fused)
+      detail::apply_gemm_epilogue(nullptr, 0, ops.c, args.c.dtype, m, n, terms, stream, detail::kOp);
+    else
+      detail::zero_gemm_output(ops.c, c_elem, stream, detail::kOp);
     return;
   }
   const detail::GemmPath path = detail::choose_gemm_path(
@@ -141,7 +149,16 @@ void gemm(const GemmArgs& args, cudaStream_t stream) {
     fallback.a = args.a;
     fallback.b = args.b;
     fallback.c = args.c;
+    if (!fused) {
+      wmma_gemm(fallback, stream);
+      return;
+    }
+    // The product in fp32 (a temporary that lives until the epilogue is done: stream order),
+    // then the epilogue into c.
+    detail::StreamBuffer y(size_t(m) * size_t(n) * 4, device, stream, detail::kOp, "the product before the epilogue");
+    fallback.c = TensorRef::make(y.get<void>(), DType::kFloat32, {m, n}, args.a.device);
     wmma_gemm(fallback, stream);
+    detail::apply_gemm_epilogue(y.get<float>(), n, ops.c, args.c.dtype, m, n, terms, stream, detail::kOp);
     return;
   }
 #if defined(GKS_WITH_SM90A)
@@ -158,6 +175,7 @@ void gemm(const GemmArgs& args, cudaStream_t stream) {
   launch.dtype = args.a.dtype;
   launch.c_dtype = args.c.dtype;
   launch.c_vec = detail::gemm_rows_aligned16(ops.c, c_elem);
+  launch.epi = terms;
   launch.device = device;
   launch.num_sms = detail::device_sm_count(device);
   launch.config = args.config >= 0 ? args.config

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // gks::gemm_fp8: validation, b's layout and the launch of the Hopper kernel's fp8 operands
-// (per-tensor and per-row scales in the epilogue; block scales applied as each 128 of K is
-// promoted into fp32 in the mainloop).
+// (per-tensor and per-row scales in the epilogue, as its row and column scales; block scales
+// applied as each 128 of K is promoted into fp32 in the mainloop; the bias and gated unit of
+// GemmEpilogue in the epilogue either way).
 #include <optional>
 #include <utility>
 #include <vector>
@@ -63,7 +64,8 @@ Fp8Validated validate(const GemmFp8Args& args) {
   check_scales_and_output(args.a, "a", args.a_scale, args.b_scale, args.c, kOp);
   Fp8Validated v;
   static_cast<ByteOperands&>(v) = byte_operands(args.a, "a", args.b, "b", args.c, args.config,
-                                                int(gemm_fp8_configs().size()), kOp);
+                                                int(gemm_fp8_configs().size()), kOp, &args.epilogue,
+                                                /*epi_scales=*/false);
   const int64_t m = v.ops.m, n = v.ops.n, k = v.ops.k;
   GKS_CHECK(k % 16 == 0, kInvalidArgument)
       << kOp << ": K (the columns of argument 'a') must be a multiple of 16, got " << k;
@@ -89,7 +91,11 @@ Fp8Validated validate(const GemmFp8Args& args) {
       GKS_CHECK(false, kInvalidArgument) << kOp << ": unknown scaling " << int(args.scaling);
   }
   check_outputs({{&args.c, "c"}},
-                {{&args.a, "a"}, {&args.b, "b"}, {&args.a_scale, "a_scale"}, {&args.b_scale, "b_scale"}},
+                {{&args.a, "a"},
+                 {&args.b, "b"},
+                 {&args.a_scale, "a_scale"},
+                 {&args.b_scale, "b_scale"},
+                 {args.epilogue.bias ? &*args.epilogue.bias : nullptr, "bias"}},
                 kOp);
   return v;
 }
@@ -125,8 +131,14 @@ void gemm_fp8(const GemmFp8Args& args, cudaStream_t stream) {
   if (m == 0 || n == 0) return;
   const int device = args.a.device.index;
   const DeviceGuard guard(device);
+  // The epilogue's bias and gated unit; the scaling's scales join it below (K = 0 leaves
+  // them out: the product is 0 whatever they are).
+  kernels::gemm::EpilogueTerms terms = epilogue_terms(args.epilogue);
   if (k == 0) {
-    zero_gemm_output(v.ops.c, dtype_size(args.c.dtype), stream, kOp);
+    if (has_epilogue(args.epilogue))
+      apply_gemm_epilogue(nullptr, 0, v.ops.c, args.c.dtype, m, n, terms, stream, kOp);
+    else
+      zero_gemm_output(v.ops.c, dtype_size(args.c.dtype), stream, kOp);
     return;
   }
 #if defined(GKS_WITH_SM90A)
@@ -153,13 +165,21 @@ void gemm_fp8(const GemmFp8Args& args, cudaStream_t stream) {
   launch.dtype = args.a.dtype;
   launch.c_dtype = args.c.dtype;
   launch.c_vec = gemm_rows_aligned16(v.ops.c, dtype_size(args.c.dtype));
-  launch.a_scale = static_cast<const float*>(args.a_scale.data);
-  launch.b_scale = static_cast<const float*>(args.b_scale.data);
-  launch.a_scale_stride = v.sa_stride;
-  launch.b_scale_stride = v.sb_stride;
   launch.block_scaled = args.scaling == Fp8Scaling::kBlock;
-  launch.a_scale_group_stride = v.sa_group_stride;
-  launch.b_scale_group_stride = v.sb_group_stride;
+  if (launch.block_scaled) {  // the mainloop's, as it promotes each k-block
+    launch.a_scale = static_cast<const float*>(args.a_scale.data);
+    launch.b_scale = static_cast<const float*>(args.b_scale.data);
+    launch.a_scale_stride = v.sa_stride;
+    launch.b_scale_stride = v.sb_stride;
+    launch.a_scale_group_stride = v.sa_group_stride;
+    launch.b_scale_group_stride = v.sb_group_stride;
+  } else {  // the epilogue's row and column scales (stride 0 for one scale)
+    terms.row_scale = static_cast<const float*>(args.a_scale.data);
+    terms.col_scale = static_cast<const float*>(args.b_scale.data);
+    terms.row_scale_stride = v.sa_stride;
+    terms.col_scale_stride = v.sb_stride;
+  }
+  launch.epi = terms;
   launch.device = device;
   launch.num_sms = device_sm_count(device);
   launch.config = pick_config(args, m, n, k, launch.num_sms);

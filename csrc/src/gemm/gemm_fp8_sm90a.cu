@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The sm_90a half of gks::gemm_fp8: the fp8 instantiations of the Hopper kernel, whose
 // mainloop promotes each 128-wide k-block into the fp32 total (ByteOperands<T, true>).
-// Per-tensor and per-row scales are the epilogue's (RowColScales; stride 0 for one scale);
-// block scales are applied as each k-block is promoted, and the epilogue scales nothing.
+// Per-tensor and per-row scales are the fused epilogue's row and column scales (stride 0
+// for one scale); block scales are applied as each k-block is promoted (the epilogue then
+// has no scales). Either way the epilogue adds the bias and the gated unit where asked.
 #include <utility>
 
 #include "gemm/hopper_launch.cuh"
@@ -15,12 +16,8 @@ void launch_fp8(const HopperGemmLaunch& launch, cudaStream_t stream) {
   using hopper::launch_table;
   namespace hk = hopper::hk;
   using Configs = std::make_index_sequence<kNumHopperFp8Configs>;
-  if (launch.block_scaled)
-    launch_table<hk::ByteOperands<T, true>, hk::NoScales, kHopperFp8Configs>(launch, stream, "gks.gemm_fp8",
-                                                                             Configs{});
-  else
-    launch_table<hk::ByteOperands<T, true>, hk::RowColScales, kHopperFp8Configs>(launch, stream,
-                                                                                 "gks.gemm_fp8", Configs{});
+  launch_table<hk::ByteOperands<T, true>, hk::Fused, kHopperFp8Configs>(launch, stream, "gks.gemm_fp8",
+                                                                        Configs{});
 }
 
 }  // namespace

@@ -158,12 +158,14 @@ void launch_config(const HopperGemmLaunch& L, cudaStream_t stream) {
   p.c_kind = gemm_c_kind(L.c_dtype);
   p.c_vec = L.c_vec ? 1 : 0;
   // A 16-bit c is written by TMA stores where the config has room for their buffers and c's
-  // rows are 16-byte aligned (what a tensor map needs); split-K writes partial sums instead.
-  p.c_tma = Cfg::kTmaStore && L.c_vec && L.c_dtype != DType::kFloat32 && p.k_splits == 1;
+  // rows are 16-byte aligned (what a tensor map needs); split-K writes partial sums instead,
+  // and a gated unit's outputs are half as wide as the sub-tiles the stores take.
+  p.c_tma = Cfg::kTmaStore && L.c_vec && L.c_dtype != DType::kFloat32 && p.k_splits == 1 && !L.epi.gated;
   CUtensorMap map_c;
   std::memset(&map_c, 0, sizeof(map_c));
   // Its boxes are the epilogue's 64 x 64 sub-tiles (128 bytes of a row, as for a and b).
   if (p.c_tma) map_c = make_tensor_map(L.c, L.c_dtype, L.m, L.n, L.ldc, 64, op, "c");
+  p.epi = L.epi;
   p.a_scale = L.a_scale;
   p.b_scale = L.b_scale;
   p.a_scale_stride = L.a_scale_stride;

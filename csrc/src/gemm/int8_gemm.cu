@@ -146,10 +146,11 @@ void launch_hopper(const Int8GemmArgs& args, const Int8Validated& v, const void*
   launch.dtype = DType::kInt8;
   launch.c_dtype = args.c.dtype;
   launch.c_vec = gemm_rows_aligned16(c, dtype_size(args.c.dtype));
-  launch.a_scale = static_cast<const float*>(args.a_scale.data);
-  launch.b_scale = static_cast<const float*>(args.b_scale.data);
-  launch.a_scale_stride = v.sa_stride;
-  launch.b_scale_stride = v.sb_stride;
+  // The scales are the fused epilogue's row and column scales.
+  launch.epi.row_scale = static_cast<const float*>(args.a_scale.data);
+  launch.epi.col_scale = static_cast<const float*>(args.b_scale.data);
+  launch.epi.row_scale_stride = v.sa_stride;
+  launch.epi.col_scale_stride = v.sb_stride;
   launch.config = config;
   launch.device = device;
   launch.num_sms = device_sm_count(device);

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "gks/kernels/activation.cuh"
 #include "gks/kernels/rows/common.cuh"
 #include "gks/kernels/rows/quantize_fp8.cuh"
 #include "gks/kernels/vec.cuh"
@@ -13,18 +14,7 @@
 
 namespace gks::kernels::rows {
 
-// The activations, by gks::Activation's order (kSilu, kGelu, kGeluTanh).
-template <int kAct>
-__device__ __forceinline__ float activation(float g) {
-  if constexpr (kAct == 0) {
-    return g / (1.f + __expf(-g));
-  } else if constexpr (kAct == 1) {
-    return 0.5f * g * (1.f + erff(g * 0.70710678118654752f));
-  } else {
-    const float inner = 0.79788456080286536f * (g + 0.044715f * g * g * g);  // sqrt(2 / pi)
-    return 0.5f * g * (1.f + tanhf(inner));
-  }
-}
+using kernels::activation;
 
 struct ActAndMulParams {
   const void* x;

@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // The Hopper GEMM's epilogues: how a consumer warpgroup's accumulators become c. The
-// kernel's second policy, Epilogue<Scales>: Scales says what an accumulator is multiplied by
-// (NoScales; RowColScales, int8_gemm's per-row and per-column scales:
-// c = float(acc) * a_scale[row] * b_scale[col]); the store path is picked per call:
+// kernel's second policy, Epilogue<Scales>: Scales says what happens to an accumulator
+// (NoScales: nothing, the grouped GEMMs; Fused: the fused epilogue of Params::epi,
+// epilogue_terms.h: c = float(acc) * row_scale[row] * col_scale[col] + bias[col], then
+// with a gated unit act(gate) * up of each interleaved column pair, c N / 2 wide: gemm's
+// options, int8_gemm's and gemm_fp8's scales); the store path is picked per call:
 //  * split-K partial sums (k_splits > 1): raw sums into the workspace, finished by
 //    split_k_reduce_kernel;
-//  * TMA stores (c_tma: a 16-bit c whose rows are 16-byte aligned, no split-K, and room
+//  * TMA stores (c_tma: a 16-bit c whose rows are 16-byte aligned, no split-K, no gated
+//    unit (c's sub-tiles would be half as wide as the fragments'), and room
 //    beside the ring for two 8 KiB buffers a consumer warpgroup): each 64 x 64 sub-tile is
 //    converted in registers, written to a buffer by stmatrix in the 128-byte swizzle, and
 //    stored by one thread's cp.async.bulk.tensor, which also clips the edges. Fewer
@@ -13,7 +16,7 @@
 //    path: no shuffles, no per-lane stores;
 //  * direct (c_vec: c's rows 16-byte aligned): the four lanes of a quad swap values with
 //    shuffles so that each holds 8 adjacent columns of a row, one 16-byte store (two for
-//    fp32), no shared memory and no barrier;
+//    fp32), no shared memory and no barrier; gated, 4 adjacent outputs a lane;
 //  * staged (any other c): 64 x 32 fp32 chunks in a private shared buffer (rows padded to
 //    40 floats: the float2 writes of a half-warp and the 16-byte reads hit distinct banks)
 //    written out row-contiguously, converting to the output dtype.
@@ -27,6 +30,7 @@
 
 #include <cstdint>
 
+#include "gks/kernels/gemm/epilogue_terms.cuh"
 #include "gks/kernels/gemm/sm90/scheduler.cuh"
 #include "gks/kernels/gemm/sm90/tile.cuh"
 #include "gks/kernels/ptx/sm90.cuh"
@@ -39,16 +43,21 @@ struct NoScales {
   static constexpr bool kApplies = false;
 };
 
-// float(acc) * a_scale[row] * b_scale[col], in that order (gks.reference.int8_gemm's).
-// row() and col() give the scale of a row and a column inside c; the store paths give the
-// rows and columns past the edge scale 0 (those outputs are never stored).
-struct RowColScales {
+// The fused epilogue, float(acc) * row(row) * col(col) + bias(col) in that order (the
+// references' and int8_gemm's), then p.epi.gated's unit: row(), col() and bias() give a row's
+// and a column's terms inside c (1, 1 and 0 where Params::epi has none); the store paths
+// give the rows and columns past the edge scale 0 and bias 0 (never stored).
+struct Fused {
   static constexpr bool kApplies = true;
   static __device__ __forceinline__ float row(const Params& p, int64_t row) {
-    return p.a_scale[row * p.a_scale_stride];
+    return epilogue_row_scale(p.epi, row);
   }
-  static __device__ __forceinline__ float col(const Params& p, int col) {
-    return p.b_scale[int64_t(col) * p.b_scale_stride];
+  static __device__ __forceinline__ float col(const Params& p, int col) { return epilogue_col_scale(p.epi, col); }
+  static __device__ __forceinline__ float bias(const Params& p, int col) { return epilogue_bias(p.epi, col); }
+  // The terms of column col, zero past the edge.
+  static __device__ __forceinline__ void column(const Params& p, int col, float& scale, float& add) {
+    scale = col < p.n ? Fused::col(p, col) : 0.f;
+    add = col < p.n ? Fused::bias(p, col) : 0.f;
   }
 };
 
@@ -73,21 +82,21 @@ __device__ __forceinline__ void with_c_type(int c_kind, F&& f) {
   }
 }
 
-// Reads a staged 64 x kEpilogueCols chunk out to c (rows from row0, columns from
-// chunk_col) as OutT, 16 bytes a store where c allows, masked at the edges and to the rows
-// the tile may write.
-template <typename OutT>
+// Reads a staged 64 x kCols chunk out to c (rows from row0, columns from chunk_col of c's
+// n_out) as OutT, 16 bytes a store where c allows, masked at the edges and to the rows the
+// tile may write.
+template <typename OutT, int kCols>
 __device__ __forceinline__ void write_chunk(const Params& p, const float* stage_buf, int64_t row0,
-                                            int chunk_col, const TileRows& rows) {
+                                            int chunk_col, int n_out, const TileRows& rows) {
   constexpr int kPer = 16 / int(sizeof(OutT));  // outputs per 16-byte store
-  constexpr int kVecs = kEpilogueCols / kPer;
+  constexpr int kVecs = kCols / kPer;
   const int t = threadIdx.x % 128;
 #pragma unroll
   for (int i = t; i < 64 * kVecs; i += 128) {
     const int r = i / kVecs, v = i % kVecs;
     const int64_t row = row0 + r;
     const int col = chunk_col + v * kPer;
-    if (col >= p.n || !rows.keep(p, row)) continue;
+    if (col >= n_out || !rows.keep(p, row)) continue;
     float vals[kPer];
 #pragma unroll
     for (int e = 0; e < kPer; e += 4) {
@@ -95,7 +104,7 @@ __device__ __forceinline__ void write_chunk(const Params& p, const float* stage_
       vals[e] = q.x, vals[e + 1] = q.y, vals[e + 2] = q.z, vals[e + 3] = q.w;
     }
     OutT* dst = static_cast<OutT*>(p.c) + rows.c_offset + row * p.ldc + col;
-    if (p.c_vec && col + kPer <= p.n) {
+    if (p.c_vec && col + kPer <= n_out) {
       Vec<OutT, kPer> out;
 #pragma unroll
       for (int e = 0; e < kPer; ++e) out.v[e] = from_float<OutT>(vals[e]);
@@ -103,13 +112,14 @@ __device__ __forceinline__ void write_chunk(const Params& p, const float* stage_
     } else {
 #pragma unroll
       for (int e = 0; e < kPer; ++e)
-        if (col + e < p.n) dst[e] = from_float<OutT>(vals[e]);
+        if (col + e < n_out) dst[e] = from_float<OutT>(vals[e]);
     }
   }
 }
 
 // Writes one 64 x kBlockN accumulator atom of a consumer warpgroup to c, in 64 x 32
-// chunks staged through `stage_buf`. `row0`/`col0`: the atom's first element in c.
+// chunks staged through `stage_buf` (gated: 64 x 16 outputs a chunk, one a column pair).
+// `row0`/`col0`: the atom's first element in the product.
 template <class Op, class Cfg, class Scales>
 __device__ __forceinline__ void store_atom_staged(const Params& p,
                                                   const typename Op::Acc (&acc)[Cfg::kAccum],
@@ -121,9 +131,11 @@ __device__ __forceinline__ void store_atom_staged(const Params& p,
   // columns 8j + 2*(lane%4) + {0,1}; registers 4j + {2,3} the same columns 8 rows down.
   const int r = warp * 16 + lane / 4;
   float sa_lo = 1.f, sa_hi = 1.f;  // the scales of this thread's two rows
+  bool gated = false;
   if constexpr (Scales::kApplies) {
     sa_lo = row0 + r < p.m ? Scales::row(p, row0 + r) : 0.f;
     sa_hi = row0 + r + 8 < p.m ? Scales::row(p, row0 + r + 8) : 0.f;
+    gated = p.epi.gated != 0;
   }
 #pragma unroll
   for (int chunk = 0; chunk < Cfg::kBlockN / kEpilogueCols; ++chunk) {
@@ -137,20 +149,30 @@ __device__ __forceinline__ void store_atom_staged(const Params& p,
       float2 lo, hi;
       if constexpr (Scales::kApplies) {
         const int c0 = chunk_col + col;
-        const float sb0 = c0 < p.n ? Scales::col(p, c0) : 0.f;
-        const float sb1 = c0 + 1 < p.n ? Scales::col(p, c0 + 1) : 0.f;
-        lo = make_float2(float(acc[4 * j]) * sa_lo * sb0, float(acc[4 * j + 1]) * sa_lo * sb1);
-        hi = make_float2(float(acc[4 * j + 2]) * sa_hi * sb0, float(acc[4 * j + 3]) * sa_hi * sb1);
+        float sb0, sb1, bias0, bias1;
+        Scales::column(p, c0, sb0, bias0);
+        Scales::column(p, c0 + 1, sb1, bias1);
+        lo = make_float2(float(acc[4 * j]) * sa_lo * sb0 + bias0, float(acc[4 * j + 1]) * sa_lo * sb1 + bias1);
+        hi = make_float2(float(acc[4 * j + 2]) * sa_hi * sb0 + bias0, float(acc[4 * j + 3]) * sa_hi * sb1 + bias1);
       } else {
         lo = make_float2(acc[4 * j], acc[4 * j + 1]);
         hi = make_float2(acc[4 * j + 2], acc[4 * j + 3]);
       }
-      *reinterpret_cast<float2*>(stage_buf + r * kEpiloguePitch + col) = lo;
-      *reinterpret_cast<float2*>(stage_buf + (r + 8) * kEpiloguePitch + col) = hi;
+      if (gated) {  // the pair is a gate and its up: one output, column col / 2 of the chunk
+        stage_buf[r * kEpiloguePitch + col / 2] = epilogue_gated(p.epi, lo.x, lo.y);
+        stage_buf[(r + 8) * kEpiloguePitch + col / 2] = epilogue_gated(p.epi, hi.x, hi.y);
+      } else {
+        *reinterpret_cast<float2*>(stage_buf + r * kEpiloguePitch + col) = lo;
+        *reinterpret_cast<float2*>(stage_buf + (r + 8) * kEpiloguePitch + col) = hi;
+      }
     }
     ptx::named_barrier_sync<128>(barrier_id);
     with_c_type<Op>(p.c_kind, [&](auto out) {
-      write_chunk<typename decltype(out)::type>(p, stage_buf, row0, chunk_col, rows);
+      using OutT = typename decltype(out)::type;
+      if (gated)
+        write_chunk<OutT, kEpilogueCols / 2>(p, stage_buf, row0, chunk_col / 2, p.n / 2, rows);
+      else
+        write_chunk<OutT, kEpilogueCols>(p, stage_buf, row0, chunk_col, p.n, rows);
     });
   }
 }
@@ -180,9 +202,20 @@ __device__ __forceinline__ void quad_transpose(W (&e)[4], int lane) {
 // (quad_transpose) so that a lane owns 8 adjacent columns of a row: one 16-byte store for a
 // 16-bit c, two for fp32. Masked at the edges and to the rows the tile may write.
 template <class Op, typename OutT, class Cfg, class Scales>
+__device__ __forceinline__ void store_atom_direct_gated(const Params& p,
+                                                        const typename Op::Acc (&acc)[Cfg::kAccum],
+                                                        int64_t row0, int col0, const TileRows& rows);
+
+template <class Op, typename OutT, class Cfg, class Scales>
 __device__ __forceinline__ void store_atom_direct(const Params& p,
                                                   const typename Op::Acc (&acc)[Cfg::kAccum],
                                                   int64_t row0, int col0, const TileRows& rows) {
+  if constexpr (Scales::kApplies) {
+    if (p.epi.gated) {
+      store_atom_direct_gated<Op, OutT, Cfg, Scales>(p, acc, row0, col0, rows);
+      return;
+    }
+  }
   // Per column pair: two floats (fp32 c), or one 32-bit word of two 16-bit values.
   constexpr bool kFloat = sizeof(OutT) == 4;
   using Pair = Vec<OutT, 2>;
@@ -203,19 +236,19 @@ __device__ __forceinline__ void store_atom_direct(const Params& p,
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int j = 4 * g + i;
-      float sb0 = 1.f, sb1 = 1.f;
+      float sb0 = 1.f, sb1 = 1.f, bias0 = 0.f, bias1 = 0.f;
       if constexpr (Scales::kApplies) {
         const int c0 = col0 + 8 * j + 2 * quad_lane;
-        sb0 = c0 < p.n ? Scales::col(p, c0) : 0.f;
-        sb1 = c0 + 1 < p.n ? Scales::col(p, c0 + 1) : 0.f;
+        Scales::column(p, c0, sb0, bias0);
+        Scales::column(p, c0 + 1, sb1, bias1);
       }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         lo[h][i] = float(acc[4 * j + 2 * h]);
         hi[h][i] = float(acc[4 * j + 2 * h + 1]);
         if constexpr (Scales::kApplies) {
-          lo[h][i] = lo[h][i] * sa[h] * sb0;
-          hi[h][i] = hi[h][i] * sa[h] * sb1;
+          lo[h][i] = lo[h][i] * sa[h] * sb0 + bias0;
+          hi[h][i] = hi[h][i] * sa[h] * sb1 + bias1;
         }
       }
     }
@@ -260,6 +293,59 @@ __device__ __forceinline__ void store_atom_direct(const Params& p,
   }
 }
 
+// store_atom_direct with a gated unit: a thread's column pair (c0, c0 + 1), c0 = col0 + 8j
+// + 2 (lane % 4), is a gate and its up, output column c0 / 2 of c (N / 2 wide). For 32
+// columns (j = 4g..4g + 3) the quad's lanes hold 16 adjacent outputs, one of each j a
+// lane; quad_transpose gives lane q the four of j = 4g + q, columns col0 / 2 + 16g + 4q..+3:
+// one 8-byte store (16-bit c) or 16-byte store (fp32), aligned as c's rows are.
+template <class Op, typename OutT, class Cfg, class Scales>
+__device__ __forceinline__ void store_atom_direct_gated(const Params& p,
+                                                        const typename Op::Acc (&acc)[Cfg::kAccum],
+                                                        int64_t row0, int col0, const TileRows& rows) {
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
+  const int quad_lane = lane % 4;
+  const int n_out = p.n / 2;
+  const int64_t first_row = row0 + warp * 16 + lane / 4;  // and 8 rows below
+  const bool row_ok[2] = {rows.keep(p, first_row), rows.keep(p, first_row + 8)};
+  float sa[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) sa[h] = first_row + 8 * h < p.m ? Scales::row(p, first_row + 8 * h) : 0.f;
+#pragma unroll
+  for (int g = 0; g < Cfg::kBlockN / 32; ++g) {
+    float out[2][4];  // [row h][j - 4g]: this lane's output of column pair j
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int j = 4 * g + i;
+      const int c0 = col0 + 8 * j + 2 * quad_lane;
+      float sb0, sb1, bias0, bias1;
+      Scales::column(p, c0, sb0, bias0);
+      Scales::column(p, c0 + 1, sb1, bias1);
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        out[h][i] = epilogue_gated(p.epi, float(acc[4 * j + 2 * h]) * sa[h] * sb0 + bias0,
+                                   float(acc[4 * j + 2 * h + 1]) * sa[h] * sb1 + bias1);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      quad_transpose(out[h], lane);
+      const int64_t row = first_row + 8 * h;
+      const int col = col0 / 2 + 16 * g + 4 * quad_lane;  // this lane's four outputs
+      if (!row_ok[h] || col >= n_out) continue;
+      OutT* dst = static_cast<OutT*>(p.c) + rows.c_offset + row * p.ldc + col;
+      if (col + 4 <= n_out) {
+        Vec<OutT, 4> v;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) v.v[e] = from_float<OutT>(out[h][e]);
+        *reinterpret_cast<Vec<OutT, 4>*>(dst) = v;
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (col + e < n_out) dst[e] = from_float<OutT>(out[h][e]);
+      }
+    }
+  }
+}
+
 // Writes one 64 x kBlockN accumulator atom to a 16-bit c through shared memory and TMA:
 // each 64 x 64 sub-tile goes by stmatrix (no shuffles) into one of the warpgroup's two
 // buffers, in the 128-byte swizzle map_c reads with, and one thread stores it with
@@ -296,11 +382,11 @@ __device__ __forceinline__ void store_atom_tma(const Params& p,
 #pragma unroll
       for (int q = 0; q < 2; ++q) {
         const int j = s * (kSubtileCols / 8) + jj + q;
-        float sb[2] = {1.f, 1.f};
+        float sb[2] = {1.f, 1.f}, bias[2] = {0.f, 0.f};
         if constexpr (Scales::kApplies) {
           const int c0 = col0 + 8 * j + 2 * (lane % 4);
 #pragma unroll
-          for (int e = 0; e < 2; ++e) sb[e] = c0 + e < p.n ? Scales::col(p, c0 + e) : 0.f;
+          for (int e = 0; e < 2; ++e) Scales::column(p, c0 + e, sb[e], bias[e]);
         }
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -308,7 +394,7 @@ __device__ __forceinline__ void store_atom_tma(const Params& p,
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             float v = float(acc[4 * j + 2 * h + e]);
-            if constexpr (Scales::kApplies) v = v * sa[h] * sb[e];
+            if constexpr (Scales::kApplies) v = v * sa[h] * sb[e] + bias[e];
             pair.v[e] = from_float<OutT>(v);
           }
           r[2 * q + h] = *reinterpret_cast<const uint32_t*>(&pair);
@@ -365,25 +451,31 @@ __device__ __forceinline__ void store_one(const Params& p, int64_t row, int col,
 }
 
 // Split-K: c = the sum of the splits' partial sums, in split order (deterministic), then
-// scaled as the other paths scale; one output element a thread.
+// through the epilogue as the other paths take it; one output element a thread (gated: one
+// output, two sums).
 template <class Op, class Scales>
 __global__ void __launch_bounds__(256) split_k_reduce_kernel(const __grid_constant__ Params p) {
   using Acc = typename Op::Acc;
   ptx::wait_for_prior_grids();  // the partial sums of the GEMM kernel before it
   ptx::allow_dependent_grids();
   const int64_t total = int64_t(p.m) * p.n;
+  const int gated = Scales::kApplies ? p.epi.gated : 0;
+  const int n_out = gated ? p.n / 2 : p.n;
   const Acc* partial = static_cast<const Acc*>(p.partial);
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < int64_t(p.m) * n_out;
        i += int64_t(gridDim.x) * blockDim.x) {
-    Acc sum = partial[i];
-    for (int s = 1; s < p.k_splits; ++s) sum += partial[s * total + i];
-    const int64_t row = i / p.n;
-    const int col = int(i - row * p.n);
-    float v;
-    if constexpr (Scales::kApplies)
-      v = float(sum) * Scales::row(p, row) * Scales::col(p, col);
-    else
-      v = sum;
+    const int64_t row = i / n_out;
+    const int col = int(i - row * n_out);
+    auto value = [&](int col_in) {  // element (row, col_in) of the product, through the terms
+      const int64_t at = row * p.n + col_in;
+      Acc sum = partial[at];
+      for (int s = 1; s < p.k_splits; ++s) sum += partial[s * total + at];
+      if constexpr (Scales::kApplies)
+        return float(sum) * Scales::row(p, row) * Scales::col(p, col_in) + Scales::bias(p, col_in);
+      else
+        return float(sum);
+    };
+    const float v = gated ? epilogue_gated(p.epi, value(2 * col), value(2 * col + 1)) : value(col);
     with_c_type<Op>(p.c_kind, [&](auto out) { store_one<typename decltype(out)::type>(p, row, col, v); });
   }
 }

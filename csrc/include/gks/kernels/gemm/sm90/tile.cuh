@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "gks/kernels/gemm/epilogue_terms.h"
+
 namespace gks::kernels::gemm::sm90 {
 
 constexpr int kRowBytes = 128;              // bytes of K per k-block: one swizzle row
@@ -107,7 +109,8 @@ struct Params {
   int sk_tiles;
   void* sk_partial;
   int* sk_flags;
-  // RowColScales: c = float(acc) * a_scale[row * a_scale_stride] * b_scale[col * ...].
+  // The fused epilogue (Epilogue<Fused>, epilogue_terms.h): scales, bias, gated unit.
+  EpilogueTerms epi;
   // block_scales (promoted operands, Op::kPromote, only): the scale of row r and k-block kb
   // is a_scale[r * a_scale_stride + kb * a_scale_group_stride], that of k-block kb and the
   // 128 columns from 128 j b_scale[kb * b_scale_group_stride + j * b_scale_stride].
