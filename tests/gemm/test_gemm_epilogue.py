@@ -6,9 +6,9 @@ of both ops on the epilogue test shapes with poisoned outputs:
 - what the epilogue means: the gated unit is act_and_mul of the de-interleaved product, and
   the check catches a wrong activation, a dropped bias or scale (no GPU needed);
 - each store path of the Hopper kernel with every part of the epilogue: TMA-store configs
-  with bias and scales, the direct path (16-byte aligned c) and the staged path (any other
-  c, fp32 or 16-bit) gated, split-K's reduction, the WMMA fallback, K = 0, and a c inside a
-  NaN-filled buffer that must stay untouched around it;
+  with bias and scales, the staged path (fp32 or 16-bit c, aligned or not) gated, the
+  direct path with row scales alone, split-K's reduction, the WMMA fallback, K = 0, and a c
+  inside a NaN-filled buffer that must stay untouched around it;
 - the tensors' own layouts: bias in every dtype and strided, scales [M, 1] / [1, N] and
   strided;
 - the torch op under torch.compile and opcheck with an epilogue.
@@ -121,11 +121,12 @@ def test_tma_store_configs_with_bias_and_scales(code):
 @requires_gpu
 @pytest.mark.parametrize("gated", GATED)
 @pytest.mark.parametrize("out_f32", [False, True], ids=["out_16bit", "out_f32"])
-@pytest.mark.parametrize("aligned", [True, False], ids=["direct", "staged"])
+@pytest.mark.parametrize("aligned", [True, False], ids=["aligned", "unaligned"])
 def test_gated_on_every_store_path(gated, out_f32, aligned):
-    """The gated unit through the direct path (c's rows 16-byte aligned) and the staged one
-    (a leading dimension that is not), in fp32 and 16-bit, every config, c inside a NaN
-    buffer whose guard cells must stay NaN."""
+    """The gated unit (with the bias and scales) in fp32 and 16-bit, on a c whose rows are
+    16-byte aligned and on one whose are not, every config, c inside a NaN buffer whose
+    guard cells must stay NaN. (The Hopper kernel stages a gated unit's outputs through
+    shared memory either way; the vector or scalar stores at the end differ.)"""
     import gks.cuda
 
     m, n, k = 200, 264, 520
@@ -142,6 +143,16 @@ def test_gated_on_every_store_path(gated, out_f32, aligned):
         guard = buf.clone()
         guard[1:1 + m, pad:pad + n // 2] = float("nan")
         assert bool(guard.isnan().all()), f"config {config}: the kernel wrote outside c"
+
+
+@requires_gpu
+def test_row_scales_alone_on_the_direct_path():
+    """Row scales alone keep the direct stores (fp32 c: no TMA stores), every config."""
+    inputs = _gemm_inputs((200, 264, 520, 2), salt="direct")
+    inputs["col_scale"] = None
+    configs = range(len(GEMM.configs)) if IS_SM90 else [-1]
+    for config in configs:
+        _check(_gemm(inputs, out_dtype=torch.float32, config=config), inputs, f"config {config}", "float32")
 
 
 @requires_gpu

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// The sm_90a half of gks::gemm and of gks::int8_gemm's Hopper path: the fp16, bf16 and int8
-// instantiations of the Hopper kernel (kernels/gemm/sm90/; all with the fused epilogue, whose
-// terms are run-time options) and the launch entry point, which
-// hands fp8 to gemm_fp8_sm90a.cu. CMake compiles *_sm90a.cu sources for sm_90a only and adds
-// them to the library only when 90a is among GKS_CUDA_ARCHS; gks::gemm (gemm.cu),
-// gks::int8_gemm (int8_gemm.cu) and gks::gemm_fp8 (gemm_fp8.cu) validate everything before
-// calling in here.
+// The sm_90a half of gks::gemm and of gks::int8_gemm's Hopper path: the launch entry point,
+// which hands each operand type to the source that instantiates the Hopper kernel
+// (kernels/gemm/sm90/, all with the fused epilogue, whose terms are run-time options) for
+// it, and the fp16 instantiations themselves. The types compile apart, in parallel
+// (gemm_bf16_sm90a.cu, gemm_int8_sm90a.cu, gemm_fp8_sm90a.cu). CMake compiles *_sm90a.cu
+// sources for sm_90a only and adds them to the library only when 90a is among
+// GKS_CUDA_ARCHS; gks::gemm (gemm.cu), gks::int8_gemm (int8_gemm.cu) and gks::gemm_fp8
+// (gemm_fp8.cu) validate everything before calling in here.
 #include <utility>
 
 #include "gemm/hopper_launch.cuh"
@@ -13,19 +14,16 @@
 namespace gks::detail {
 
 void launch_hopper_gemm_sm90a(const HopperGemmLaunch& launch, cudaStream_t stream) {
-  using hopper::launch_table;
   namespace hk = hopper::hk;
-  using Half = std::make_index_sequence<kNumHopperGemmConfigs>;
   if (launch.dtype == DType::kFloat8E4M3 || launch.dtype == DType::kFloat8E5M2)
     launch_hopper_fp8_sm90a(launch, stream);
   else if (launch.dtype == DType::kInt8)
-    launch_table<hk::Int8Operands, hk::Fused, kHopperInt8Configs>(
-        launch, stream, "gks.int8_gemm", std::make_index_sequence<kNumHopperInt8Configs>{});
+    launch_hopper_int8_sm90a(launch, stream);
   else if (launch.dtype == DType::kBFloat16)
-    launch_table<hk::HalfOperands<__nv_bfloat16>, hk::Fused, kHopperGemmConfigs>(launch, stream, "gks.gemm",
-                                                                                 Half{});
+    launch_hopper_bf16_sm90a(launch, stream);
   else
-    launch_table<hk::HalfOperands<__half>, hk::Fused, kHopperGemmConfigs>(launch, stream, "gks.gemm", Half{});
+    hopper::launch_table<hk::HalfOperands<__half>, hk::Fused, kHopperGemmConfigs>(
+        launch, stream, "gks.gemm", std::make_index_sequence<kNumHopperGemmConfigs>{});
 }
 
 }  // namespace gks::detail

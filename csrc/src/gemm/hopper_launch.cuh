@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The Hopper GEMM's launch machinery, shared by the *_sm90a.cu sources that instantiate its
-// operand types (gemm_sm90a.cu: fp16, bf16 and int8; gemm_fp8_sm90a.cu: fp8), which are
+// operand types (gemm_sm90a.cu: fp16; gemm_bf16_sm90a.cu, gemm_int8_sm90a.cu, gemm_fp8_sm90a.cu), which are
 // compiled apart so that the instantiations build in parallel: tensor maps, the persistent
 // grid, split-K and stream-K workspaces, and the launch of one config of a table.
 // Include only from *_sm90a.cu sources.

@@ -16,20 +16,38 @@
 
 namespace gks::kernels::gemm {
 
+// The terms are read without branches: they are inlined at every column pair of the
+// unrolled stores, and a branch each made the Hopper kernels far slower to compile. An
+// absent term reads a constant (stride 0) instead.
+static __device__ const float kEpilogueOne = 1.f;
+static __device__ const uint32_t kEpilogueZero = 0;  // 0.f, and a 16-bit 0 in its low half
+
 __device__ __forceinline__ float epilogue_row_scale(const EpilogueTerms& e, int64_t row) {
-  return e.row_scale ? e.row_scale[row * e.row_scale_stride] : 1.f;
+  const float* s = e.row_scale ? e.row_scale : &kEpilogueOne;
+  return s[row * (e.row_scale ? e.row_scale_stride : 0)];
 }
 
 __device__ __forceinline__ float epilogue_col_scale(const EpilogueTerms& e, int64_t col) {
-  return e.col_scale ? e.col_scale[col * e.col_scale_stride] : 1.f;
+  const float* s = e.col_scale ? e.col_scale : &kEpilogueOne;
+  return s[col * (e.col_scale ? e.col_scale_stride : 0)];
 }
 
+// One read at one address: 32 bits of an fp32 bias, or 16 of a 16-bit one, widened (bf16:
+// the high half of an fp32; fp16: __half2float).
 __device__ __forceinline__ float epilogue_bias(const EpilogueTerms& e, int64_t col) {
-  if (!e.bias) return 0.f;
-  const int64_t i = col * e.bias_stride;
-  if (e.bias_kind == 0) return static_cast<const float*>(e.bias)[i];
-  if (e.bias_kind == 1) return __half2float(static_cast<const __half*>(e.bias)[i]);
-  return __bfloat162float(static_cast<const __nv_bfloat16*>(e.bias)[i]);
+  const bool wide = e.bias_kind == 0;
+  const char* base = e.bias ? static_cast<const char*>(e.bias) : reinterpret_cast<const char*>(&kEpilogueZero);
+  const char* at = base + col * (e.bias ? e.bias_stride * (wide ? 4 : 2) : 0);
+  const uint32_t bits = wide ? *reinterpret_cast<const uint32_t*>(at) : *reinterpret_cast<const uint16_t*>(at);
+  return wide ? __uint_as_float(bits)
+       : e.bias_kind == 2 ? __uint_as_float(bits << 16)
+                          : __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+}
+
+// Whether c's columns take terms of their own (a scale, a bias, or a gated unit): the
+// Hopper kernel's direct stores apply row scales only, and leave those to the other paths.
+__device__ __forceinline__ bool has_column_terms(const EpilogueTerms& e) {
+  return e.col_scale || e.bias || e.gated;
 }
 
 // The gated unit of a gate and its up (e.gated != 0).

@@ -14,12 +14,18 @@
 //    stored by one thread's cp.async.bulk.tensor, which also clips the edges. Fewer
 //    instructions between a tile's last wgmma and the next tile's first than the direct
 //    path: no shuffles, no per-lane stores;
-//  * direct (c_vec: c's rows 16-byte aligned): the four lanes of a quad swap values with
-//    shuffles so that each holds 8 adjacent columns of a row, one 16-byte store (two for
-//    fp32), no shared memory and no barrier; gated, 4 adjacent outputs a lane;
+//  * direct (c_vec: c's rows 16-byte aligned, and no column terms: row scales at most): the
+//    four lanes of a quad swap values with shuffles so that each holds 8 adjacent columns
+//    of a row, one 16-byte store (two for fp32), no shared memory and no barrier;
 //  * staged (any other c): 64 x 32 fp32 chunks in a private shared buffer (rows padded to
 //    40 floats: the float2 writes of a half-warp and the 16-byte reads hit distinct banks)
-//    written out row-contiguously, converting to the output dtype.
+//    written out row-contiguously, converting to the output dtype. A gated unit's
+//    activations run there in a loop that is not unrolled.
+// Code size is compile time here: every term and activation inlined at each column pair
+// of an unrolled store is copied per config, store path and output type. The column terms
+// (epilogue_terms.cuh, read without branches) live in the TMA and staged paths only, the
+// activations in one rolled loop; with them in every path and unrolled, a config took 3x
+// as long to compile as without the epilogue (now 1.5x).
 // The accumulators are never reinterpreted as integers: ptxas would then move them between
 // register classes inside the main loop and serialize its wgmmas.
 #pragma once
@@ -83,9 +89,9 @@ __device__ __forceinline__ void with_c_type(int c_kind, F&& f) {
 }
 
 // Reads a staged 64 x kCols chunk out to c (rows from row0, columns from chunk_col of c's
-// n_out) as OutT, 16 bytes a store where c allows, masked at the edges and to the rows the
-// tile may write.
-template <typename OutT, int kCols>
+// n_out; column j of the chunk at float kStride j of its row) as OutT, 16 bytes a store
+// where c allows, masked at the edges and to the rows the tile may write.
+template <typename OutT, int kCols, int kStride = 1>
 __device__ __forceinline__ void write_chunk(const Params& p, const float* stage_buf, int64_t row0,
                                             int chunk_col, int n_out, const TileRows& rows) {
   constexpr int kPer = 16 / int(sizeof(OutT));  // outputs per 16-byte store
@@ -100,8 +106,14 @@ __device__ __forceinline__ void write_chunk(const Params& p, const float* stage_
     float vals[kPer];
 #pragma unroll
     for (int e = 0; e < kPer; e += 4) {
-      const float4 q = *reinterpret_cast<const float4*>(stage_buf + r * kEpiloguePitch + v * kPer + e);
-      vals[e] = q.x, vals[e + 1] = q.y, vals[e + 2] = q.z, vals[e + 3] = q.w;
+      const float* at = stage_buf + r * kEpiloguePitch + (v * kPer + e) * kStride;
+      if constexpr (kStride == 1) {
+        const float4 q = *reinterpret_cast<const float4*>(at);
+        vals[e] = q.x, vals[e + 1] = q.y, vals[e + 2] = q.z, vals[e + 3] = q.w;
+      } else {
+#pragma unroll
+        for (int f = 0; f < 4; ++f) vals[e + f] = at[f * kStride];
+      }
     }
     OutT* dst = static_cast<OutT*>(p.c) + rows.c_offset + row * p.ldc + col;
     if (p.c_vec && col + kPer <= n_out) {
@@ -118,8 +130,9 @@ __device__ __forceinline__ void write_chunk(const Params& p, const float* stage_
 }
 
 // Writes one 64 x kBlockN accumulator atom of a consumer warpgroup to c, in 64 x 32
-// chunks staged through `stage_buf` (gated: 64 x 16 outputs a chunk, one a column pair).
-// `row0`/`col0`: the atom's first element in the product.
+// chunks staged through `stage_buf` (gated: 64 x 16 outputs a chunk, one a column pair,
+// each written over its gate's float). `row0`/`col0`: the atom's first element in the
+// product.
 template <class Op, class Cfg, class Scales>
 __device__ __forceinline__ void store_atom_staged(const Params& p,
                                                   const typename Op::Acc (&acc)[Cfg::kAccum],
@@ -158,19 +171,24 @@ __device__ __forceinline__ void store_atom_staged(const Params& p,
         lo = make_float2(acc[4 * j], acc[4 * j + 1]);
         hi = make_float2(acc[4 * j + 2], acc[4 * j + 3]);
       }
-      if (gated) {  // the pair is a gate and its up: one output, column col / 2 of the chunk
-        stage_buf[r * kEpiloguePitch + col / 2] = epilogue_gated(p.epi, lo.x, lo.y);
-        stage_buf[(r + 8) * kEpiloguePitch + col / 2] = epilogue_gated(p.epi, hi.x, hi.y);
-      } else {
-        *reinterpret_cast<float2*>(stage_buf + r * kEpiloguePitch + col) = lo;
-        *reinterpret_cast<float2*>(stage_buf + (r + 8) * kEpiloguePitch + col) = hi;
-      }
+      *reinterpret_cast<float2*>(stage_buf + r * kEpiloguePitch + col) = lo;
+      *reinterpret_cast<float2*>(stage_buf + (r + 8) * kEpiloguePitch + col) = hi;
     }
     ptx::named_barrier_sync<128>(barrier_id);
+    if (gated) {
+      // Each (gate, up) pair of the chunk becomes its output, over the gate, by the one
+      // thread that reads it; a loop kept rolled, so the activations are inlined once.
+#pragma unroll 1
+      for (int i = t; i < 64 * (kEpilogueCols / 2); i += 128) {
+        float* pair = stage_buf + (i / (kEpilogueCols / 2)) * kEpiloguePitch + 2 * (i % (kEpilogueCols / 2));
+        pair[0] = epilogue_gated(p.epi, pair[0], pair[1]);
+      }
+      ptx::named_barrier_sync<128>(barrier_id);
+    }
     with_c_type<Op>(p.c_kind, [&](auto out) {
       using OutT = typename decltype(out)::type;
       if (gated)
-        write_chunk<OutT, kEpilogueCols / 2>(p, stage_buf, row0, chunk_col / 2, p.n / 2, rows);
+        write_chunk<OutT, kEpilogueCols / 2, 2>(p, stage_buf, row0, chunk_col / 2, p.n / 2, rows);
       else
         write_chunk<OutT, kEpilogueCols>(p, stage_buf, row0, chunk_col, p.n, rows);
     });
@@ -202,20 +220,9 @@ __device__ __forceinline__ void quad_transpose(W (&e)[4], int lane) {
 // (quad_transpose) so that a lane owns 8 adjacent columns of a row: one 16-byte store for a
 // 16-bit c, two for fp32. Masked at the edges and to the rows the tile may write.
 template <class Op, typename OutT, class Cfg, class Scales>
-__device__ __forceinline__ void store_atom_direct_gated(const Params& p,
-                                                        const typename Op::Acc (&acc)[Cfg::kAccum],
-                                                        int64_t row0, int col0, const TileRows& rows);
-
-template <class Op, typename OutT, class Cfg, class Scales>
 __device__ __forceinline__ void store_atom_direct(const Params& p,
                                                   const typename Op::Acc (&acc)[Cfg::kAccum],
                                                   int64_t row0, int col0, const TileRows& rows) {
-  if constexpr (Scales::kApplies) {
-    if (p.epi.gated) {
-      store_atom_direct_gated<Op, OutT, Cfg, Scales>(p, acc, row0, col0, rows);
-      return;
-    }
-  }
   // Per column pair: two floats (fp32 c), or one 32-bit word of two 16-bit values.
   constexpr bool kFloat = sizeof(OutT) == 4;
   using Pair = Vec<OutT, 2>;
@@ -236,19 +243,13 @@ __device__ __forceinline__ void store_atom_direct(const Params& p,
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int j = 4 * g + i;
-      float sb0 = 1.f, sb1 = 1.f, bias0 = 0.f, bias1 = 0.f;
-      if constexpr (Scales::kApplies) {
-        const int c0 = col0 + 8 * j + 2 * quad_lane;
-        Scales::column(p, c0, sb0, bias0);
-        Scales::column(p, c0 + 1, sb1, bias1);
-      }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         lo[h][i] = float(acc[4 * j + 2 * h]);
         hi[h][i] = float(acc[4 * j + 2 * h + 1]);
         if constexpr (Scales::kApplies) {
-          lo[h][i] = lo[h][i] * sa[h] * sb0 + bias0;
-          hi[h][i] = hi[h][i] * sa[h] * sb1 + bias1;
+          lo[h][i] = lo[h][i] * sa[h];
+          hi[h][i] = hi[h][i] * sa[h];
         }
       }
     }
@@ -288,59 +289,6 @@ __device__ __forceinline__ void store_atom_direct(const Params& p,
           else
             dst[e] = reinterpret_cast<const Pair*>(&packed[e / 2])->v[e % 2];
         }
-      }
-    }
-  }
-}
-
-// store_atom_direct with a gated unit: a thread's column pair (c0, c0 + 1), c0 = col0 + 8j
-// + 2 (lane % 4), is a gate and its up, output column c0 / 2 of c (N / 2 wide). For 32
-// columns (j = 4g..4g + 3) the quad's lanes hold 16 adjacent outputs, one of each j a
-// lane; quad_transpose gives lane q the four of j = 4g + q, columns col0 / 2 + 16g + 4q..+3:
-// one 8-byte store (16-bit c) or 16-byte store (fp32), aligned as c's rows are.
-template <class Op, typename OutT, class Cfg, class Scales>
-__device__ __forceinline__ void store_atom_direct_gated(const Params& p,
-                                                        const typename Op::Acc (&acc)[Cfg::kAccum],
-                                                        int64_t row0, int col0, const TileRows& rows) {
-  const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
-  const int quad_lane = lane % 4;
-  const int n_out = p.n / 2;
-  const int64_t first_row = row0 + warp * 16 + lane / 4;  // and 8 rows below
-  const bool row_ok[2] = {rows.keep(p, first_row), rows.keep(p, first_row + 8)};
-  float sa[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) sa[h] = first_row + 8 * h < p.m ? Scales::row(p, first_row + 8 * h) : 0.f;
-#pragma unroll
-  for (int g = 0; g < Cfg::kBlockN / 32; ++g) {
-    float out[2][4];  // [row h][j - 4g]: this lane's output of column pair j
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int j = 4 * g + i;
-      const int c0 = col0 + 8 * j + 2 * quad_lane;
-      float sb0, sb1, bias0, bias1;
-      Scales::column(p, c0, sb0, bias0);
-      Scales::column(p, c0 + 1, sb1, bias1);
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        out[h][i] = epilogue_gated(p.epi, float(acc[4 * j + 2 * h]) * sa[h] * sb0 + bias0,
-                                   float(acc[4 * j + 2 * h + 1]) * sa[h] * sb1 + bias1);
-    }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      quad_transpose(out[h], lane);
-      const int64_t row = first_row + 8 * h;
-      const int col = col0 / 2 + 16 * g + 4 * quad_lane;  // this lane's four outputs
-      if (!row_ok[h] || col >= n_out) continue;
-      OutT* dst = static_cast<OutT*>(p.c) + rows.c_offset + row * p.ldc + col;
-      if (col + 4 <= n_out) {
-        Vec<OutT, 4> v;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) v.v[e] = from_float<OutT>(out[h][e]);
-        *reinterpret_cast<Vec<OutT, 4>*>(dst) = v;
-      } else {
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (col + e < n_out) dst[e] = from_float<OutT>(out[h][e]);
       }
     }
   }
@@ -510,7 +458,7 @@ struct Epilogue {
                                                     int(wg_row) + a * 64, col0, sub);
           });
         }
-      } else if (p.c_vec) {
+      } else if (p.c_vec && !(Scales::kApplies && has_column_terms(p.epi))) {
         with_c_type<Op>(p.c_kind, [&](auto out) {
           store_atom_direct<Op, typename decltype(out)::type, Cfg, Scales>(p, acc[a],
                                                                           wg_row + a * 64, col0, rows);
