@@ -112,9 +112,9 @@ tvm::ffi::String int8_gemm_path(tvm::ffi::TensorView a_q, tvm::ffi::TensorView b
 
 // c = float(a @ b) scaled (fp8 wgmma, fp32 accumulate): scaling "tensor", "row" or "block"
 // (gks::Fp8Scaling).
-void gemm_fp8(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorView a_scale,
-              tvm::ffi::TensorView b_scale, tvm::ffi::TensorView c, tvm::ffi::String scaling,
-              int64_t config, OptionalTensor bias, tvm::ffi::String gated) {
+void gemm_fp8_epilogue(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorView a_scale,
+                       tvm::ffi::TensorView b_scale, tvm::ffi::TensorView c, tvm::ffi::String scaling,
+                       int64_t config, OptionalTensor bias, tvm::ffi::String gated) {
   using namespace gks::ffi;
   translate_errors([&] {
     gks::GemmFp8Args args{to_ref(a), to_ref(b), to_ref(a_scale), to_ref(b_scale), to_ref(c)};
@@ -128,6 +128,13 @@ void gemm_fp8(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorVi
     args.epilogue = epilogue_arg(bias, OptionalTensor(), OptionalTensor(), std::string(gated), "gks.gemm_fp8");
     gks::gemm_fp8(args, stream_for(args.a));
   });
+}
+
+// gemm_fp8 without an epilogue: its own entry point, so that a plain call (and gks.jax's
+// custom call, which then needs no adapter for absent tensors) stays direct.
+void gemm_fp8(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorView a_scale,
+              tvm::ffi::TensorView b_scale, tvm::ffi::TensorView c, tvm::ffi::String scaling, int64_t config) {
+  gemm_fp8_epilogue(a, b, a_scale, b_scale, c, scaling, config, OptionalTensor(), tvm::ffi::String(""));
 }
 
 // The MoE expert GEMMs in one launch: exactly one of group_offsets (contiguous layout) and
@@ -177,11 +184,19 @@ gks::GemmArgs gemm_args(const tvm::ffi::TensorView& a, const tvm::ffi::TensorVie
   return args;
 }
 
-// c = a @ b (fp16/bf16 in, fp32 accumulate, c fp32 or a's dtype) through the fused epilogue
-// (bias, row_scale, col_scale, gated: "" for none): the Hopper kernel on sm_90a, else the
-// WMMA kernel.
-void gemm(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorView c, int64_t config,
-          OptionalTensor bias, OptionalTensor row_scale, OptionalTensor col_scale, tvm::ffi::String gated) {
+// c = a @ b (fp16/bf16 in, fp32 accumulate, c fp32 or a's dtype): the Hopper kernel on
+// sm_90a, else the WMMA kernel.
+void gemm(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorView c, int64_t config) {
+  gks::ffi::translate_errors([&] {
+    const gks::GemmArgs args = gemm_args(a, b, c, config);
+    gks::gemm(args, gks::ffi::stream_for(args.a));
+  });
+}
+
+// gemm through the fused epilogue (bias, row_scale, col_scale, gated: "" for none).
+void gemm_epilogue(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorView c, int64_t config,
+                   OptionalTensor bias, OptionalTensor row_scale, OptionalTensor col_scale,
+                   tvm::ffi::String gated) {
   gks::ffi::translate_errors([&] {
     gks::GemmArgs args = gemm_args(a, b, c, config);
     args.epilogue = epilogue_arg(bias, row_scale, col_scale, std::string(gated), "gks.gemm");
@@ -313,7 +328,9 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(int8_gemm, int8_gemm);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(int8_gemm_alloc, int8_gemm_alloc);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(int8_gemm_path, int8_gemm_path);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(gemm, gemm);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(gemm_epilogue, gemm_epilogue);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(gemm_fp8, gemm_fp8);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(gemm_fp8_epilogue, gemm_fp8_epilogue);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(gemm_fp8_configs, gemm_fp8_configs);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(grouped_gemm, grouped_gemm);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(grouped_gemm_configs, grouped_gemm_configs);

@@ -96,13 +96,20 @@ def gemm_out(a, b, c, config: int = -1, *, bias=None, row_scale=None, col_scale=
     ('silu', 'gelu' or 'gelu_tanh') act(y[:, 2j]) * y[:, 2j + 1] into c [M, N / 2]). The
     Hopper kernel on sm_90 (config: an index into gemm_config_names(), or -1 for the
     heuristic), else the WMMA fallback; see gemm_path."""
-    _native.module().gemm(a, b, c, int(config), bias, row_scale, col_scale, _gated(gated))
+    if bias is None and row_scale is None and col_scale is None and gated is None:
+        _native.module().gemm(a, b, c, int(config))  # a plain call's own, direct, entry point
+    else:
+        _native.module().gemm_epilogue(a, b, c, int(config), bias, row_scale, col_scale, _gated(gated, "gks.gemm"))
 
 
-def _gated(gated) -> str:
-    """gated as the bindings take it: the activation's name, "" for none (the library
-    refuses any other value, naming 'gated')."""
-    return "" if gated is None else gated if isinstance(gated, str) else repr(gated)
+def _gated(gated, op: str) -> str:
+    """gated as the bindings take it: the activation's name, "" for none; anything but a
+    non-empty string (or None) is refused here, as the library refuses an unknown name."""
+    if gated is None:
+        return ""
+    if not isinstance(gated, str) or not gated:
+        raise ValueError(f"{op}: argument 'gated' must be None, 'silu', 'gelu' or 'gelu_tanh', got {gated!r}")
+    return gated
 
 
 def gemm_alloc(a, b, out_dtype, config: int = -1, *, bias=None, row_scale=None, col_scale=None, gated=None):
@@ -112,7 +119,8 @@ def gemm_alloc(a, b, out_dtype, config: int = -1, *, bias=None, row_scale=None, 
     native call instead of a Python-level allocation plus gemm_out: less host time a call,
     which is what bounds small GEMMs on a slow host (docs/perf/gemm.md). Other frameworks get
     a ValueError saying so; they use gemm_out."""
-    return _native.module().gemm_alloc(a, b, out_dtype, int(config), bias, row_scale, col_scale, _gated(gated))
+    return _native.module().gemm_alloc(a, b, out_dtype, int(config), bias, row_scale, col_scale,
+                                       _gated(gated, "gks.gemm"))
 
 
 def gemm_path(a, b, c) -> str:
@@ -131,7 +139,11 @@ def gemm_fp8_out(a, b, a_scale, b_scale, c, scaling: str = "tensor", config: int
     gks.reference.gemm_fp8. The Hopper kernel (sm_90a only; fp8 wgmma, every 128 of K
     promoted into fp32): off compute capability 9.0, or in a build without sm_90a, it
     refuses the call. config: an index into gemm_config_names("gemm_fp8"), or -1."""
-    _native.module().gemm_fp8(a, b, a_scale, b_scale, c, scaling, int(config), bias, _gated(gated))
+    if bias is None and gated is None:
+        _native.module().gemm_fp8(a, b, a_scale, b_scale, c, scaling, int(config))
+    else:
+        _native.module().gemm_fp8_epilogue(a, b, a_scale, b_scale, c, scaling, int(config), bias,
+                                           _gated(gated, "gks.gemm_fp8"))
 
 
 def grouped_gemm_out(a, b, group_offsets, group_counts, c, config: int = -1) -> None:

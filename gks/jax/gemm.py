@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gks.jax._ffi import call, dtype_of, like, tuned
-from gks.specs.gemm import checked_fp8_out_dtype, grouped_gemm_shape
+from gks.specs.gemm import GATED, checked_fp8_out_dtype, epilogue_code, grouped_gemm_shape
 
 __all__ = ["sgemm", "wmma_gemm", "int8_gemm", "gemm", "gemm_fp8", "grouped_gemm", "grouped_gemm_fp8"]
 
@@ -64,8 +64,11 @@ def gemm(a, b, out_dtype=None, config: int = -1, *, bias=None, row_scale=None, c
     where given: bias, row_scale, col_scale, gated (see gks.gemm)."""
     a, b = jnp.asarray(a), jnp.asarray(b)
     out = np.dtype(a.dtype) if out_dtype is None else dtype_of(out_dtype, "gemm", "out_dtype")
+    dims = _mnk(a, b)
+    if dims is not None and gated in (None, *GATED):  # the tuned tables key on the epilogue too, as gks.gemm's
+        dims += (epilogue_code(bias is not None, row_scale is not None or col_scale is not None, gated),)
     return call("gemm", {"a": a, "b": b, **_epilogue(bias, row_scale, col_scale, gated)},
-                (like(a, out, _gated_mn(a, b, gated)),), config=tuned("gemm", config, a.dtype, _mnk(a, b)))[0]
+                (like(a, out, _gated_mn(a, b, gated)),), config=tuned("gemm", config, a.dtype, dims))[0]
 
 
 def int8_gemm(a_q, b_q, a_scale, b_scale, out_dtype=jnp.float16, config: int = -1):

@@ -177,7 +177,8 @@ __device__ __forceinline__ void store_atom_staged(const Params& p,
     ptx::named_barrier_sync<128>(barrier_id);
     if (gated) {
       // Each (gate, up) pair of the chunk becomes its output, over the gate, by the one
-      // thread that reads it; a loop kept rolled, so the activations are inlined once.
+      // thread that reads it; a loop kept rolled, so the activations are inlined once a
+      // chunk rather than at every column pair.
 #pragma unroll 1
       for (int i = t; i < 64 * (kEpilogueCols / 2); i += 128) {
         float* pair = stage_buf + (i / (kEpilogueCols / 2)) * kEpiloguePitch + 2 * (i % (kEpilogueCols / 2));
