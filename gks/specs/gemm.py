@@ -656,12 +656,17 @@ def _torch_epilogue(product, compiled: bool):
 
 
 def _cublas_epilogue(compiled: bool):
-    import torch
+    """The peer's maker (torch is imported when it is made: the specs load without it)."""
 
-    def product(a, b, out_dtype=None, **_):
-        return torch.matmul(a, b) if out_dtype in (None, a.dtype) else torch.matmul(a.float(), b.float())
+    def make():
+        import torch
 
-    return lambda: _torch_epilogue(product, compiled)
+        def product(a, b, out_dtype=None, **_):
+            return torch.matmul(a, b) if out_dtype in (None, a.dtype) else torch.matmul(a.float(), b.float())
+
+        return _torch_epilogue(product, compiled)
+
+    return make
 
 
 def _epilogue_bad_inputs(args, scales: bool = True) -> tuple[BadInput, ...]:
