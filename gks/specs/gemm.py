@@ -634,18 +634,7 @@ def _torch_epilogue(product, compiled: bool):
     epilogue is the bare product's; the compiled peer leaves it out."""
     import torch
 
-    def epilogue(y, bias=None, row_scale=None, col_scale=None, gated=None):
-        if row_scale is not None:
-            y = y * row_scale.reshape(-1, 1).to(y.dtype)
-        if col_scale is not None:
-            y = y * col_scale.reshape(1, -1).to(y.dtype)
-        if bias is not None:
-            y = y + bias.to(y.dtype)
-        if gated is not None:
-            y = _activation(y[:, 0::2], gated) * y[:, 1::2]
-        return y
-
-    fn = torch.compile(epilogue, dynamic=False) if compiled else epilogue
+    fn = torch.compile(apply_epilogue, dynamic=False) if compiled else apply_epilogue
 
     def run(bias=None, row_scale=None, col_scale=None, gated=None, **call):
         if compiled and bias is None and row_scale is None and col_scale is None and gated is None:
