@@ -125,23 +125,27 @@ def test_tma_store_configs_with_bias_and_scales(code):
 def test_gated_on_every_store_path(gated, out_f32, aligned):
     """The gated unit (with the bias and scales) in fp32 and 16-bit, on a c whose rows are
     16-byte aligned and on one whose are not, every config, c inside a NaN buffer whose
-    guard cells must stay NaN. (The Hopper kernel stages a gated unit's outputs through
-    shared memory either way; the vector or scalar stores at the end differ.)"""
+    guard cells must stay NaN. On the Hopper kernel an aligned 16-bit c takes the TMA
+    stores for silu and gelu_tanh (store_atom_tma_gated) and the staged path for gelu; the
+    others stage, with vector or scalar stores at the end."""
     import gks.cuda
 
     m, n, k = 200, 264, 520
     inputs = _gemm_inputs((m, n, k, epilogue_code(True, True, gated)), salt=f"paths{out_f32}{aligned}")
     dt = torch.float32 if out_f32 else inputs["a"].dtype
     configs = range(len(GEMM.configs)) if IS_SM90 else [-1]
+    # c starts `left` elements into its row of the buffer, whose rows are n / 2 + left +
+    # right long: aligned, 16 bytes in and a 16-byte multiple long (what a tensor map needs).
+    left, right = (8, 4) if aligned else (3, 3)
+    assert not aligned or (n // 2 + left + right) * dt.itemsize % 16 == 0
     for config in configs:
-        pad = 8 if aligned else 3  # c's leading dimension n / 2 + 2 pad
-        buf = torch.full((m + 2, n // 2 + 2 * pad), float("nan"), dtype=dt, device="cuda")
-        c = buf[1:1 + m, pad:pad + n // 2]
+        buf = torch.full((m + 2, n // 2 + left + right), float("nan"), dtype=dt, device="cuda")
+        c = buf[1:1 + m, left:left + n // 2]
         gks.cuda.gemm_out(inputs["a"], inputs["b"], c, config, bias=inputs["bias"], row_scale=inputs["row_scale"],
                           col_scale=inputs["col_scale"], gated=gated)
         _check(c, inputs, f"config {config} {gated} aligned={aligned}", str(dt).removeprefix("torch."))
         guard = buf.clone()
-        guard[1:1 + m, pad:pad + n // 2] = float("nan")
+        guard[1:1 + m, left:left + n // 2] = float("nan")
         assert bool(guard.isnan().all()), f"config {config}: the kernel wrote outside c"
 
 
@@ -206,8 +210,8 @@ def test_wmma_fallback_and_k0():
 @requires_sm90
 @pytest.mark.parametrize("scaling", ["tensor", "row", "block"])
 def test_gemm_fp8_gated_on_both_store_paths(scaling):
-    """gemm_fp8's epilogue (bias and gated, on top of its scaling) on the direct and staged
-    paths, every config."""
+    """gemm_fp8's epilogue (bias and gated, on top of its scaling) on a c that TMA can
+    store (rows 16 bytes in, 288 bytes long) and on one it cannot (staged), every config."""
     import gks.cuda
     from gks.specs.gemm import GEMM_FP8_SCALINGS
 
@@ -215,14 +219,14 @@ def test_gemm_fp8_gated_on_both_store_paths(scaling):
     inputs = FP8.make_inputs(shape, "bfloat16", "cuda", seed_for("fp8 epilogue", scaling))
     ref = FP8.reference(**inputs, precise=True)
     for config in range(len(FP8.configs)):
-        for pad in (8, 3):
-            buf = torch.full((130, 132 + 2 * pad), float("nan"), dtype=torch.bfloat16, device="cuda")
-            c = buf[:, pad:pad + 132]
+        for left, right in ((8, 4), (3, 3)):
+            buf = torch.full((130, 132 + left + right), float("nan"), dtype=torch.bfloat16, device="cuda")
+            c = buf[:, left:left + 132]
             gks.cuda.gemm_fp8_out(inputs["a"], inputs["b"], inputs["a_scale"], inputs["b_scale"], c, scaling,
                                   config, bias=inputs["bias"], gated="silu")
             FP8.check(c, ref, "bfloat16", inputs)
             guard = buf.clone()
-            guard[:, pad:pad + 132] = float("nan")
+            guard[:, left:left + 132] = float("nan")
             assert bool(guard.isnan().all()), f"config {config}: the kernel wrote outside c"
 
 

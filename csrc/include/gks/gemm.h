@@ -629,12 +629,16 @@ void launch_hopper_grouped_sm90a(const HopperGroupedLaunch& launch, cudaStream_t
 // Defined in gemm_sm90a.cu, which exists in the library only when GKS_WITH_SM90A is
 // defined; call it only under that macro.
 void launch_hopper_gemm_sm90a(const HopperGemmLaunch& launch, cudaStream_t stream);
-// Its parts by operand type, each a source of its own so that they compile in parallel
-// (gemm_fp8_sm90a.cu, gemm_bf16_sm90a.cu, gemm_int8_sm90a.cu); launch_hopper_gemm_sm90a
-// (gemm_sm90a.cu: fp16 itself) calls them.
+// Its parts by operand type and epilogue, each a source of its own so that they compile in
+// parallel (gemm_fp8_sm90a.cu, gemm_bf16_sm90a.cu, gemm_int8_sm90a.cu with the fused
+// epilogue; gemm_fp16_plain_sm90a.cu and gemm_bf16_plain_sm90a.cu without one, for calls
+// that give no term); launch_hopper_gemm_sm90a (gemm_sm90a.cu: fp16 with the fused
+// epilogue itself) calls them.
 void launch_hopper_fp8_sm90a(const HopperGemmLaunch& launch, cudaStream_t stream);
 void launch_hopper_bf16_sm90a(const HopperGemmLaunch& launch, cudaStream_t stream);
 void launch_hopper_int8_sm90a(const HopperGemmLaunch& launch, cudaStream_t stream);
+void launch_hopper_fp16_plain_sm90a(const HopperGemmLaunch& launch, cudaStream_t stream);
+void launch_hopper_bf16_plain_sm90a(const HopperGemmLaunch& launch, cudaStream_t stream);
 
 }  // namespace detail
 }  // namespace gks

@@ -29,7 +29,8 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 }  // namespace
 
 CUresult encode_tensor_map(CUtensorMap* map, DType dtype, int rank, const void* data,
-                           const uint64_t* dims, const uint64_t* strides, const uint32_t* box) {
+                           const uint64_t* dims, const uint64_t* strides, const uint32_t* box,
+                           int swizzle_bytes) {
   std::memset(map, 0, sizeof(*map));
   cuuint64_t dims_[5], strides_[4];
   cuuint32_t box_[5], element_strides[5];
@@ -45,7 +46,8 @@ CUresult encode_tensor_map(CUtensorMap* map, DType dtype, int rank, const void* 
                                                                : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   return tensor_map_encoder()(map, type, cuuint32_t(rank), const_cast<void*>(data), dims_, strides_,
                               box_, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                              CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                              swizzle_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B,
+                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 

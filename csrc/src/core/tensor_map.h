@@ -14,9 +14,11 @@ namespace gks::detail {
 
 // A tiled tensor map over `rank` dims (innermost first) of 8- or 16-bit elements: sizes
 // `dims`, byte strides of dims 1.. in `strides`, boxes of `box` elements, the 128-byte
-// swizzle (a box's inner extent is 128 bytes), zero fill outside the tensor. Returns the
-// driver's result (CUDA_SUCCESS or why it refused the layout).
+// swizzle (a box's inner extent is 128 bytes) or with swizzle_bytes = 64 the 64-byte one
+// (an inner extent of 64 bytes), zero fill outside the tensor. Returns the driver's result
+// (CUDA_SUCCESS or why it refused the layout).
 CUresult encode_tensor_map(CUtensorMap* map, DType dtype, int rank, const void* data,
-                           const uint64_t* dims, const uint64_t* strides, const uint32_t* box);
+                           const uint64_t* dims, const uint64_t* strides, const uint32_t* box,
+                           int swizzle_bytes = 128);
 
 }  // namespace gks::detail

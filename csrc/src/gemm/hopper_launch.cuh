@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "gemm/launch.h"
+#include "gks/activation.h"
 #include "gks/gemm.h"
 #include "gks/kernels/gemm/sm90/kernel.cuh"
 #include "core/launch.h"
@@ -32,16 +33,17 @@ namespace hk = kernels::gemm::sm90;
 // (or, for c, written) in boxes of [box_rows, 128 bytes] with the 128-byte swizzle the wgmma
 // descriptors and the epilogue's stmatrix use. Elements outside the matrix read as zero and
 // are not written.
+// row_bytes = 64: boxes of [box_rows, 64 bytes] in the 64-byte swizzle (a gated unit's c).
 inline CUtensorMap make_tensor_map(const void* data, DType dtype, int64_t rows, int64_t cols, int64_t ld,
-                                   int box_rows, const char* op, const char* arg) {
+                                   int box_rows, const char* op, const char* arg, int row_bytes = hk::kRowBytes) {
   CUtensorMap map;
   const int64_t elem = dtype_size(dtype);
   // A single row never steps to a next row; pad its stride to what TMA accepts.
   const int64_t stride_bytes = rows <= 1 ? (cols * elem + 15) / 16 * 16 : ld * elem;
   const uint64_t dims[2] = {uint64_t(cols), uint64_t(rows)};
   const uint64_t strides[1] = {uint64_t(stride_bytes)};
-  const uint32_t box[2] = {uint32_t(hk::kRowBytes / elem), uint32_t(box_rows)};
-  const CUresult result = encode_tensor_map(&map, dtype, 2, data, dims, strides, box);
+  const uint32_t box[2] = {uint32_t(row_bytes / elem), uint32_t(box_rows)};
+  const CUresult result = encode_tensor_map(&map, dtype, 2, data, dims, strides, box, row_bytes);
   GKS_CHECK(result == CUDA_SUCCESS, kCudaError)
       << op << ": cuTensorMapEncodeTiled failed (error " << int(result) << ") for argument '"
       << arg << "' (shape [" << rows << ", " << cols << "], leading dimension " << ld << ")";
@@ -158,13 +160,19 @@ void launch_config(const HopperGemmLaunch& L, cudaStream_t stream) {
   p.c_kind = gemm_c_kind(L.c_dtype);
   p.c_vec = L.c_vec ? 1 : 0;
   // A 16-bit c is written by TMA stores where the config has room for their buffers and c's
-  // rows are 16-byte aligned (what a tensor map needs); split-K writes partial sums instead,
-  // and a gated unit's outputs are half as wide as the sub-tiles the stores take.
-  p.c_tma = Cfg::kTmaStore && L.c_vec && L.c_dtype != DType::kFloat32 && p.k_splits == 1 && !L.epi.gated;
+  // rows are 16-byte aligned (what a tensor map needs); split-K writes partial sums instead.
+  // Of the gated units, the two with a sigmoid form (silu, gelu_tanh) have a TMA store;
+  // erf's gelu stages (store_atom_tma_gated says why).
+  p.c_tma = Cfg::kTmaStore && L.c_vec && L.c_dtype != DType::kFloat32 && p.k_splits == 1 &&
+            L.epi.gated != 1 + int(Activation::kGelu);
   CUtensorMap map_c;
   std::memset(&map_c, 0, sizeof(map_c));
-  // Its boxes are the epilogue's 64 x 64 sub-tiles (128 bytes of a row, as for a and b).
-  if (p.c_tma) map_c = make_tensor_map(L.c, L.c_dtype, L.m, L.n, L.ldc, 64, op, "c");
+  // Its boxes are the epilogue's 64 x 64 sub-tiles (128 bytes of a row, as for a and b), or
+  // with a gated unit the 64 x 32 outputs of one (64 bytes of a row, the 64-byte swizzle).
+  if (p.c_tma && L.epi.gated)
+    map_c = make_tensor_map(L.c, L.c_dtype, L.m, L.n / 2, L.ldc, 64, op, "c", hk::kRowBytes / 2);
+  else if (p.c_tma)
+    map_c = make_tensor_map(L.c, L.c_dtype, L.m, L.n, L.ldc, 64, op, "c");
   p.epi = L.epi;
   p.a_scale = L.a_scale;
   p.b_scale = L.b_scale;

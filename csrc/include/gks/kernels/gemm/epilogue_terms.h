@@ -25,4 +25,10 @@ struct EpilogueTerms {
   int gated = 0;      // 0: none; else 1 + gks::Activation (1 silu, 2 gelu, 3 gelu_tanh)
 };
 
+// Whether any term is given. The Hopper kernels without one run an instantiation that
+// has no epilogue code at all: the terms' reads slow a plain product's tiles down.
+inline constexpr bool has_terms(const EpilogueTerms& e) {
+  return e.row_scale != nullptr || e.col_scale != nullptr || e.bias != nullptr || e.gated != 0;
+}
+
 }  // namespace gks::kernels::gemm

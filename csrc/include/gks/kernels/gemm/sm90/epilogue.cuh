@@ -1,26 +1,27 @@
 // SPDX-License-Identifier: Apache-2.0
 // The Hopper GEMM's epilogues: how a consumer warpgroup's accumulators become c. The
 // kernel's second policy, Epilogue<Scales>: Scales says what happens to an accumulator
-// (NoScales: nothing, the grouped GEMMs; Fused: the fused epilogue of Params::epi,
-// epilogue_terms.h: c = float(acc) * row_scale[row] * col_scale[col] + bias[col], then
-// with a gated unit act(gate) * up of each interleaved column pair, c N / 2 wide: gemm's
-// options, int8_gemm's and gemm_fp8's scales); the store path is picked per call:
+// (NoScales: nothing, the grouped GEMMs and gemm calls without a term; Fused: the fused
+// epilogue of Params::epi, epilogue_terms.h: c = float(acc) * row_scale[row] *
+// col_scale[col] + bias[col], then with a gated unit act(gate) * up of each interleaved
+// column pair, c N / 2 wide: gemm's options, int8_gemm's and gemm_fp8's scales); the
+// store path is picked per call:
 //  * split-K partial sums (k_splits > 1): raw sums into the workspace, finished by
 //    split_k_reduce_kernel;
-//  * TMA stores (c_tma: a 16-bit c whose rows are 16-byte aligned, no split-K, no gated
-//    unit (c's sub-tiles would be half as wide as the fragments'), and room
-//    beside the ring for two 8 KiB buffers a consumer warpgroup): each 64 x 64 sub-tile is
-//    converted in registers, written to a buffer by stmatrix in the 128-byte swizzle, and
-//    stored by one thread's cp.async.bulk.tensor, which also clips the edges. Fewer
-//    instructions between a tile's last wgmma and the next tile's first than the direct
-//    path: no shuffles, no per-lane stores;
+//  * TMA stores (c_tma: a 16-bit c whose rows are 16-byte aligned, no split-K, no erf gelu
+//    unit, and room beside the ring for two 8 KiB buffers a consumer warpgroup): each
+//    64 x 64 sub-tile is converted in registers, written to a buffer by stmatrix in the
+//    128-byte swizzle, and stored by one thread's cp.async.bulk.tensor, which also clips
+//    the edges. Fewer instructions between a tile's last wgmma and the next tile's first
+//    than the direct path: no shuffles, no per-lane stores. A silu or gelu_tanh unit makes
+//    a sub-tile 64 x 32 outputs (store_atom_tma_gated: the 64-byte swizzle);
 //  * direct (c_vec: c's rows 16-byte aligned, and no column terms: row scales at most): the
 //    four lanes of a quad swap values with shuffles so that each holds 8 adjacent columns
 //    of a row, one 16-byte store (two for fp32), no shared memory and no barrier;
 //  * staged (any other c): 64 x 32 fp32 chunks in a private shared buffer (rows padded to
 //    40 floats: the float2 writes of a half-warp and the 16-byte reads hit distinct banks)
 //    written out row-contiguously, converting to the output dtype. A gated unit's
-//    activations run there in a loop that is not unrolled.
+//    activations (any of the three) run there in a loop that is not unrolled.
 // Code size is compile time here: every term and activation inlined at each column pair
 // of an unrolled store is copied per config, store path and output type. The column terms
 // (epilogue_terms.cuh, read without branches) live in the TMA and staged paths only, the
@@ -35,6 +36,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "gks/kernels/gemm/epilogue_terms.cuh"
 #include "gks/kernels/gemm/sm90/scheduler.cuh"
@@ -66,6 +68,19 @@ struct Fused {
     add = col < p.n ? Fused::bias(p, col) : 0.f;
   }
 };
+
+// The column terms (scale, bias) of this thread's column pair in each of kGroups 8-column
+// groups from column col0, read all at once before the stores that use them: the stores'
+// shared-memory asm (stmatrix, barriers) orders memory, so a read placed between them
+// would wait its full latency each time, for every column pair of every tile.
+template <class Scales, int kGroups>
+__device__ __forceinline__ void column_terms(const Params& p, int col0, int lane, float (&scale)[kGroups][2],
+                                             float (&add)[kGroups][2]) {
+#pragma unroll
+  for (int j = 0; j < kGroups; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) Scales::column(p, col0 + 8 * j + 2 * (lane % 4) + e, scale[j][e], add[j][e]);
+}
 
 // Calls f(Type<OutT>{}) with c's element type OutT: float (c_kind 0), else the 16-bit type
 // c_kind names. The fp16/bf16 GEMM's 16-bit output is always its input type, so only that
@@ -154,6 +169,8 @@ __device__ __forceinline__ void store_atom_staged(const Params& p,
   for (int chunk = 0; chunk < Cfg::kBlockN / kEpilogueCols; ++chunk) {
     const int chunk_col = col0 + chunk * kEpilogueCols;
     if (chunk_col >= p.n) break;  // uniform across the warpgroup
+    float sb[kEpilogueCols / 8][2], bias[kEpilogueCols / 8][2];  // this thread's columns' terms
+    if constexpr (Scales::kApplies) column_terms<Scales, kEpilogueCols / 8>(p, chunk_col, lane, sb, bias);
     ptx::named_barrier_sync<128>(barrier_id);  // the previous chunk has been read out
 #pragma unroll
     for (int jj = 0; jj < kEpilogueCols / 8; ++jj) {
@@ -161,12 +178,9 @@ __device__ __forceinline__ void store_atom_staged(const Params& p,
       const int col = jj * 8 + 2 * (lane % 4);
       float2 lo, hi;
       if constexpr (Scales::kApplies) {
-        const int c0 = chunk_col + col;
-        float sb0, sb1, bias0, bias1;
-        Scales::column(p, c0, sb0, bias0);
-        Scales::column(p, c0 + 1, sb1, bias1);
-        lo = make_float2(float(acc[4 * j]) * sa_lo * sb0 + bias0, float(acc[4 * j + 1]) * sa_lo * sb1 + bias1);
-        hi = make_float2(float(acc[4 * j + 2]) * sa_hi * sb0 + bias0, float(acc[4 * j + 3]) * sa_hi * sb1 + bias1);
+        const float *sc = sb[jj], *bi = bias[jj];
+        lo = make_float2(float(acc[4 * j]) * sa_lo * sc[0] + bi[0], float(acc[4 * j + 1]) * sa_lo * sc[1] + bi[1]);
+        hi = make_float2(float(acc[4 * j + 2]) * sa_hi * sc[0] + bi[0], float(acc[4 * j + 3]) * sa_hi * sc[1] + bi[1]);
       } else {
         lo = make_float2(acc[4 * j], acc[4 * j + 1]);
         hi = make_float2(acc[4 * j + 2], acc[4 * j + 3]);
@@ -325,25 +339,21 @@ __device__ __forceinline__ void store_atom_tma(const Params& p,
     const int sub_col = col0 + s * kSubtileCols;
     if (sub_col >= p.n) break;  // uniform across the warpgroup
     const uint32_t buffer = buffers + uint32_t(sub % kStoreBuffers) * kSubtileBytes;
+    float sb[kSubtileCols / 8][2], bias[kSubtileCols / 8][2];  // this thread's columns' terms
+    if constexpr (Scales::kApplies) column_terms<Scales, kSubtileCols / 8>(p, sub_col, lane, sb, bias);
 #pragma unroll
     for (int jj = 0; jj < kSubtileCols / 8; jj += 2) {
       uint32_t r[4];
 #pragma unroll
       for (int q = 0; q < 2; ++q) {
         const int j = s * (kSubtileCols / 8) + jj + q;
-        float sb[2] = {1.f, 1.f}, bias[2] = {0.f, 0.f};
-        if constexpr (Scales::kApplies) {
-          const int c0 = col0 + 8 * j + 2 * (lane % 4);
-#pragma unroll
-          for (int e = 0; e < 2; ++e) Scales::column(p, c0 + e, sb[e], bias[e]);
-        }
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           Pair pair;
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             float v = float(acc[4 * j + 2 * h + e]);
-            if constexpr (Scales::kApplies) v = v * sa[h] * sb[e] + bias[e];
+            if constexpr (Scales::kApplies) v = v * sa[h] * sb[jj + q][e] + bias[jj + q][e];
             pair.v[e] = from_float<OutT>(v);
           }
           r[2 * q + h] = *reinterpret_cast<const uint32_t*>(&pair);
@@ -357,6 +367,85 @@ __device__ __forceinline__ void store_atom_tma(const Params& p,
     ptx::bulk_wait_read_if<0>(t == 0);
     ptx::named_barrier_sync<128>(barrier_id);
     ptx::tma_store_2d_if(map_c, buffer, sub_col, row0, t == 0);
+    ++sub;
+  }
+}
+
+// The gated units of a sigmoid form, g * sigmoid(a g + b g^3): silu (a = 1, b = 0: the very
+// expression of activation<kSilu>) and gelu_tanh (0.5 (1 + tanh z) = sigmoid(2 z)). One
+// inlined body for both, with no branch, at each output of the unrolled TMA store; erf's
+// gelu would inline a second one, and stages instead.
+__device__ __forceinline__ float sigmoid_gated(float a, float b, float gate, float up) {
+  const float z = gate * fmaf(b, gate * gate, a);
+  return gate / (1.f + __expf(-z)) * up;
+}
+
+// store_atom_tma with a gated unit (silu or gelu_tanh): each 64 x 64 sub-tile of the
+// product gives the 64 x 32 outputs of its (gate, up) column pairs. A thread's pair of an
+// 8-column group is one output, so two groups give an output group of 8 in which the
+// thread holds the outputs of columns q and 4 + q (q = lane % 4); two shuffles within the
+// quad turn these into the columns 2q, 2q + 1 that stmatrix takes (the fragment layout),
+// into a 64-byte-swizzled buffer that map_c (boxes of 64 x 32) stores.
+template <class Op, typename OutT, class Cfg, class Scales>
+__device__ __forceinline__ void store_atom_tma_gated(const Params& p,
+                                                     const typename Op::Acc (&acc)[Cfg::kAccum],
+                                                     const CUtensorMap* map_c, uint32_t buffers,
+                                                     int barrier_id, int row0, int col0, int& sub) {
+  using Pair = Vec<OutT, 2>;
+  const int t = threadIdx.x % 128, lane = t % 32, warp = t / 32, q = lane % 4;
+  const int st_row = warp * 16 + lane % 8 + 8 * ((lane / 8) % 2);
+  const int st_group = lane / 16;
+  const int quad = lane & ~3;
+  // silu: z = gate; gelu_tanh: z = 2 sqrt(2 / pi) (gate + 0.044715 gate^3).
+  const bool tanh_form = p.epi.gated == 3;
+  const float a = tanh_form ? 1.5957691216057308f : 1.f;
+  const float b = tanh_form ? 1.5957691216057308f * 0.044715f : 0.f;
+  float sa[2];  // the scales of this thread's two fragment rows
+  {
+    const int64_t first_row = int64_t(row0) + warp * 16 + lane / 4;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) sa[h] = first_row + 8 * h < p.m ? Scales::row(p, first_row + 8 * h) : 0.f;
+  }
+#pragma unroll
+  for (int s = 0; s < Cfg::kBlockN / kSubtileCols; ++s) {
+    const int sub_col = col0 + s * kSubtileCols;
+    if (sub_col >= p.n) break;  // uniform across the warpgroup
+    const uint32_t buffer = buffers + uint32_t(sub % kStoreBuffers) * kSubtileBytes;
+    float sb[kSubtileCols / 8][2], bias[kSubtileCols / 8][2];  // this thread's columns' terms
+    column_terms<Scales, kSubtileCols / 8>(p, sub_col, lane, sb, bias);
+#pragma unroll
+    for (int og = 0; og < kSubtileCols / 16; og += 2) {  // output groups og, og + 1 of 4
+      uint32_t r[4];
+#pragma unroll
+      for (int g2 = 0; g2 < 2; ++g2) {
+        const int jj0 = 2 * (og + g2);  // its two 8-column groups in the sub-tile
+        const int j0 = s * (kSubtileCols / 8) + jj0;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          Pair w;
+#pragma unroll
+          for (int d = 0; d < 2; ++d) {
+            const int j = j0 + d;
+            const float gate = float(acc[4 * j + 2 * h]) * sa[h] * sb[jj0 + d][0] + bias[jj0 + d][0];
+            const float up = float(acc[4 * j + 2 * h + 1]) * sa[h] * sb[jj0 + d][1] + bias[jj0 + d][1];
+            w.v[d] = from_float<OutT>(sigmoid_gated(a, b, gate, up));
+          }
+          const uint32_t word = *reinterpret_cast<const uint32_t*>(&w);
+          const uint32_t wa = __shfl_sync(0xffffffffu, word, quad | ((2 * q) & 3));
+          const uint32_t wb = __shfl_sync(0xffffffffu, word, quad | ((2 * q + 1) & 3));
+          // Columns 2q, 2q + 1: the first group's outputs of lanes 2q, 2q + 1 (q < 2), or the
+          // second's of lanes 2q - 4, 2q - 3.
+          r[2 * g2 + h] = __byte_perm(wa, wb, q < 2 ? 0x5410 : 0x7632);
+        }
+      }
+      // 16-byte chunk og + st_group of row st_row (64 bytes), at its 64-byte-swizzled place.
+      const int chunk = (og + st_group) ^ ((st_row >> 1) & 3);
+      ptx::stmatrix_x4(buffer + uint32_t(st_row * 64 + chunk * 16), r);
+    }
+    ptx::fence_proxy_async_shared();
+    ptx::bulk_wait_read_if<0>(t == 0);
+    ptx::named_barrier_sync<128>(barrier_id);
+    ptx::tma_store_2d_if(map_c, buffer, sub_col / 2, row0, t == 0);
     ++sub;
   }
 }
@@ -454,9 +543,18 @@ struct Epilogue {
         if constexpr (Cfg::kTmaStore) {
           with_c_type<Op>(p.c_kind, [&](auto out) {
             using OutT = typename decltype(out)::type;
-            if constexpr (sizeof(OutT) == 2)
+            if constexpr (sizeof(OutT) == 2) {
+              // int8_gemm has no gated unit: not compiled for it.
+              if constexpr (Scales::kApplies && !std::is_same_v<typename Op::In, int8_t>) {
+                if (p.epi.gated) {
+                  store_atom_tma_gated<Op, OutT, Cfg, Scales>(p, acc[a], map_c, store_buffers, kEpilogue + wg,
+                                                              int(wg_row) + a * 64, col0, sub);
+                  return;
+                }
+              }
               store_atom_tma<Op, OutT, Cfg, Scales>(p, acc[a], map_c, store_buffers, kEpilogue + wg,
                                                     int(wg_row) + a * 64, col0, sub);
+            }
           });
         }
       } else if (p.c_vec && !(Scales::kApplies && has_column_terms(p.epi))) {
