@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The attention family's torch ops: gks::flash_attention_fwd, gks::flash_attention_varlen_fwd,
-gks::flash_attention_decode,
-gks::merge_state (and its in-place form gks::merge_state_) and gks::merge_states (see gks._torch_ops for what every custom op
-guarantees)."""
+"""The attention family's torch ops: gks::flash_attention_fwd, gks::flash_attention_bwd,
+gks::flash_attention_varlen_fwd, gks::flash_attention_decode, gks::merge_state (and its
+in-place form gks::merge_state_) and gks::merge_states (see gks._torch_ops for what every
+custom op guarantees)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from gks._torch_ops._fake import validate
 from gks.runtime.dims import attention_dims, varlen_attention_dims
 from gks.runtime.tables import resolve_config
 
-__all__ = ["flash_attention_decode", "flash_attention_fwd", "flash_attention_varlen_fwd", "merge_state", "merge_state_",
-           "merge_states"]
+__all__ = ["flash_attention_bwd", "flash_attention_decode", "flash_attention_fwd", "flash_attention_varlen_fwd",
+           "merge_state", "merge_state_", "merge_states"]
 
 
 def _aligned16(t: torch.Tensor, fake: bool) -> bool:
@@ -99,6 +99,58 @@ def _(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0
     validate(cuda.flash_attention_fwd_out, q, k, v, o, lse, causal, softmax_scale, window_size,
              softcap, config)
     return o, lse
+
+
+def _bwd_outputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dq, dk, dv: q's, k's and v's shapes in q's dtype, contiguous (for inputs that are not
+    4-D the same: the library then refuses them, naming the argument)."""
+    return tuple(torch.empty(t.shape, dtype=q.dtype, device=q.device) for t in (q, k, v))
+
+
+def _flash_attention_bwd(
+    do: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    o: torch.Tensor,
+    lse: torch.Tensor,
+    causal: bool = False,
+    softmax_scale: float | None = None,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Attention backward: (dq, dk, dv) of flash_attention_fwd's o from do (the gradient of
+    o), the forward's o and lse, and q, k, v with the forward's options (same meaning).
+
+    do and o [B, Hq, Sq, Dv] (q's dtype, last dim contiguous), lse [B, Hq, Sq] float32.
+    Returns dq [B, Hq, Sq, D], dk [B, Hkv, Sk, D], dv [B, Hkv, Sk, Dv] (q's dtype,
+    contiguous; dk and dv summed over each key/value head's query heads). With S the scores
+    and P = exp(S - lse): dV = P^T dO, dS = P * (dO V^T - rowsum(dO * o)), dQ = scale dS K,
+    dK = scale dS^T Q (times 1 - tanh^2 of the capped score under a softcap). A row that saw
+    no key (lse = -inf) gets dq = 0. Deterministic (no atomics: the same inputs give the same
+    bits). Runs on the current CUDA stream.
+    """
+    dq, dk, dv = _bwd_outputs(q, k, v)
+    cuda.flash_attention_bwd_out(_kernel_input(do), _kernel_input(q), _kernel_input(k), _kernel_input(v),
+                                 _kernel_input(o), lse, dq, dk, dv, causal, softmax_scale, window_size, softcap)
+    return dq, dk, dv
+
+
+_BWD_SCHEMA = (
+    "(Tensor do, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, bool causal=False, float? softmax_scale=None, "
+    "int[] window_size=[-1, -1], float softcap=0.) -> (Tensor, Tensor, Tensor)"
+)
+
+flash_attention_bwd = gks_op("flash_attention_bwd", _flash_attention_bwd, schema=_BWD_SCHEMA)
+
+
+@flash_attention_bwd.op.register_fake
+def _(do, q, k, v, o, lse, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0):
+    dq, dk, dv = _bwd_outputs(q, k, v)
+    do, q, k, v, o = (_kernel_input(t, fake=True) for t in (do, q, k, v, o))
+    validate(cuda.flash_attention_bwd_out, do, q, k, v, o, lse, dq, dk, dv, causal, softmax_scale, window_size,
+             softcap)
+    return dq, dk, dv
 
 
 def _varlen_outputs(q: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

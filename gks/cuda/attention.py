@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The attention family's DLPack entry points: FlashAttention forward and its path query, its
-varlen form, split-KV decode, and the merge of partial attention states. See gks.cuda."""
+backward, its varlen form, split-KV decode, and the merge of partial attention states. See
+gks.cuda."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ from gks import _native
 from gks.specs.attention import (DECODE_OP, SOFTCAP_ERROR, VARLEN_OP, checked_max_seqlen, checked_num_splits,
                                  window_pair)
 
-__all__ = ["flash_attention_decode_out", "flash_attention_fwd_out", "flash_attention_fwd_path",
+__all__ = ["flash_attention_bwd_out", "flash_attention_decode_out", "flash_attention_fwd_out", "flash_attention_fwd_path",
            "flash_attention_varlen_fwd_out", "merge_state_out", "merge_states_out"]
 
 _OP = "gks.flash_attention_fwd"
+_BWD_OP = "gks.flash_attention_bwd"
 
 
 def _args(causal, softmax_scale, window_size, softcap, config, op: str = _OP) -> tuple:
@@ -50,6 +52,17 @@ def flash_attention_fwd_path(q, k, v, o, lse, causal: bool = False, softmax_scal
     argument checks)."""
     return str(_native.module().flash_attention_fwd_path(
         q, k, v, o, lse, *_args(causal, softmax_scale, window_size, softcap, config)))
+
+
+def flash_attention_bwd_out(do, q, k, v, o, lse, dq, dk, dv, causal: bool = False, softmax_scale=None,
+                            window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0) -> None:
+    """(dq, dk, dv) = flash_attention_bwd(do, q, k, v, o, lse, causal, softmax_scale,
+    window_size, softcap) (see gks.flash_attention_bwd), written into dq ([B, Hq, Sq, D]),
+    dk ([B, Hkv, Sk, D]) and dv ([B, Hkv, Sk, Dv]), q's dtype, last dim contiguous, apart from
+    the inputs. Every tensor but lse must be 16-byte aligned (base and batch/head/sequence
+    strides). Deterministic; delta = rowsum(do * o) goes through a stream-ordered temporary."""
+    causal, scale, left, right, cap, _ = _args(causal, softmax_scale, window_size, softcap, -1, _BWD_OP)
+    _native.module().flash_attention_bwd(do, q, k, v, o, lse, dq, dk, dv, causal, scale, left, right, cap)
 
 
 def flash_attention_varlen_fwd_out(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int, o, lse,

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The attention family as XLA custom calls: flash_attention_fwd, flash_attention_varlen_fwd,
-flash_attention_decode, merge_state, merge_states. See gks.jax. No jax.grad yet: the library has no attention
-backward to call."""
+"""The attention family as XLA custom calls: flash_attention_fwd, flash_attention_bwd,
+flash_attention_varlen_fwd, flash_attention_decode, merge_state, merge_states. See gks.jax.
+flash_attention_bwd is the backward as an op of its own; jax.grad of flash_attention_fwd is
+not wired to it yet."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import numpy as np
 from gks.jax._ffi import call, like, tuned
 from gks.runtime.dims import attention_dims, varlen_attention_dims
 
-__all__ = ["flash_attention_decode", "flash_attention_fwd", "flash_attention_varlen_fwd", "merge_state", "merge_states"]
+__all__ = ["flash_attention_bwd", "flash_attention_decode", "flash_attention_fwd", "flash_attention_varlen_fwd",
+           "merge_state", "merge_states"]
 
 
 def _default_scale(q) -> float:
@@ -32,6 +34,16 @@ def flash_attention_fwd(q, k, v, causal: bool = False, softmax_scale=None, windo
                                         "window_size": window_size, "softcap": softcap},
                 (like(q, shape=o_shape), like(q, jnp.float32, lse_shape)),
                 config=tuned("flash_attention_fwd", config, q.dtype, attention_dims(q, k, causal, v)))
+
+
+def flash_attention_bwd(do, q, k, v, o, lse, causal: bool = False, softmax_scale=None, window_size=(-1, -1),
+                        softcap: float = 0.0):
+    """(dq, dk, dv) in q's dtype, the shapes of q, k and v (see gks.flash_attention_bwd)."""
+    do, q, k, v, o, lse = (jnp.asarray(a) for a in (do, q, k, v, o, lse))
+    scale = _default_scale(q) if softmax_scale is None else softmax_scale
+    return call("flash_attention_bwd", {"do": do, "q": q, "k": k, "v": v, "o": o, "lse": lse, "causal": causal,
+                                        "softmax_scale": scale, "window_size": window_size, "softcap": softcap},
+                (like(q), like(k, q.dtype), like(v, q.dtype)))
 
 
 def flash_attention_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int,

@@ -2134,8 +2134,10 @@ FLASH_ATTENTION_BWD = register(
         flops=bwd_flops,
         bytes_moved=bwd_bytes_moved,
         backends=(
-            # No CUDA kernel yet. Triton and Pallas: dK, dV per key block (looping over the
-            # query heads of its group), dQ per query block: deterministic, no atomics.
+            # Every backend: dK, dV per key block (looping over the query heads of its
+            # group), dQ per query block: deterministic, no atomics. CUDA: mma.sync
+            # (kernels/attention/bwd_sm80.cuh) on sm_80 and sm_90.
+            Backend("cuda", archs=("sm_80", "sm_90a")),
             Backend("triton", archs=("sm_80", "sm_90"), interpreted=True),
             Backend("pallas", archs=("sm_80", "sm_90"), interpreted=True),
         ),
@@ -2172,6 +2174,10 @@ FLASH_ATTENTION_BWD = register(
         check=check_bwd,
         example_shape=(1, 2, 1, 37, 53, 32, 1),
         bad_inputs=_attention_bwd_bad_inputs(),
+        cuda_out=lambda cuda, i, o: cuda.flash_attention_bwd_out(
+            i["do"], i["q"], i["k"], i["v"], i["o"], i["lse"], o[0], o[1], o[2], i.get("causal", False),
+            i.get("softmax_scale"), i.get("window_size", (-1, -1)), i.get("softcap", 0.0)),
         outputs=("dq", "dk", "dv"),
+        sass_kernels=(r"attention::flash_attention_bwd_(delta|dkdv|dq)_kernel<",),
     )
 )

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""flash_attention_bwd on the Triton and Pallas backends, and the differentiable
+"""flash_attention_bwd on the CUDA (a GPU only), Triton and Pallas backends, and the differentiable
 gks.triton.flash_attention (torch.autograd) and gks.pallas.flash_attention (jax.custom_vjp):
 gradients against the float64 reference with FlashAttention's criterion (error at most 2x
 PyTorch's own in the input dtype, gks.specs.attention.check_bwd) over head dims, causal,
@@ -18,17 +18,21 @@ import math
 import pytest
 import torch
 
-from conftest import DEVICE, requires_gpu, seed_for
+from conftest import DEVICE, requires_gpu, requires_native, seed_for
 from gks import registry
 from gks.reference import flash_attention_bwd as reference
 from gks.reference import flash_attention_fwd as forward_reference
 from gks.specs.attention import bwd_bytes_moved, bwd_flops, check_bwd, flops, full_shape
 
-BACKENDS = ("triton", "pallas")
+BACKENDS = (pytest.param("cuda", marks=(requires_gpu, requires_native)), "triton", "pallas")
 SPEC = registry.get("flash_attention_bwd")
 
 
 def _op(backend: str):
+    if backend == "cuda":
+        import gks
+
+        return gks.flash_attention_bwd
     if backend == "triton":
         from gks.triton import flash_attention_bwd
 
@@ -411,8 +415,9 @@ def test_larger_shapes(backend, shape):
 
 
 @requires_gpu
+@pytest.mark.parametrize("backend", [pytest.param("cuda", marks=requires_native), "triton"])
 @pytest.mark.parametrize("head_dims", [(64, 64), (192, 128)], ids=lambda d: f"D{d[0]}-Dv{d[1]}")
-def test_triton_kv_rows_2_25_elements_apart(head_dims):
+def test_kv_rows_2_25_elements_apart(backend, head_dims):
     """K/V [1, 1, 200, D] whose keys sit 2^25 + 64 elements apart (64 keys span 2^31
     elements): a kernel that computes such an offset in 32 bits reads the wrong rows."""
     seq_stride = 2**25 + 64
@@ -425,7 +430,7 @@ def test_triton_kv_rows_2_25_elements_apart(head_dims):
         view = buf[offset:].as_strided(t.shape, (200 * seq_stride, 200 * seq_stride, seq_stride, 1))
         view.copy_(t)
         strided[name] = view
-    out = _op("triton")(**strided)
+    out = _op(backend)(**strided)
     torch.cuda.synchronize()
     check_bwd(out, reference(**inputs, precise=True), "float16", inputs, f"kv stride {seq_stride}")
     del buf, strided

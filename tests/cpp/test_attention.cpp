@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Host-side logic of gks::flash_attention_fwd (validation messages and the tile plan) and of
-// gks::merge_state / merge_states (validation). No GPU is touched (every case is refused, or empty, before a launch).
+// Host-side logic of gks::flash_attention_fwd (validation messages and the tile plan), of
+// gks::flash_attention_bwd (validation) and of gks::merge_state / merge_states (validation). No GPU is touched (every case is refused, or empty, before a launch).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -230,6 +230,91 @@ TEST(FlashAttentionFwd, EmptyQueriesLaunchNothing) {
   a = valid_args();
   a.q.shape[0] = a.k.shape[0] = a.v.shape[0] = a.o.shape[0] = a.lse.shape[0] = 0;
   EXPECT_NO_THROW(run(a));
+}
+
+// ---- flash_attention_bwd: the forward's checks on q, k, v and the options, then do, o,
+// lse and the three gradients.
+
+gks::FlashAttentionBwdArgs valid_bwd_args(int64_t head_dim = 64, int64_t head_dim_v = 64) {
+  const auto f = valid_args(head_dim, 8, 2, head_dim_v);
+  gks::FlashAttentionBwdArgs a;
+  const auto f16 = gks::DType::kFloat16;
+  a.q = f.q, a.k = f.k, a.v = f.v, a.o = f.o, a.lse = f.lse;
+  a.dout = gks::TensorRef::make(gks_test::fake_address(6), f16, {2, 8, 100, head_dim_v}, kGpu);
+  a.dq = gks::TensorRef::make(gks_test::fake_address(7), f16, {2, 8, 100, head_dim}, kGpu);
+  a.dk = gks::TensorRef::make(gks_test::fake_address(8), f16, {2, 2, 130, head_dim}, kGpu);
+  a.dv = gks::TensorRef::make(gks_test::fake_address(9), f16, {2, 2, 130, head_dim_v}, kGpu);
+  return a;
+}
+
+void run_bwd(const gks::FlashAttentionBwdArgs& a) {
+  const gks::ValidateOnly validate_only;  // every check, no launch: fine without a GPU
+  gks::flash_attention_bwd(a, nullptr);
+}
+
+TEST(FlashAttentionBwd, AcceptsValidArguments) {
+  EXPECT_NO_THROW(run_bwd(valid_bwd_args()));
+  EXPECT_NO_THROW(run_bwd(valid_bwd_args(192, 128)));  // DeepSeek's head dims
+  auto a = valid_bwd_args();
+  a.causal = true;
+  a.window_left = 16;
+  a.softcap = 30.0;
+  EXPECT_NO_THROW(run_bwd(a));
+}
+
+TEST(FlashAttentionBwd, RejectsWhatTheForwardRejects) {
+  auto a = valid_bwd_args();
+  a.k.dtype = gks::DType::kBFloat16;
+  expect_error([&] { run_bwd(a); }, ErrorKind::kUnsupportedDtype,
+               "gks.flash_attention_bwd: argument 'k' must have the dtype of 'q' (float16), got bfloat16");
+  a = valid_bwd_args(48, 48);
+  expect_error([&] { run_bwd(a); }, ErrorKind::kInvalidArgument,
+               "head dim (the last dim of q and k) must be one of 32, 64, 96, 128, 192, 256, got 48");
+  a = valid_bwd_args();
+  a.causal = true;
+  a.window_right = 3;
+  expect_error([&] { run_bwd(a); }, ErrorKind::kInvalidArgument, "argument 'window_size' must have right -1 or 0");
+}
+
+TEST(FlashAttentionBwd, RejectsBadGradientOfO) {
+  auto a = valid_bwd_args();
+  a.dout.dtype = gks::DType::kBFloat16;
+  expect_error([&] { run_bwd(a); }, ErrorKind::kUnsupportedDtype,
+               "argument 'do' must have the dtype of 'q' (float16), got bfloat16");
+  a = valid_bwd_args();
+  a.dout.shape[2] = 99;
+  expect_error([&] { run_bwd(a); }, ErrorKind::kInvalidArgument,
+               "argument 'do' must have shape [2, 8, 100, 64] (q's batch, heads and sequence, v's head dim), got "
+               "[2, 8, 99, 64]");
+  a = valid_bwd_args();
+  a.dout.strides[3] = 2;
+  expect_error([&] { run_bwd(a); }, ErrorKind::kInvalidArgument,
+               "argument 'do' must be contiguous in its last dim (stride 1), got stride 2");
+  a = valid_bwd_args();
+  a.lse.ndim = 4;
+  a.lse.shape[3] = 1;
+  expect_error([&] { run_bwd(a); }, ErrorKind::kInvalidArgument, "argument 'lse' must have 3 dims [batch, heads, seq]");
+}
+
+TEST(FlashAttentionBwd, RejectsBadGradients) {
+  auto a = valid_bwd_args();
+  a.dk.shape[2] = 129;
+  expect_error([&] { run_bwd(a); }, ErrorKind::kInvalidArgument,
+               "argument 'dk' must have shape [2, 2, 130, 64] (k's shape), got [2, 2, 129, 64]");
+  a = valid_bwd_args();
+  a.dv.dtype = gks::DType::kBFloat16;
+  expect_error([&] { run_bwd(a); }, ErrorKind::kUnsupportedDtype,
+               "argument 'dv' must have the dtype of 'q' (float16), got bfloat16");
+  a = valid_bwd_args();
+  a.dq.data = a.q.data;  // dq over q
+  expect_error([&] { run_bwd(a); }, ErrorKind::kInvalidArgument,
+               "argument 'dq' must not share memory with argument 'q'");
+}
+
+TEST(FlashAttentionBwd, EmptyBatchLaunchesNothing) {
+  auto a = valid_bwd_args();
+  for (gks::TensorRef* t : {&a.q, &a.k, &a.v, &a.o, &a.lse, &a.dout, &a.dq, &a.dk, &a.dv}) t->shape[0] = 0;
+  EXPECT_NO_THROW(gks::flash_attention_bwd(a, nullptr));  // returns before any CUDA call
 }
 
 TEST(FlashAttentionFwdPlan, EveryHeadDimHasATile) {

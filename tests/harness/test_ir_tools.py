@@ -209,6 +209,12 @@ KERNELS = {
         f"void {A}ws::flash_attention_fwd_ws_kernel<__half, {A}ws::Tile<128, 128, 2>, "
          f"({A}Mask)1>(CUtensorMap_st, CUtensorMap_st, {A}FwdParams, {A}ws::Schedule)",
     ],
+    "flash_attention_bwd": [
+        f"void {A}flash_attention_bwd_delta_kernel<__half, 64>({A}BwdParams)",
+        f"void {A}flash_attention_bwd_dkdv_kernel<__nv_bfloat16, {A}FlashBwdTile<128, 128>, ({A}Mask)1, "
+         f"({A}DkDv)0>({A}BwdParams)",
+        f"void {A}flash_attention_bwd_dq_kernel<__half, {A}FlashBwdTile<192, 128>, ({A}Mask)2>({A}BwdParams)",
+    ],
     "flash_attention_varlen_fwd": [
         f"void {A}flash_attention_fwd_kernel<__half, {A}FlashFwdTile<128, 128, 64, 4, "
          f"false, false>, ({A}Mask)1, true>({A}FwdParams)",

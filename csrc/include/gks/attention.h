@@ -75,6 +75,37 @@ inline constexpr int kFlashAttentionHeadDims[] = {32, 64, 96, 128, 192, 256};
 // (after the same validation).
 const char* flash_attention_fwd_path(const FlashAttentionFwdArgs& args);
 
+// ---- the backward: dq, dk, dv of flash_attention_fwd's o ----
+// From dO (the gradient of o), the forward's o and lse, and q, k, v with the forward's
+// options (the same meaning): with S the scaled, capped, masked scores and P = exp(S - lse),
+// dV = P^T dO, dP = dO V^T, delta = rowsum(dO * o), dS = P * (dP - delta) (times 1 - tanh^2
+// of the capped score under a softcap), dQ = scale dS K, dK = scale dS^T Q; dk and dv are
+// summed over the query heads of each key/value head. A row with lse = -inf (it saw no key)
+// contributes nothing and gets dq = 0. Deterministic: every element is summed by one thread
+// in a fixed order (no atomics), so a call gives the same bits every time. Runs the
+// mma.sync kernels (bwd_sm80.cuh) on sm_80 and sm_90.
+struct FlashAttentionBwdArgs {
+  TensorRef dout;  // dO [B, Hq, Sq, Dv], q's dtype, last dim contiguous ('do' in messages)
+  TensorRef q;     // [B, Hq, Sq, D], as flash_attention_fwd takes it
+  TensorRef k;     // [B, Hkv, Sk, D]
+  TensorRef v;     // [B, Hkv, Sk, Dv]
+  TensorRef o;     // [B, Hq, Sq, Dv], the forward's, last dim contiguous
+  TensorRef lse;   // [B, Hq, Sq], float32, the forward's
+  TensorRef dq;    // [B, Hq, Sq, D], q's dtype, last dim contiguous (written)
+  TensorRef dk;    // [B, Hkv, Sk, D] (written)
+  TensorRef dv;    // [B, Hkv, Sk, Dv] (written)
+  bool causal = false;
+  std::optional<float> softmax_scale;
+  int64_t window_left = -1;
+  int64_t window_right = -1;
+  double softcap = 0.0;
+};
+
+// Validates the arguments (throws gks::Error) and launches on `stream` (four or five
+// kernels; delta in a stream-ordered temporary). Every tensor but lse must be 16-byte
+// aligned, as flash_attention_fwd's.
+void flash_attention_bwd(const FlashAttentionBwdArgs& args, cudaStream_t stream);
+
 // ---- variable-length batches: B sequences packed along one row dim ----
 // Sequence b is rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of q, o and lse, and its keys
 // are rows [cu_seqlens_k[b], cu_seqlens_k[b + 1]) of k and v, of which the first

@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "attention/checks.h"
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <iterator>
 #include <string>
 
 #include "core/launch.h"
+#include "gks/attention.h"
 #include "gks/error.h"
 
 namespace gks::detail {
@@ -62,6 +65,29 @@ void check_devices_and_dtypes(const TensorRef& q, const TensorRef& k, const Tens
   check_same_dtype(q, "q", v, "v", op);
   check_same_dtype(q, "q", o, "o", op);
   check_dtype(lse, DType::kFloat32, op, "lse");
+}
+
+void check_attention_tensor(const TensorRef& t, const char* op, const char* arg) {
+  GKS_CHECK(t.ndim == 4, kInvalidArgument)
+      << op << ": argument '" << arg << "' must have 4 dims [batch, heads, seq, head_dim], got "
+      << t.ndim << " dims " << t.shape_string();
+  GKS_CHECK(t.strides[3] == 1 || t.shape[3] <= 1, kInvalidArgument)
+      << op << ": argument '" << arg << "' must be contiguous in its last dim (stride 1), got "
+      << "stride " << t.strides[3];
+}
+
+void check_head_dim(int64_t head_dim, const char* op) {
+  GKS_CHECK(std::find(std::begin(kFlashAttentionHeadDims), std::end(kFlashAttentionHeadDims), head_dim) !=
+                std::end(kFlashAttentionHeadDims),
+            kInvalidArgument)
+      << op << ": head dim (the last dim of q and k) must be one of 32, 64, 96, 128, 192, 256, "
+      << "got " << head_dim;
+}
+
+void check_gqa(int64_t heads_q, int64_t heads_kv, const char* op, int kv_dim) {
+  GKS_CHECK(heads_kv > 0 ? heads_q % heads_kv == 0 : heads_q == 0, kInvalidArgument)
+      << op << ": the query heads (" << heads_q << ", dim 1 of q) must be a multiple of the "
+      << "key/value heads (" << heads_kv << ", dim " << kv_dim << " of k and v)";
 }
 
 }  // namespace gks::detail

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The checks the attention ops share (flash_attention_fwd, its varlen form,
-// flash_attention_decode): their options (softmax scale, sliding window, softcap), the
-// 16-byte alignment the kernels' copies need, and q, k, v, o and lse's devices and dtypes.
+// flash_attention_decode, flash_attention_bwd): their options (softmax scale, sliding
+// window, softcap), the 16-byte alignment the kernels' copies need, q, k, v, o and lse's
+// devices and dtypes, their dims, head dims and heads.
 #pragma once
 
 #include <cstdint>
@@ -29,5 +30,14 @@ void check_aligned16(const TensorRef& t, const char* op, const char* arg);
 // q fp16/bf16 on a CUDA device; k, v and o on its device in its dtype; lse float32 there.
 void check_devices_and_dtypes(const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef& o,
                               const TensorRef& lse, const char* op);
+
+// A [batch, heads, seq, head_dim] tensor, contiguous in its last dim.
+void check_attention_tensor(const TensorRef& t, const char* op, const char* arg);
+
+// q and k's head dim is one the kernels are built for (kFlashAttentionHeadDims).
+void check_head_dim(int64_t head_dim, const char* op);
+
+// Hq a multiple of Hkv; kv_dim: the dim of k and v that holds their heads.
+void check_gqa(int64_t heads_q, int64_t heads_kv, const char* op, int kv_dim = 1);
 
 }  // namespace gks::detail

@@ -98,34 +98,10 @@ void launch_mma_sync(DType dtype, ka::Mask mask, int64_t head_dim, int64_t head_
     with_type(__nv_bfloat16{});
 }
 
-void check_attention_tensor(const TensorRef& t, const char* op, const char* arg) {
-  GKS_CHECK(t.ndim == 4, kInvalidArgument)
-      << op << ": argument '" << arg << "' must have 4 dims [batch, heads, seq, head_dim], got "
-      << t.ndim << " dims " << t.shape_string();
-  GKS_CHECK(t.strides[3] == 1 || t.shape[3] <= 1, kInvalidArgument)
-      << op << ": argument '" << arg << "' must be contiguous in its last dim (stride 1), got "
-      << "stride " << t.strides[3];
-}
-
 constexpr const char* kOp = "gks.flash_attention_fwd";
 
 // Every check but the 16-byte alignment (which a launch with no work skips); returns the
 // softmax scale.
-void check_head_dim(int64_t head_dim, const char* op) {
-  GKS_CHECK(std::find(std::begin(kFlashAttentionHeadDims), std::end(kFlashAttentionHeadDims), head_dim) !=
-                std::end(kFlashAttentionHeadDims),
-            kInvalidArgument)
-      << op << ": head dim (the last dim of q and k) must be one of 32, 64, 96, 128, 192, 256, "
-      << "got " << head_dim;
-}
-
-// kv_dim: the dim of k and v that holds their heads.
-void check_gqa(int64_t heads_q, int64_t heads_kv, const char* op, int kv_dim = 1) {
-  GKS_CHECK(heads_kv > 0 ? heads_q % heads_kv == 0 : heads_q == 0, kInvalidArgument)
-      << op << ": the query heads (" << heads_q << ", dim 1 of q) must be a multiple of the "
-      << "key/value heads (" << heads_kv << ", dim " << kv_dim << " of k and v)";
-}
-
 float validate(const FlashAttentionFwdArgs& args) {
   const TensorRef &q = args.q, &k = args.k, &v = args.v, &o = args.o, &lse = args.lse;
   check_devices_and_dtypes(q, k, v, o, lse, kOp);
@@ -200,34 +176,6 @@ Kernel kernel_for(const FlashAttentionFwdArgs& args, bool check_layouts) {
   (void)args;
   return Kernel::kMmaSync;
 #endif
-}
-
-// The kernels' mask and window bounds for the arguments: a bound no row can reach is
-// dropped (causal with Sq = 1 sees every key), and the others are clamped to where they
-// stop mattering, so that the kernels' 32-bit window fields hold them.
-// seqlen_q / seqlen_k: the rows and keys of the longest sequence there may be (varlen: the
-// packed totals).
-ka::Mask window_params(bool causal, int64_t window_left, int64_t window_right, int64_t seqlen_q,
-                       int64_t seqlen_k, ka::FwdParams& p) {
-  const int64_t right = causal ? 0 : window_right;
-  // Row i sees keys up to i + Sk - Sq + right: all of them for every row once right >= Sq - 1;
-  // keys from i + Sk - Sq - left: from 0 for every row once left >= Sk - 1.
-  const bool right_bound = right >= 0 && right < seqlen_q - 1;
-  const bool left_bound = window_left >= 0 && window_left < seqlen_k - 1;
-  p.window_right = static_cast<int>(right_bound ? right : seqlen_q);
-  p.window_left = static_cast<int>(left_bound ? window_left : seqlen_k);
-  if (left_bound) return ka::Mask::kLocal;
-  return right_bound ? ka::Mask::kRight : ka::Mask::kNone;
-}
-
-// The softmax scale and softcap as the kernels read them.
-void scale_params(float scale, double softcap, ka::FwdParams& p) {
-  p.scale_log2 = scale * 1.4426950408889634f;
-  if (softcap > 0.0) {  // the cap's tanh takes the scale; the softmax then scales by 1
-    p.softcap = static_cast<float>(softcap);
-    p.softcap_pre = static_cast<float>(double(scale) / softcap);
-    p.scale_log2 = 1.4426950408889634f;
-  }
 }
 
 // The 16-byte alignment the kernels' copies need (checked only for a call with work: a
@@ -361,6 +309,49 @@ float validate_varlen(const FlashAttentionVarlenFwdArgs& args) {
 }
 
 }  // namespace
+
+// The kernels' mask and window bounds for the arguments: a bound no row can reach is
+// dropped (causal with Sq = 1 sees every key), and the others are clamped to where they
+// stop mattering, so that the kernels' 32-bit window fields hold them.
+// seqlen_q / seqlen_k: the rows and keys of the longest sequence there may be (varlen: the
+// packed totals).
+ka::Mask window_params(bool causal, int64_t window_left, int64_t window_right, int64_t seqlen_q,
+                       int64_t seqlen_k, ka::FwdParams& p) {
+  const int64_t right = causal ? 0 : window_right;
+  // Row i sees keys up to i + Sk - Sq + right: all of them for every row once right >= Sq - 1;
+  // keys from i + Sk - Sq - left: from 0 for every row once left >= Sk - 1.
+  const bool right_bound = right >= 0 && right < seqlen_q - 1;
+  const bool left_bound = window_left >= 0 && window_left < seqlen_k - 1;
+  p.window_right = static_cast<int>(right_bound ? right : seqlen_q);
+  p.window_left = static_cast<int>(left_bound ? window_left : seqlen_k);
+  if (left_bound) return ka::Mask::kLocal;
+  return right_bound ? ka::Mask::kRight : ka::Mask::kNone;
+}
+
+// The softmax scale and softcap as the kernels read them.
+void scale_params(float scale, double softcap, ka::FwdParams& p) {
+  p.scale_log2 = scale * 1.4426950408889634f;
+  if (softcap > 0.0) {  // the cap's tanh takes the scale; the softmax then scales by 1
+    p.softcap = static_cast<float>(softcap);
+    p.softcap_pre = static_cast<float>(double(scale) / softcap);
+    p.scale_log2 = 1.4426950408889634f;
+  }
+}
+
+ka::FwdParams dense_params(const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef& o,
+                           const TensorRef& lse) {
+  ka::FwdParams p = data_params(q, k, v, o, lse);
+  p.q_batch = q.strides[0], p.q_head = q.strides[1], p.q_row = q.strides[2];
+  p.k_batch = k.strides[0], p.k_head = k.strides[1], p.k_row = k.strides[2];
+  p.v_batch = v.strides[0], p.v_head = v.strides[1], p.v_row = v.strides[2];
+  p.o_batch = o.strides[0], p.o_head = o.strides[1], p.o_row = o.strides[2];
+  p.lse_batch = lse.strides[0], p.lse_head = lse.strides[1], p.lse_row = lse.strides[2];
+  p.seqlen_q = static_cast<int>(q.shape[2]);
+  p.seqlen_k = static_cast<int>(k.shape[2]);
+  p.group = static_cast<int>(q.shape[1] / k.shape[1]);
+  return p;
+}
+
 }  // namespace detail
 
 const char* flash_attention_fwd_path(const FlashAttentionFwdArgs& args) {
@@ -376,20 +367,12 @@ void flash_attention_fwd(const FlashAttentionFwdArgs& args, cudaStream_t stream)
   const TensorRef &q = args.q, &k = args.k, &v = args.v, &o = args.o, &lse = args.lse;
   const int64_t batch = q.shape[0], heads_q = q.shape[1], seqlen_q = q.shape[2];
   const int64_t head_dim = q.shape[3], head_dim_v = v.shape[3];
-  const int64_t heads_kv = k.shape[1], seqlen_k = k.shape[2];
+  const int64_t seqlen_k = k.shape[2];
   if (batch == 0 || heads_q == 0 || seqlen_q == 0) return;  // nothing to write
   // Sk = 0 still launches: every row sees no key, so the kernel writes o = 0, lse = -inf.
   if (!detail::aligned_to_launch(q, k, v, o, kOp)) return;
 
-  kernels::attention::FwdParams p = detail::data_params(q, k, v, o, lse);
-  p.q_batch = q.strides[0], p.q_head = q.strides[1], p.q_row = q.strides[2];
-  p.k_batch = k.strides[0], p.k_head = k.strides[1], p.k_row = k.strides[2];
-  p.v_batch = v.strides[0], p.v_head = v.strides[1], p.v_row = v.strides[2];
-  p.o_batch = o.strides[0], p.o_head = o.strides[1], p.o_row = o.strides[2];
-  p.lse_batch = lse.strides[0], p.lse_head = lse.strides[1], p.lse_row = lse.strides[2];
-  p.seqlen_q = static_cast<int>(seqlen_q);
-  p.seqlen_k = static_cast<int>(seqlen_k);
-  p.group = static_cast<int>(heads_q / heads_kv);
+  kernels::attention::FwdParams p = detail::dense_params(q, k, v, o, lse);
   detail::scale_params(scale, args.softcap, p);
   const kernels::attention::Mask mask =
       detail::window_params(args.causal, args.window_left, args.window_right, seqlen_q, seqlen_k, p);

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The launchers of the Hopper FlashAttention kernels, defined in flash_attention_fwd_sm90a.cu
 // (compiled for sm_90a alone) and called from flash_attention_fwd.cu only under
-// GKS_WITH_SM90A, after every argument is validated.
+// GKS_WITH_SM90A, after every argument is validated; and the kernel parameters the forward
+// and the backward set alike.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -25,6 +26,20 @@ decltype(auto) with_mask(kernels::attention::Mask mask, F&& f) {
     default: return f(std::integral_constant<M, M::kLocal>{});
   }
 }
+
+// The kernels' mask and window bounds (p.window_left / right) for the arguments, clamped
+// to where they stop mattering (flash_attention_fwd.cu; the backward's too).
+kernels::attention::Mask window_params(bool causal, int64_t window_left, int64_t window_right, int64_t seqlen_q,
+                                       int64_t seqlen_k, kernels::attention::FwdParams& p);
+
+// The softmax scale and softcap as the kernels read them (p.scale_log2, softcap, softcap_pre).
+void scale_params(float scale, double softcap, kernels::attention::FwdParams& p);
+
+// The parameters of a dense call (q [B, Hq, Sq, D], k, v, o, lse as flash_attention_fwd
+// takes them, validated): data, strides, lengths and the GQA group; the options are
+// scale_params' and window_params'.
+kernels::attention::FwdParams dense_params(const TensorRef& q, const TensorRef& k, const TensorRef& v,
+                                           const TensorRef& o, const TensorRef& lse);
 
 // The tensors the warp-specialized kernel's tensor maps are made over.
 struct AttentionTensors {

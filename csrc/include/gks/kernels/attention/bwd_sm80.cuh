@@ -1,0 +1,442 @@
+// SPDX-License-Identifier: Apache-2.0
+// FlashAttention backward on Ampere/Hopper Tensor Cores (mma.sync m16n8k16, fp32 accumulate),
+// deterministic: no atomics, every gradient element summed by one thread in a fixed order.
+//
+// From o, lse and dO (S the scaled, capped, masked scores, P = exp(S - lse)):
+//   delta = rowsum(dO * o)                     flash_attention_bwd_delta_kernel
+//   dV = P^T dO, dK = scale dS^T Q             flash_attention_bwd_dkdv_kernel: a CTA owns
+//                                              kBlockN keys of one K/V head and walks the
+//                                              query blocks of every query head of its group
+//   dQ = scale dS K                            flash_attention_bwd_dq_kernel: a CTA owns
+//                                              kBlockM query rows and walks their key blocks
+// with dP = dO V^T and dS = P * (dP - delta) (times 1 - tanh^2 of the capped score under a
+// softcap). The scores and P are computed twice, once in each kernel: the price of a dQ
+// that needs no atomics (FlashAttention-2 adds dQ with fp32 atomics from the dK/dV kernel).
+// Both walks mirror the forward (fwd_sm80.cuh: its tile copies, swizzle and ldmatrix lanes):
+// a warp owns 16 rows (keys in the dK/dV kernel, queries in the dQ kernel) and every
+// product's A operand is a warp's rows or its accumulators, so no score leaves registers.
+// The streamed tiles are double buffered (cp.async of the next block during this one's
+// math). Head dims above 128 take dK and dV in two passes of the dK/dV kernel, one
+// accumulator set each (kDkDv = kOnlyDv, then kOnlyDk): both at once would not fit in the
+// registers.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "gks/kernels/attention/common.cuh"
+#include "gks/kernels/attention/fwd_sm80.cuh"
+#include "gks/kernels/ptx/sm80.cuh"
+#include "gks/kernels/vec.cuh"
+
+namespace gks::kernels::attention {
+
+// FwdParams (q, k, v, o, lse and the masks, as the forward reads them) and the backward's
+// own tensors.
+struct BwdParams {
+  FwdParams f;
+  const void* dout;  // dO [B, Hq, Sq, Dv]
+  int64_t do_batch, do_head, do_row;
+  float* delta;      // [B, Hq, Sq] contiguous (the library's workspace)
+  void* dq;
+  int64_t dq_batch, dq_head, dq_row;
+  void* dk;
+  int64_t dk_batch, dk_head, dk_row;
+  void* dv;
+  int64_t dv_batch, dv_head, dv_row;
+  float softmax_scale;
+};
+
+// Which accumulators a dK/dV kernel keeps.
+enum class DkDv { kBoth, kOnlyDv, kOnlyDk };
+
+// The tile shapes (the host reads the same numbers): 4 warps of 16 rows; kBlockM query rows
+// a step of the dK/dV kernel, kBlockN keys a step of the dQ kernel.
+template <int kHeadDim_, int kHeadDimV_ = kHeadDim_>
+struct FlashBwdTile {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kHeadDimV = kHeadDimV_;
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kRows = 16 * kWarps;              // keys (dK/dV) or queries (dQ) a CTA owns
+  static constexpr int kStep = kHeadDim <= 64 ? 64 : 32;  // the rows a step walks
+  static constexpr int kChunks = kHeadDim / 8;
+  static constexpr int kChunksV = kHeadDimV / 8;
+  // Both accumulator sets at once up to D = 128; above, one a pass.
+  static constexpr bool kSplitPasses = kHeadDim > 128;
+  // Shared memory: the owned rows of the two operands, then two stages of the streamed
+  // ones (and, in the dK/dV kernel, each stage's lse and delta).
+  static constexpr int kOwnBytes = kRows * (kHeadDim + kHeadDimV) * 2;
+  static constexpr int kStageBytes = kStep * (kHeadDim + kHeadDimV) * 2;
+  static constexpr int kSmemBytes = kOwnBytes + 2 * kStageBytes + 2 * kStep * 8;
+  static_assert(kHeadDim % 32 == 0 && kHeadDimV % 32 == 0, "head dims: multiples of 32 (the swizzle)");
+  static_assert((kStep * kChunks) % kThreads == 0 && (kStep * kChunksV) % kThreads == 0 &&
+                    (kRows * kChunks) % kThreads == 0 && (kRows * kChunksV) % kThreads == 0,
+                "tile copies: whole 16-byte chunks per thread");
+};
+
+namespace bwd {
+
+using sm80::LaneChunks;
+using sm80::TileCopy;
+
+// Whether key `key` is seen by query `query` (bounds and the mask's window).
+template <Mask kMask>
+__device__ __forceinline__ bool visible(int key, int query, const FwdParams& p) {
+  if (key >= p.seqlen_k || query >= p.seqlen_q) return false;
+  const int64_t diag = int64_t(key) - query - (int64_t(p.seqlen_k) - p.seqlen_q);
+  if constexpr (kMask != Mask::kNone)
+    if (diag > p.window_right) return false;
+  if constexpr (kMask == Mask::kLocal)
+    if (diag < -int64_t(p.window_left)) return false;
+  return true;
+}
+
+// lse as the kernels use it: log2 units, +inf for a row that saw no key (lse = -inf) so that
+// its P is exp2(-inf) = 0 everywhere.
+__device__ __forceinline__ float lse_log2(float lse) {
+  return lse == -INFINITY ? INFINITY : lse * 1.4426950408889634f;
+}
+
+// One score's P and the factor its dS takes beyond P (dP - delta): raw score s (q . k) ->
+// z (capped or not) -> P = exp2(z * scale_log2 - lse2); the factor is 1 - tanh^2 under a
+// softcap, else 1. Invisible pairs give P = 0.
+__device__ __forceinline__ float score_p(float s, float lse2, bool seen, const FwdParams& p, float& factor) {
+  float z = s;
+  factor = 1.f;
+  if (p.softcap != 0.f) {
+    const float t = ptx::tanh_approx(s * p.softcap_pre);
+    z = p.softcap * t;
+    factor = 1.f - t * t;
+  }
+  return seen ? ptx::ex2_approx_ftz(fmaf(z, p.scale_log2, -lse2)) : 0.f;
+}
+
+// Accumulators of two adjacent 8-wide n-tiles as the A operand of the next product (k along
+// their 16 columns).
+template <typename T>
+__device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&c0)[4], const float (&c1)[4]) {
+  a[0] = pack2<T>(c0[0], c0[1]);
+  a[1] = pack2<T>(c0[2], c0[3]);
+  a[2] = pack2<T>(c1[0], c1[1]);
+  a[3] = pack2<T>(c1[2], c1[3]);
+}
+
+// acc (a warp's 16 rows x kTiles * 8 columns) * scale -> rows [row0, row0 + 16) of a
+// [rows, kTiles * 8] matrix at `out` (row stride ld), rows past `rows` skipped.
+template <typename T, int kTiles>
+__device__ __forceinline__ void store_rows(const float (&acc)[kTiles][4], T* out, int64_t ld, int row0, int rows,
+                                           float scale, int lane) {
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = row0 + g + 8 * h;
+    if (row >= rows) continue;
+    T* dst = out + int64_t(row) * ld + 2 * t;
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j)
+      *reinterpret_cast<uint32_t*>(dst + 8 * j) = pack2<T>(acc[j][2 * h] * scale, acc[j][2 * h + 1] * scale);
+  }
+}
+
+// C[16 x kN] (+)= A[16 x 16 kK] B where A's rows are a warp's 16 rows of a swizzled tile
+// (a_lane at row offset a_row) and B's kN columns are rows of another (b_lane, non-trans):
+// the S = Q K^T pattern of the forward, k along the tiles' columns.
+template <typename T, int kKSteps, int kNTiles, int kChunksA, int kChunksB>
+__device__ __forceinline__ void gemm_rows_rows(float (&c)[kNTiles][4], uint32_t sA, const LaneChunks<kChunksA>& a_lane,
+                                               int a_row, uint32_t sB, const LaneChunks<kChunksB>& b_lane) {
+#pragma unroll
+  for (int kk = 0; kk < kKSteps; ++kk) {
+    uint32_t a[4];
+    ptx::ldmatrix_x4(a, a_lane.at(sA, a_row, kk * 2));
+#pragma unroll
+    for (int np = 0; np < kNTiles / 2; ++np) {
+      uint32_t b[4];
+      ptx::ldmatrix_x4(b, b_lane.at(sB, np * 16, kk * 2));
+      ptx::mma_m16n8k16<T>(c[2 * np], a, b[0], b[1]);
+      ptx::mma_m16n8k16<T>(c[2 * np + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// C[16 x kN] += A B where A is a warp's accumulators of kKSteps * 16 columns (acc_to_a) and
+// B [kKSteps * 16 rows, kN columns] a swizzled tile read transposed (the O += P V pattern).
+template <typename T, int kKSteps, int kNTiles, int kChunksB>
+__device__ __forceinline__ void gemm_acc_rows(float (&c)[kNTiles][4], const float (&a_acc)[2 * kKSteps][4], uint32_t sB,
+                                              const LaneChunks<kChunksB>& b_lane) {
+#pragma unroll
+  for (int kk = 0; kk < kKSteps; ++kk) {
+    uint32_t a[4];
+    acc_to_a<T>(a, a_acc[2 * kk], a_acc[2 * kk + 1]);
+#pragma unroll
+    for (int dp = 0; dp < kNTiles / 2; ++dp) {
+      uint32_t b[4];
+      ptx::ldmatrix_x4_trans(b, b_lane.at(sB, kk * 16, dp * 2));
+      ptx::mma_m16n8k16<T>(c[2 * dp], a, b[0], b[1]);
+      ptx::mma_m16n8k16<T>(c[2 * dp + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+template <int kN>
+__device__ __forceinline__ void zero(float (&c)[kN][4]) {
+#pragma unroll
+  for (int j = 0; j < kN; ++j) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.f;
+}
+
+}  // namespace bwd
+
+// delta[row] = sum_d dO[row, d] * o[row, d] in fp32: one warp a row of [B * Hq * Sq] (grid
+// x: rows / warps a block, y: heads, z: batch).
+template <typename T, int kHeadDimV>
+__global__ void __launch_bounds__(256) flash_attention_bwd_delta_kernel(const BwdParams p) {
+  const int row = blockIdx.x * 8 + threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int head = blockIdx.y, batch = blockIdx.z;
+  const FwdParams& f = p.f;
+  if (row >= f.seqlen_q) return;
+  const T* o = static_cast<const T*>(f.o) + batch * f.o_batch + head * f.o_head + int64_t(row) * f.o_row;
+  const T* dout = static_cast<const T*>(p.dout) + batch * p.do_batch + head * p.do_head + int64_t(row) * p.do_row;
+  float sum = 0.f;
+#pragma unroll
+  for (int d = lane; d < kHeadDimV; d += 32) sum += float(o[d]) * float(dout[d]);
+#pragma unroll
+  for (int s = 16; s >= 1; s /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, s);
+  if (lane == 0) p.delta[(int64_t(batch) * gridDim.y + head) * f.seqlen_q + row] = sum;
+}
+
+// dK and dV of kRows keys of one K/V head (grid: (ceil(Sk / kRows), Hkv, B)), summed over
+// the query heads of its group and every query block that sees one of its keys.
+template <typename T, typename Tile, Mask kMask, DkDv kWhich>
+__global__ void __launch_bounds__(Tile::kThreads) flash_attention_bwd_dkdv_kernel(const BwdParams p) {
+  constexpr int kD = Tile::kHeadDim, kDv = Tile::kHeadDimV, kRows = Tile::kRows, kStep = Tile::kStep;
+  constexpr int kChunks = Tile::kChunks, kChunksV = Tile::kChunksV, kThreads = Tile::kThreads;
+  constexpr int kQTiles = kStep / 8;  // 8-query column tiles of S^T
+  constexpr bool kDv_ = kWhich != DkDv::kOnlyDk, kDk_ = kWhich != DkDv::kOnlyDv;
+  const FwdParams& f = p.f;
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  // Layout: K [kRows][D], V [kRows][Dv], then per stage Q [kStep][D], dO [kStep][Dv]; then
+  // per stage lse2 [kStep] and delta [kStep].
+  const uint32_t sK = ptx::smem_addr(smem);
+  const uint32_t sV = sK + kRows * kD * 2;
+  const uint32_t sStage0 = sV + kRows * kDv * 2;
+  float* s_stats = reinterpret_cast<float*>(smem + Tile::kOwnBytes + 2 * Tile::kStageBytes);
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int n0 = blockIdx.x * kRows, kv_head = blockIdx.y, batch = blockIdx.z;
+  const T* k = static_cast<const T*>(f.k) + batch * f.k_batch + kv_head * f.k_head;
+  const T* v = static_cast<const T*>(f.v) + batch * f.v_batch + kv_head * f.v_head;
+
+  // The query rows that see a key of [n0, n0 + kRows): [i_lo, i_hi], then as query blocks.
+  const int64_t off = int64_t(f.seqlen_k) - f.seqlen_q;
+  const int64_t last_key = int64_t(min(n0 + kRows, f.seqlen_k)) - 1;
+  int64_t i_lo = 0, i_hi = int64_t(f.seqlen_q) - 1;
+  if constexpr (kMask != Mask::kNone) i_lo = max(i_lo, int64_t(n0) - off - f.window_right);
+  if constexpr (kMask == Mask::kLocal) i_hi = min(i_hi, last_key - off + f.window_left);
+  const int m_begin = int(i_lo / kStep);
+  const int m_blocks = i_lo > i_hi ? 0 : int(i_hi / kStep) - m_begin + 1;
+  const int steps = m_blocks * f.group;
+
+  const sm80::TileCopy<kChunks, kThreads> copy(tid);
+  const sm80::TileCopy<kChunksV, kThreads> copy_v(tid);
+  copy.template operator()<kRows>(sK, k, f.k_row, n0, f.seqlen_k, tid);
+  copy_v.template operator()<kRows>(sV, v, f.v_row, n0, f.seqlen_k, tid);
+  ptx::cp_async_commit();
+
+  // Step it: query block m_begin + it % m_blocks of query head kv_head * group + it / m_blocks.
+  auto load_step = [&](int it, int stage) {
+    const int head = kv_head * f.group + it / m_blocks;
+    const int m0 = (m_begin + it % m_blocks) * kStep;
+    const uint32_t sQ = sStage0 + stage * Tile::kStageBytes, sDo = sQ + kStep * kD * 2;
+    const T* q = static_cast<const T*>(f.q) + batch * f.q_batch + head * f.q_head;
+    const T* dout = static_cast<const T*>(p.dout) + batch * p.do_batch + head * p.do_head;
+    copy.template operator()<kStep>(sQ, q, f.q_row, m0, f.seqlen_q, tid);
+    copy_v.template operator()<kStep>(sDo, dout, p.do_row, m0, f.seqlen_q, tid);
+    ptx::cp_async_commit();
+    if (tid < kStep) {  // read in a later step, after a barrier
+      const int row = m0 + tid;
+      const bool in = row < f.seqlen_q;
+      const float* lse = f.lse + batch * f.lse_batch + head * f.lse_head;
+      s_stats[stage * 2 * kStep + tid] = in ? bwd::lse_log2(lse[int64_t(row) * f.lse_row]) : INFINITY;
+      s_stats[stage * 2 * kStep + kStep + tid] =
+          in ? p.delta[(int64_t(batch) * f.group * gridDim.y + head) * f.seqlen_q + row] : 0.f;
+    }
+  };
+  if (steps > 0) load_step(0, 0);
+
+  float acc_dk[kDk_ ? kD / 8 : 1][4], acc_dv[kDv_ ? kDv / 8 : 1][4];
+  bwd::zero(acc_dk);
+  bwd::zero(acc_dv);
+
+  // Lanes: A operands from this warp's 16 keys (K, V); B from the stage's query rows (Q, dO
+  // non-trans for S^T and dP^T; transposed for dK += dS^T Q and dV += P^T dO).
+  const int warp_row0 = warp * 16;
+  const sm80::LaneChunks<kChunks> a_lane(lane % 16, lane / 16);
+  const sm80::LaneChunks<kChunksV> a_lane_v(lane % 16, lane / 16);
+  const sm80::LaneChunks<kChunks> b_lane((lane / 16) * 8 + lane % 8, (lane / 8) % 2);
+  const sm80::LaneChunks<kChunksV> b_lane_v((lane / 16) * 8 + lane % 8, (lane / 8) % 2);
+  const sm80::LaneChunks<kChunks> t_lane(lane % 16, lane / 16);
+  const sm80::LaneChunks<kChunksV> t_lane_v(lane % 16, lane / 16);
+  const int key_mine = n0 + warp_row0 + g;  // and + 8
+
+#pragma unroll 1
+  for (int it = 0; it < steps; ++it) {
+    const int stage = it & 1;
+    ptx::cp_async_wait<0>();
+    __syncthreads();  // this step's tiles (and K, V) are in; the other stage is free
+    if (it + 1 < steps) load_step(it + 1, stage ^ 1);
+    const uint32_t sQ = sStage0 + stage * Tile::kStageBytes, sDo = sQ + kStep * kD * 2;
+    const float* lse2 = s_stats + stage * 2 * kStep;
+    const float* delta = lse2 + kStep;
+    const int m0 = (m_begin + it % m_blocks) * kStep;
+
+    // S^T = K Q^T: this warp's 16 keys x the step's queries.
+    float s[kQTiles][4];
+    bwd::zero(s);
+    bwd::gemm_rows_rows<T, kD / 16, kQTiles>(s, sK, a_lane, warp_row0, sQ, b_lane);
+    // P^T and the dS factor; the masks per element (query 8j + 2t + e, key g + 8h).
+    float factor[kQTiles][4];
+#pragma unroll
+    for (int j = 0; j < kQTiles; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int q_local = 8 * j + 2 * t + (e & 1);
+        const int key = key_mine + 8 * (e >> 1);
+        const bool seen = bwd::visible<kMask>(key, m0 + q_local, f);
+        s[j][e] = bwd::score_p(s[j][e], lse2[q_local], seen, f, factor[j][e]);
+      }
+    if constexpr (kDv_) {
+      // dV += P^T dO (k along the step's queries).
+      bwd::gemm_acc_rows<T, kStep / 16, kDv / 8>(acc_dv, s, sDo, t_lane_v);
+    }
+    if constexpr (kDk_) {
+      // dP^T = V dO^T, then dS^T = P^T (dP^T - delta) * factor in place of dP^T.
+      float dp[kQTiles][4];
+      bwd::zero(dp);
+      bwd::gemm_rows_rows<T, kDv / 16, kQTiles>(dp, sV, a_lane_v, warp_row0, sDo, b_lane_v);
+#pragma unroll
+      for (int j = 0; j < kQTiles; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dp[j][e] = s[j][e] * (dp[j][e] - delta[8 * j + 2 * t + (e & 1)]) * factor[j][e];
+      // dK += dS^T Q (k along the step's queries).
+      bwd::gemm_acc_rows<T, kStep / 16, kD / 8>(acc_dk, dp, sQ, t_lane);
+    }
+  }
+
+  ptx::cp_async_wait<0>();  // a CTA with no step still has its K/V copies in flight
+
+  if constexpr (kDk_) {
+    T* dk = static_cast<T*>(p.dk) + batch * p.dk_batch + kv_head * p.dk_head;
+    bwd::store_rows<T, kD / 8>(acc_dk, dk, p.dk_row, n0 + warp_row0, f.seqlen_k, p.softmax_scale, lane);
+  }
+  if constexpr (kDv_) {
+    T* dv = static_cast<T*>(p.dv) + batch * p.dv_batch + kv_head * p.dv_head;
+    bwd::store_rows<T, kDv / 8>(acc_dv, dv, p.dv_row, n0 + warp_row0, f.seqlen_k, 1.f, lane);
+  }
+}
+
+// dQ of kRows query rows of one query head (grid: (ceil(Sq / kRows), Hq, B)) over the key
+// blocks its rows see.
+template <typename T, typename Tile, Mask kMask>
+__global__ void __launch_bounds__(Tile::kThreads) flash_attention_bwd_dq_kernel(const BwdParams p) {
+  constexpr int kD = Tile::kHeadDim, kDv = Tile::kHeadDimV, kRows = Tile::kRows, kStep = Tile::kStep;
+  constexpr int kChunks = Tile::kChunks, kChunksV = Tile::kChunksV, kThreads = Tile::kThreads;
+  constexpr int kKTiles = kStep / 8;  // 8-key column tiles of S
+  const FwdParams& f = p.f;
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  // Layout: Q [kRows][D], dO [kRows][Dv], then per stage K [kStep][D], V [kStep][Dv].
+  const uint32_t sQ = ptx::smem_addr(smem);
+  const uint32_t sDo = sQ + kRows * kD * 2;
+  const uint32_t sStage0 = sDo + kRows * kDv * 2;
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int m0 = blockIdx.x * kRows, head = blockIdx.y, batch = blockIdx.z;
+  const int kv_head = head / f.group;
+  const T* q = static_cast<const T*>(f.q) + batch * f.q_batch + head * f.q_head;
+  const T* dout = static_cast<const T*>(p.dout) + batch * p.do_batch + head * p.do_head;
+  const T* k = static_cast<const T*>(f.k) + batch * f.k_batch + kv_head * f.k_head;
+  const T* v = static_cast<const T*>(f.v) + batch * f.v_batch + kv_head * f.v_head;
+
+  const BlockWalk walk = block_walk<kRows, kStep, kMask>(m0, f);
+  const int steps = walk.blocks();
+
+  const sm80::TileCopy<kChunks, kThreads> copy(tid);
+  const sm80::TileCopy<kChunksV, kThreads> copy_v(tid);
+  copy.template operator()<kRows>(sQ, q, f.q_row, m0, f.seqlen_q, tid);
+  copy_v.template operator()<kRows>(sDo, dout, p.do_row, m0, f.seqlen_q, tid);
+  ptx::cp_async_commit();
+  auto load_step = [&](int it, int stage) {
+    const int n0 = (walk.n_min + it) * kStep;
+    const uint32_t sK = sStage0 + stage * Tile::kStageBytes, sV = sK + kStep * kD * 2;
+    copy.template operator()<kStep>(sK, k, f.k_row, n0, f.seqlen_k, tid);
+    copy_v.template operator()<kStep>(sV, v, f.v_row, n0, f.seqlen_k, tid);
+    ptx::cp_async_commit();
+  };
+  if (steps > 0) load_step(0, 0);
+
+  // This thread's rows (g, g + 8 of the warp's 16): lse and delta.
+  const int warp_row0 = warp * 16;
+  const int row_mine = m0 + warp_row0 + g;
+  float lse2[2], delta[2];
+  {
+    const float* lse = f.lse + batch * f.lse_batch + head * f.lse_head;
+    const float* dl = p.delta + (int64_t(batch) * gridDim.y + head) * f.seqlen_q;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row_mine + 8 * h;
+      const bool in = row < f.seqlen_q;
+      lse2[h] = in ? bwd::lse_log2(lse[int64_t(row) * f.lse_row]) : INFINITY;
+      delta[h] = in ? dl[row] : 0.f;
+    }
+  }
+
+  float acc_dq[kD / 8][4];
+  bwd::zero(acc_dq);
+  const sm80::LaneChunks<kChunks> a_lane(lane % 16, lane / 16);
+  const sm80::LaneChunks<kChunksV> a_lane_v(lane % 16, lane / 16);
+  const sm80::LaneChunks<kChunks> b_lane((lane / 16) * 8 + lane % 8, (lane / 8) % 2);
+  const sm80::LaneChunks<kChunksV> b_lane_v((lane / 16) * 8 + lane % 8, (lane / 8) % 2);
+  const sm80::LaneChunks<kChunks> t_lane(lane % 16, lane / 16);
+
+#pragma unroll 1
+  for (int it = 0; it < steps; ++it) {
+    const int stage = it & 1;
+    ptx::cp_async_wait<0>();
+    __syncthreads();
+    if (it + 1 < steps) load_step(it + 1, stage ^ 1);
+    const uint32_t sK = sStage0 + stage * Tile::kStageBytes, sV = sK + kStep * kD * 2;
+    const int n0 = (walk.n_min + it) * kStep;
+
+    // S = Q K^T and dP = dO V^T: this warp's 16 queries x the step's keys.
+    float s[kKTiles][4], dp[kKTiles][4];
+    bwd::zero(s);
+    bwd::zero(dp);
+    bwd::gemm_rows_rows<T, kD / 16, kKTiles>(s, sQ, a_lane, warp_row0, sK, b_lane);
+    bwd::gemm_rows_rows<T, kDv / 16, kKTiles>(dp, sDo, a_lane_v, warp_row0, sV, b_lane_v);
+    // dS = P (dP - delta) * factor, in place of dP (row g + 8h, key 8j + 2t + e).
+#pragma unroll
+    for (int j = 0; j < kKTiles; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e >> 1;
+        const int key = n0 + 8 * j + 2 * t + (e & 1);
+        const bool seen = bwd::visible<kMask>(key, row_mine + 8 * h, f);
+        float factor;
+        const float pr = bwd::score_p(s[j][e], lse2[h], seen, f, factor);
+        dp[j][e] = pr * (dp[j][e] - delta[h]) * factor;
+      }
+    // dQ += dS K (k along the step's keys).
+    bwd::gemm_acc_rows<T, kStep / 16, kD / 8>(acc_dq, dp, sK, t_lane);
+  }
+
+  ptx::cp_async_wait<0>();  // a CTA with no step still has its Q/dO copies in flight
+  T* dq = static_cast<T*>(p.dq) + batch * p.dq_batch + head * p.dq_head;
+  bwd::store_rows<T, kD / 8>(acc_dq, dq, p.dq_row, m0 + warp_row0, f.seqlen_q, p.softmax_scale, lane);
+}
+
+}  // namespace gks::kernels::attention

@@ -1,0 +1,205 @@
+// SPDX-License-Identifier: Apache-2.0
+// gks::flash_attention_bwd: validation and the launches of the mma.sync backward kernels
+// (kernels/attention/bwd_sm80.cuh): delta, dK/dV (one or two passes), dQ.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include "attention/checks.h"
+#include "attention/launch.h"
+#include "core/launch.h"
+#include "core/workspace.h"
+#include "gks/attention.h"
+#include "gks/error.h"
+#include "gks/kernels/attention/bwd_sm80.cuh"
+
+namespace gks {
+namespace detail {
+namespace {
+
+namespace ka = kernels::attention;
+
+constexpr const char* kBwdOp = "gks.flash_attention_bwd";
+
+// shape [batch, heads, seq, dim] or, for lse, [batch, heads, seq], as a string.
+std::string dims_string(std::initializer_list<int64_t> dims) {
+  std::string out = "[";
+  bool first = true;
+  for (int64_t d : dims) {
+    out += (first ? "" : ", ") + std::to_string(d);
+    first = false;
+  }
+  return out + "]";
+}
+
+void check_shape(const TensorRef& t, std::initializer_list<int64_t> want, const char* arg, const char* what) {
+  bool same = t.ndim == int(want.size());
+  int d = 0;
+  for (int64_t w : want) same = same && t.shape[d++] == w;
+  GKS_CHECK(same, kInvalidArgument) << kBwdOp << ": argument '" << arg << "' must have shape " << dims_string(want)
+                                    << " (" << what << "), got " << t.shape_string();
+}
+
+// Every check but the 16-byte alignment (a call with no work skips it); returns the softmax
+// scale. Messages as the other backends' (the spec's bad-input table).
+float validate(const FlashAttentionBwdArgs& args) {
+  const TensorRef &q = args.q, &k = args.k, &v = args.v, &o = args.o, &lse = args.lse, &dout = args.dout;
+  check_devices_and_dtypes(q, k, v, o, lse, kBwdOp);
+  check_same_device(q, "q", dout, "do", kBwdOp);
+  check_same_dtype(q, "q", dout, "do", kBwdOp);
+  check_attention_tensor(q, kBwdOp, "q");
+  check_attention_tensor(k, kBwdOp, "k");
+  check_attention_tensor(v, kBwdOp, "v");
+  check_attention_tensor(o, kBwdOp, "o");
+  check_attention_tensor(dout, kBwdOp, "do");
+  GKS_CHECK(lse.ndim == 3, kInvalidArgument)
+      << kBwdOp << ": argument 'lse' must have 3 dims [batch, heads, seq], got " << lse.ndim << " dims "
+      << lse.shape_string();
+  for (const TensorRef* t : {&q, &k, &v})
+    for (int d = 0; d < 4; ++d)
+      GKS_CHECK(t->shape[d] >= 0, kInvalidArgument) << kBwdOp << ": negative size in shape " << t->shape_string();
+  const int64_t batch = q.shape[0], heads_q = q.shape[1], seqlen_q = q.shape[2], head_dim = q.shape[3];
+  const int64_t heads_kv = k.shape[1], seqlen_k = k.shape[2], head_dim_v = v.shape[3];
+  check_head_dim(head_dim, kBwdOp);
+  GKS_CHECK(k.shape[0] == batch && k.shape[3] == head_dim, kInvalidArgument)
+      << kBwdOp << ": argument 'k' must have shape [" << batch << ", Hkv, Sk, " << head_dim
+      << "] (q's batch and head dim), got " << k.shape_string();
+  GKS_CHECK(v.shape[0] == k.shape[0] && v.shape[1] == heads_kv && v.shape[2] == seqlen_k &&
+                flash_head_dims(head_dim, head_dim_v),
+            kInvalidArgument)
+      << kBwdOp << ": argument 'v' must have shape [" << k.shape[0] << ", " << heads_kv << ", " << seqlen_k << ", "
+      << head_dim << "] (k's first three dims and the head dim; 128 is also allowed with head dim 192), got "
+      << v.shape_string();
+  check_gqa(heads_q, heads_kv, kBwdOp);
+  const char* out_what = "q's batch, heads and sequence, v's head dim";
+  check_shape(dout, {batch, heads_q, seqlen_q, head_dim_v}, "do", out_what);
+  check_shape(o, {batch, heads_q, seqlen_q, head_dim_v}, "o", out_what);
+  check_shape(lse, {batch, heads_q, seqlen_q}, "lse", "q's batch, heads and sequence");
+  // The gradients: the shapes of q, k and v, q's dtype and device, last dim contiguous.
+  for (const auto& [t, name] : {std::pair{&args.dq, "dq"}, std::pair{&args.dk, "dk"}, std::pair{&args.dv, "dv"}}) {
+    check_same_device(q, "q", *t, name, kBwdOp);
+    check_same_dtype(q, "q", *t, name, kBwdOp);
+    check_attention_tensor(*t, kBwdOp, name);
+  }
+  check_shape(args.dq, {batch, heads_q, seqlen_q, head_dim}, "dq", "q's shape");
+  check_shape(args.dk, {batch, heads_kv, seqlen_k, head_dim}, "dk", "k's shape");
+  check_shape(args.dv, {batch, heads_kv, seqlen_k, head_dim_v}, "dv", "v's shape");
+  check_outputs({{&args.dq, "dq"}, {&args.dk, "dk"}, {&args.dv, "dv"}},
+                {{&dout, "do"}, {&q, "q"}, {&k, "k"}, {&v, "v"}, {&o, "o"}, {&lse, "lse"}}, kBwdOp);
+  const float scale = check_attention_options(
+      {args.softmax_scale, args.causal, args.window_left, args.window_right, args.softcap}, head_dim, kBwdOp);
+  constexpr int64_t kMaxSeq = std::numeric_limits<int32_t>::max() - 1024;
+  GKS_CHECK(seqlen_q <= kMaxSeq && seqlen_k <= kMaxSeq, kInvalidArgument)
+      << kBwdOp << ": sequence lengths up to " << kMaxSeq << " are supported, got Sq = " << seqlen_q
+      << ", Sk = " << seqlen_k;
+  GKS_CHECK(heads_q <= 65535 && batch <= 65535, kInvalidArgument)
+      << kBwdOp << ": at most 65535 query heads and 65535 batches are supported, got " << heads_q << " and "
+      << batch;
+  return scale;
+}
+
+template <auto kKernel>
+void launch_kernel(dim3 grid, int threads, int smem, const ka::BwdParams& p, int device, cudaStream_t stream) {
+  if (smem > 0) prepare_smem_kernel<kKernel>(smem, device, /*max_carveout=*/false);
+  kKernel<<<grid, threads, size_t(smem), stream>>>(p);
+}
+
+// The kernels of one dtype, head dims and mask, in stream order.
+template <typename T, int kD, int kDv, ka::Mask kMask>
+void launch_all(const ka::BwdParams& p, int64_t batch, int64_t heads_q, int64_t heads_kv, int device,
+                cudaStream_t stream) {
+  using Tile = ka::FlashBwdTile<kD, kDv>;
+  const int64_t seqlen_q = p.f.seqlen_q, seqlen_k = p.f.seqlen_k;
+  const unsigned hq = unsigned(heads_q), hkv = unsigned(heads_kv), b = unsigned(batch);
+  if (seqlen_q > 0)
+    launch_kernel<ka::flash_attention_bwd_delta_kernel<T, kDv>>(dim3(unsigned(ceil_div(seqlen_q, 8)), hq, b), 256, 0,
+                                                                p, device, stream);
+  if (seqlen_k > 0) {
+    const dim3 grid(unsigned(ceil_div(seqlen_k, Tile::kRows)), hkv, b);
+    if constexpr (Tile::kSplitPasses) {
+      launch_kernel<ka::flash_attention_bwd_dkdv_kernel<T, Tile, kMask, ka::DkDv::kOnlyDv>>(
+          grid, Tile::kThreads, Tile::kSmemBytes, p, device, stream);
+      launch_kernel<ka::flash_attention_bwd_dkdv_kernel<T, Tile, kMask, ka::DkDv::kOnlyDk>>(
+          grid, Tile::kThreads, Tile::kSmemBytes, p, device, stream);
+    } else {
+      launch_kernel<ka::flash_attention_bwd_dkdv_kernel<T, Tile, kMask, ka::DkDv::kBoth>>(
+          grid, Tile::kThreads, Tile::kSmemBytes, p, device, stream);
+    }
+  }
+  if (seqlen_q > 0)
+    launch_kernel<ka::flash_attention_bwd_dq_kernel<T, Tile, kMask>>(
+        dim3(unsigned(ceil_div(seqlen_q, Tile::kRows)), hq, b), Tile::kThreads, Tile::kSmemBytes, p, device, stream);
+}
+
+template <typename T>
+void launch_for_type(ka::Mask mask, int64_t head_dim, int64_t head_dim_v, const ka::BwdParams& p, int64_t batch,
+                     int64_t heads_q, int64_t heads_kv, int device, cudaStream_t stream) {
+  with_mask(mask, [&](auto m) {
+    constexpr ka::Mask kMask = decltype(m)::value;
+    const auto go = [&](auto d, auto dv) {
+      launch_all<T, decltype(d)::value, decltype(dv)::value, kMask>(p, batch, heads_q, heads_kv, device, stream);
+    };
+    using std::integral_constant;
+    switch (head_dim) {
+      case 32: return go(integral_constant<int, 32>{}, integral_constant<int, 32>{});
+      case 64: return go(integral_constant<int, 64>{}, integral_constant<int, 64>{});
+      case 96: return go(integral_constant<int, 96>{}, integral_constant<int, 96>{});
+      case 128: return go(integral_constant<int, 128>{}, integral_constant<int, 128>{});
+      case 192:
+        if (head_dim_v == 128) return go(integral_constant<int, 192>{}, integral_constant<int, 128>{});
+        return go(integral_constant<int, 192>{}, integral_constant<int, 192>{});
+      default: return go(integral_constant<int, 256>{}, integral_constant<int, 256>{});
+    }
+  });
+}
+
+}  // namespace
+}  // namespace detail
+
+void flash_attention_bwd(const FlashAttentionBwdArgs& args, cudaStream_t stream) {
+  using detail::kBwdOp;
+  const float scale = detail::validate(args);
+  const TensorRef &q = args.q, &k = args.k, &v = args.v, &o = args.o, &lse = args.lse, &dout = args.dout;
+  const int64_t batch = q.shape[0], heads_q = q.shape[1], seqlen_q = q.shape[2], head_dim = q.shape[3];
+  const int64_t heads_kv = k.shape[1], seqlen_k = k.shape[2], head_dim_v = v.shape[3];
+  if (batch == 0 || heads_q == 0 || (seqlen_q == 0 && seqlen_k == 0)) return;  // nothing to write
+  // Tensors with no elements may have no storage: only those with some are checked.
+  for (const auto& [t, name] : {std::pair{&q, "q"}, std::pair{&o, "o"}, std::pair{&dout, "do"},
+                                std::pair{&args.dq, "dq"}, std::pair{&k, "k"}, std::pair{&v, "v"},
+                                std::pair{&args.dk, "dk"}, std::pair{&args.dv, "dv"}})
+    if (t->numel() > 0) detail::check_aligned16(*t, kBwdOp, name);
+  if (validating_only()) return;
+
+  kernels::attention::BwdParams p{};
+  kernels::attention::FwdParams& f = p.f;
+  f = detail::dense_params(q, k, v, o, lse);
+  detail::scale_params(scale, args.softcap, f);
+  const kernels::attention::Mask mask =
+      detail::window_params(args.causal, args.window_left, args.window_right, seqlen_q, seqlen_k, f);
+  p.dout = dout.data;
+  p.do_batch = dout.strides[0], p.do_head = dout.strides[1], p.do_row = dout.strides[2];
+  p.dq = args.dq.data;
+  p.dq_batch = args.dq.strides[0], p.dq_head = args.dq.strides[1], p.dq_row = args.dq.strides[2];
+  p.dk = args.dk.data;
+  p.dk_batch = args.dk.strides[0], p.dk_head = args.dk.strides[1], p.dk_row = args.dk.strides[2];
+  p.dv = args.dv.data;
+  p.dv_batch = args.dv.strides[0], p.dv_head = args.dv.strides[1], p.dv_row = args.dv.strides[2];
+  p.softmax_scale = scale;
+
+  const detail::DeviceGuard guard(q.device.index);
+  // delta = rowsum(dO * o), [B, Hq, Sq] fp32, lives until the dK/dV and dQ kernels are done.
+  const size_t delta_bytes = size_t(std::max<int64_t>(1, batch * heads_q * seqlen_q)) * 4;
+  const detail::StreamBuffer delta(delta_bytes, q.device.index, stream, kBwdOp, "delta (rowsum(dO * o))");
+  p.delta = delta.get<float>();
+  if (q.dtype == DType::kFloat16)
+    detail::launch_for_type<__half>(mask, head_dim, head_dim_v, p, batch, heads_q, heads_kv, q.device.index, stream);
+  else
+    detail::launch_for_type<__nv_bfloat16>(mask, head_dim, head_dim_v, p, batch, heads_q, heads_kv, q.device.index,
+                                           stream);
+  detail::check_launch(kBwdOp);
+}
+
+}  // namespace gks
