@@ -138,6 +138,19 @@ class _RecordingCuda:
         return g
 
 
+# jax-tvm-ffi 0.1.3 decodes a string attribute into a tvm-ffi String that it does not keep
+# alive through the call (its scalar and array attributes it keeps): a string short enough
+# for tvm-ffi's inline small-string form (up to 7 bytes) survives, a longer one reaches the
+# binding freed ('gelu_tanh' crashed gemm's jitted test with "Cannot find type info for
+# type_index=..."). Such strings are bound into the registered target (the adapter's
+# layout), not passed as XLA attributes.
+_INLINE_STRING_BYTES = 7
+
+
+def _bound_string(value) -> bool:
+    return isinstance(value, str) and len(value.encode()) > _INLINE_STRING_BYTES
+
+
 def _attr(op: str, position: int, value):
     """A scalar argument as an XLA attribute of the binding's type; None stays None (no XLA
     attribute holds it: the plan passes it through an adapter)."""
@@ -163,8 +176,9 @@ class _Plan:
     arg_spec: tuple[str, ...]  # jax-tvm-ffi's: "args", "rets", "attrs.<key>"
     attrs: dict[str, Any]
     # The binding's arguments, where jax-tvm-ffi cannot hand them over as they come (inputs
-    # after outputs, a None): ("in" | "out" | "attr", index or key) or ("none", None) per
-    # position, for an adapter that puts them in order. () when the call is direct.
+    # after outputs, a None, a string it would free): ("in" | "out" | "attr", index or key),
+    # ("none", None) or ("const", the string) per position, for an adapter that puts them in
+    # order. () when the call is direct.
     layout: tuple[tuple[str, Any], ...] = ()
 
 
@@ -176,7 +190,7 @@ def _plan(op: str, entry: Callable, inputs: Mapping[str, Any], n_out: int, kw: M
         raise RuntimeError(f"gks.jax.{op}: its entry point made {len(recorder.calls)} library calls, not one")
     binding, args = recorder.calls[0]
     kinds = ["in" if isinstance(a, _Slot) and a.kind == "in" else "out" if isinstance(a, _Slot)
-             else "none" if a is None else "attr" for a in args]
+             else "none" if a is None else "const" if _bound_string(a) else "attr" for a in args]
     operands = tuple(a.key for a, k in zip(args, kinds) if k == "in")
     rets = tuple(a.key for a, k in zip(args, kinds) if k == "out")
     if sorted(rets) != list(range(n_out)):
@@ -189,11 +203,11 @@ def _plan(op: str, entry: Callable, inputs: Mapping[str, Any], n_out: int, kw: M
             arg_spec.append(f"attrs.a{pos:02d}")
         elif kind in ("in", "out") and (pos == 0 or kinds[pos - 1] != kind):
             arg_spec.append("args" if kind == "in" else "rets")
-    if arg_spec.count("args") <= 1 and arg_spec.count("rets") <= 1 and "none" not in kinds:
+    if arg_spec.count("args") <= 1 and arg_spec.count("rets") <= 1 and "none" not in kinds and "const" not in kinds:
         return _Plan(binding, operands, rets, tuple(arg_spec), attrs)
     # jax-tvm-ffi places all inputs at one position and all outputs at one, and no XLA
     # attribute is None: an adapter takes (inputs, outputs, attributes) and calls the binding
-    # in its own order.
+    # in its own order, with the bound strings in their places.
     n_in, layout = 0, []
     for pos, (kind, a) in enumerate(zip(kinds, args)):
         if kind == "in":
@@ -201,6 +215,8 @@ def _plan(op: str, entry: Callable, inputs: Mapping[str, Any], n_out: int, kw: M
             n_in += 1
         elif kind == "out":
             layout.append(("out", rets.index(a.key)))
+        elif kind == "const":
+            layout.append(("const", a))
         else:
             layout.append((kind, f"a{pos:02d}" if kind == "attr" else None))
     spec = ("args", "rets", *(f"attrs.{k}" for k in attrs))
@@ -216,8 +232,8 @@ def _adapter(function, layout: tuple, n_in: int, n_out: int, attr_keys: tuple[st
     def adapted(*a):
         ins, outs = a[:n_in], a[n_in:n_in + n_out]
         named = dict(zip(attr_keys, a[n_in + n_out:]))
-        function(*(ins[i] if kind == "in" else outs[i] if kind == "out" else named[i] if kind == "attr" else None
-                   for kind, i in layout))
+        function(*(ins[i] if kind == "in" else outs[i] if kind == "out" else named[i] if kind == "attr"
+                   else i if kind == "const" else None for kind, i in layout))
 
     return tvm_ffi.convert(adapted)
 

@@ -290,11 +290,13 @@ def _run_on_cpu_stand_in(op, entry, inputs, outputs, kw=None):
 
 @requires_jax_tvm_ffi
 @pytest.mark.parametrize("case", ["layernorm-bias", "layernorm-none", "flash_attention_fwd", "decode-paged",
-                                  "decode-dense"])
+                                  "decode-dense", "gemm-silu", "gemm-gelu_tanh"])
 def test_xla_hands_the_binding_its_arguments_in_order(case):
     """On the CPU, through XLA and jax-tvm-ffi, a stand-in binding gets each array where the
     gks.cuda entry point put it (the same buffer contents), each scalar with its value and
-    type (bool, int, float, str, None), and its outputs come back as the op's outputs."""
+    type (bool, int, float, str, None), and its outputs come back as the op's outputs. A
+    string longer than 7 bytes ('gelu_tanh') arrives intact: jax-tvm-ffi frees such string
+    attributes before the call, so the plan binds them into the target instead."""
     rng = np.random.default_rng(0)
 
     def arr(shape, dtype=np.float32):
@@ -311,6 +313,11 @@ def test_xla_hands_the_binding_its_arguments_in_order(case):
         inputs = {"q": q, "k": arr((1, 1, 5, 32)), "v": arr((1, 1, 5, 32)), "causal": True, "softmax_scale": 0.25,
                   "window_size": (4, 0), "softcap": 30.0}
         outputs = (jax.ShapeDtypeStruct(q.shape, jnp.float32), jax.ShapeDtypeStruct((1, 2, 3), jnp.float32))
+    elif case.startswith("gemm"):
+        op, entry, kw = "gemm", registry.get("gemm").cuda_out, {"config": -1}
+        inputs = {"a": arr((4, 32), np.float16), "b": arr((32, 16), np.float16), "bias": arr((16,)),
+                  "gated": case.removeprefix("gemm-")}
+        outputs = (jax.ShapeDtypeStruct((4, 8), jnp.float16),)
     else:
         op, entry, kw = "flash_attention_decode", registry.get("flash_attention_decode").cuda_out, {}
         q = arr((2, 2, 1, 64))
@@ -326,8 +333,13 @@ def test_xla_hands_the_binding_its_arguments_in_order(case):
             np.testing.assert_array_equal(got, np.asarray(inputs[want.key]))
         elif isinstance(want, _ffi._Slot):
             assert got.shape == outputs[want.key].shape
+        elif isinstance(want, str):  # tvm-ffi hands a str over as its String (a str)
+            assert isinstance(got, str) and str(got) == want, (got, want)
         else:
             assert type(got) is type(want) and got == want, (got, want)
+    if case == "gemm-gelu_tanh":
+        plan = _ffi._plan(op, entry, inputs, len(outputs), kw)
+        assert ("const", "gelu_tanh") in plan.layout and "gelu_tanh" not in plan.attrs.values()
     for o, spec_out in zip(out, outputs, strict=True):
         assert o.shape == spec_out.shape and bool((o == 7).all())
 
