@@ -61,6 +61,8 @@ def _flash_attention_fwd(
     lse [B, Hq, Sq] (float32, natural log; -inf for a row that sees no key, whose o is 0).
     Runs on the current CUDA stream. config: -1 the tuned table's kernel for this shape, else
     the best kernel here; an index forces one (see gks.cuda.flash_attention_fwd_out).
+    Differentiable in o (autograd: gks.flash_attention_bwd on the saved q, k, v, o, lse);
+    lse is not differentiable.
     """
     dims = attention_dims(q, k, causal, v)
     if dims is not None:
@@ -151,6 +153,29 @@ def _(do, q, k, v, o, lse, causal=False, softmax_scale=None, window_size=(-1, -1
     validate(cuda.flash_attention_bwd_out, do, q, k, v, o, lse, dq, dk, dv, causal, softmax_scale, window_size,
              softcap)
     return dq, dk, dv
+
+
+# gks.flash_attention_fwd is differentiable in o: its backward is gks.flash_attention_bwd on
+# the saved q, k, v, o and lse (nothing else is saved). lse is marked non-differentiable (a
+# loss through it would need rowsum(dO * o) - dlse in the backward, which no backend takes),
+# as FlashAttention's own autograd does with its softmax_lse.
+def _fwd_setup_context(ctx, inputs, output) -> None:
+    q, k, v, causal, softmax_scale, window_size, softcap = inputs[:7]
+    o, lse = output
+    ctx.mark_non_differentiable(lse)
+    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.options = (causal, softmax_scale, tuple(window_size), softcap)
+
+
+def _fwd_backward(ctx, do, _dlse):
+    q, k, v, o, lse = ctx.saved_tensors
+    if do.dim() == 4 and do.shape[-1] > 1 and do.stride(-1) != 1:  # e.g. the expanded gradient of o.sum()
+        do = do.contiguous()
+    dq, dk, dv = flash_attention_bwd(do, q, k, v, o, lse, *ctx.options)
+    return dq, dk, dv, None, None, None, None, None
+
+
+flash_attention_fwd.op.register_autograd(_fwd_backward, setup_context=_fwd_setup_context)
 
 
 def _varlen_outputs(q: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

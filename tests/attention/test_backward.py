@@ -312,6 +312,64 @@ def test_triton_autograd_saves_only_qkv_o_lse_and_gives_the_backward(case):
     check_bwd((q.grad, k.grad, v.grad), reference(**fwd_out, precise=True), dtype, fwd_out, "triton autograd")
 
 
+def test_cuda_forward_is_differentiable_in_o_on_meta_tensors():
+    """gks.flash_attention_fwd's autograd, traced on meta tensors (the fake kernels): o
+    requires grad and lse does not (non-differentiable), and o.sum()'s expanded gradient
+    reaches the backward op, which gives dq, dk, dv of q's, k's and v's shapes and dtype."""
+    import gks
+
+    gks.flash_attention_fwd  # registers the ops
+    q = torch.empty(1, 4, 8, 192, device="meta", dtype=torch.bfloat16, requires_grad=True)
+    k = torch.empty(1, 2, 9, 192, device="meta", dtype=torch.bfloat16, requires_grad=True)
+    v = torch.empty(1, 2, 9, 128, device="meta", dtype=torch.bfloat16, requires_grad=True)
+    o, lse = torch.ops.gks.flash_attention_fwd(q, k, v, True)
+    assert o.requires_grad and not lse.requires_grad
+    o.sum().backward()
+    for t in (q, k, v):
+        assert t.grad.shape == t.shape and t.grad.dtype == t.dtype
+
+
+@requires_gpu
+@requires_native
+@pytest.mark.parametrize("case", AUTOGRAD_CASES, ids=_autograd_id)
+def test_cuda_autograd_saves_only_qkv_o_lse_and_gives_the_backward(case):
+    """gks.flash_attention_fwd under autograd: it saves q, k, v, o and lse only, and the
+    gradients are gks.flash_attention_bwd's on them (the same bits), within FA's criterion
+    of the float64 reference."""
+    import gks
+
+    shape, window, cap, dtype = case
+    inputs = _inputs(shape, dtype, seed_for("fa-bwd-autograd-cuda", case), window_size=window, softcap=cap)
+    q, k, v = (inputs[n].clone().requires_grad_() for n in "qkv")
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        o, lse = gks.flash_attention_fwd(q, k, v, inputs["causal"], None, window, cap)
+    assert [t.data_ptr() for t in saved] == [t.data_ptr() for t in (q, k, v, o, lse)]
+    o.backward(inputs["do"])
+    direct = gks.flash_attention_bwd(inputs["do"], inputs["q"], inputs["k"], inputs["v"], o.detach(), lse,
+                                     inputs["causal"], None, window, cap)
+    for grad, d in zip((q.grad, k.grad, v.grad), direct):
+        assert torch.equal(grad, d)
+    fwd_out = {**inputs, "o": o.detach(), "lse": lse}
+    check_bwd((q.grad, k.grad, v.grad), reference(**fwd_out, precise=True), dtype, fwd_out, "cuda autograd")
+
+
+@requires_gpu
+@requires_native
+def test_cuda_autograd_under_torch_compile_fullgraph():
+    import gks
+
+    inputs = _inputs((1, 4, 2, 45, 70, 64, 1), "bfloat16", seed_for("fa-bwd-compile"))
+    grads = []
+    for fn in (lambda q, k, v: gks.flash_attention_fwd(q, k, v, True)[0],
+               torch.compile(lambda q, k, v: gks.flash_attention_fwd(q, k, v, True)[0], fullgraph=True)):
+        q, k, v = (inputs[n].clone().requires_grad_() for n in "qkv")
+        fn(q, k, v).backward(inputs["do"])
+        grads.append((q.grad, k.grad, v.grad))
+    for a, b in zip(*grads):
+        assert torch.equal(a, b)
+
+
 def test_triton_autograd_takes_an_expanded_gradient_and_partial_requires_grad():
     """o.sum() hands the backward an expanded (stride 0) gradient; only k requires grad."""
     from gks.triton import flash_attention, flash_attention_bwd, flash_attention_fwd
