@@ -5,6 +5,7 @@
 #include <cfloat>
 #include <cmath>
 #include <iterator>
+#include <limits>
 #include <string>
 
 #include "core/launch.h"
@@ -88,6 +89,37 @@ void check_gqa(int64_t heads_q, int64_t heads_kv, const char* op, int kv_dim) {
   GKS_CHECK(heads_kv > 0 ? heads_q % heads_kv == 0 : heads_q == 0, kInvalidArgument)
       << op << ": the query heads (" << heads_q << ", dim 1 of q) must be a multiple of the "
       << "key/value heads (" << heads_kv << ", dim " << kv_dim << " of k and v)";
+}
+
+void check_dense_qkv(const TensorRef& q, const TensorRef& k, const TensorRef& v, const char* op) {
+  check_attention_tensor(q, op, "q");
+  check_attention_tensor(k, op, "k");
+  check_attention_tensor(v, op, "v");
+  for (const TensorRef* t : {&q, &k, &v})
+    for (int d = 0; d < 4; ++d)
+      GKS_CHECK(t->shape[d] >= 0, kInvalidArgument) << op << ": negative size in shape " << t->shape_string();
+  const int64_t batch = q.shape[0], head_dim = q.shape[3];
+  const int64_t heads_kv = k.shape[1], seqlen_k = k.shape[2], head_dim_v = v.shape[3];
+  check_head_dim(head_dim, op);
+  GKS_CHECK(k.shape[0] == batch && k.shape[3] == head_dim, kInvalidArgument)
+      << op << ": argument 'k' must have shape [" << batch << ", Hkv, Sk, " << head_dim
+      << "] (q's batch and head dim), got " << k.shape_string();
+  GKS_CHECK(v.shape[0] == k.shape[0] && v.shape[1] == heads_kv && v.shape[2] == seqlen_k &&
+                flash_head_dims(head_dim, head_dim_v),
+            kInvalidArgument)
+      << op << ": argument 'v' must have shape [" << k.shape[0] << ", " << heads_kv << ", " << seqlen_k << ", "
+      << head_dim << "] (k's first three dims and the head dim; 128 is also allowed with head dim 192), got "
+      << v.shape_string();
+  check_gqa(q.shape[1], heads_kv, op);
+}
+
+void check_dense_limits(int64_t seqlen_q, int64_t seqlen_k, int64_t heads_q, int64_t batch, const char* op) {
+  constexpr int64_t kMaxSeq = std::numeric_limits<int32_t>::max() - 1024;
+  GKS_CHECK(seqlen_q <= kMaxSeq && seqlen_k <= kMaxSeq, kInvalidArgument)
+      << op << ": sequence lengths up to " << kMaxSeq << " are supported, got Sq = " << seqlen_q
+      << ", Sk = " << seqlen_k;
+  GKS_CHECK(heads_q <= 65535 && batch <= 65535, kInvalidArgument)
+      << op << ": at most 65535 query heads and 65535 batches are supported, got " << heads_q << " and " << batch;
 }
 
 }  // namespace gks::detail

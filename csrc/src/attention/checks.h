@@ -40,4 +40,13 @@ void check_head_dim(int64_t head_dim, const char* op);
 // Hq a multiple of Hkv; kv_dim: the dim of k and v that holds their heads.
 void check_gqa(int64_t heads_q, int64_t heads_kv, const char* op, int kv_dim = 1);
 
+// A dense call's q [B, Hq, Sq, D], k [B, Hkv, Sk, D] and v [B, Hkv, Sk, Dv]: each a
+// check_attention_tensor with sizes >= 0, a head dim with a kernel, k and v matching q (Dv
+// = D, or 128 with 192), Hq a multiple of Hkv (flash_attention_fwd's and _bwd's).
+void check_dense_qkv(const TensorRef& q, const TensorRef& k, const TensorRef& v, const char* op);
+
+// Row indices are 32-bit inside the dense kernels (offsets 64-bit) and their grids' y and z
+// dims hold heads and batch.
+void check_dense_limits(int64_t seqlen_q, int64_t seqlen_k, int64_t heads_q, int64_t batch, const char* op);
+
 }  // namespace gks::detail

@@ -5,7 +5,6 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <limits>
 #include <string>
 
 #include "attention/checks.h"
@@ -50,30 +49,14 @@ float validate(const FlashAttentionBwdArgs& args) {
   check_devices_and_dtypes(q, k, v, o, lse, kBwdOp);
   check_same_device(q, "q", dout, "do", kBwdOp);
   check_same_dtype(q, "q", dout, "do", kBwdOp);
-  check_attention_tensor(q, kBwdOp, "q");
-  check_attention_tensor(k, kBwdOp, "k");
-  check_attention_tensor(v, kBwdOp, "v");
+  check_dense_qkv(q, k, v, kBwdOp);
   check_attention_tensor(o, kBwdOp, "o");
   check_attention_tensor(dout, kBwdOp, "do");
   GKS_CHECK(lse.ndim == 3, kInvalidArgument)
       << kBwdOp << ": argument 'lse' must have 3 dims [batch, heads, seq], got " << lse.ndim << " dims "
       << lse.shape_string();
-  for (const TensorRef* t : {&q, &k, &v})
-    for (int d = 0; d < 4; ++d)
-      GKS_CHECK(t->shape[d] >= 0, kInvalidArgument) << kBwdOp << ": negative size in shape " << t->shape_string();
   const int64_t batch = q.shape[0], heads_q = q.shape[1], seqlen_q = q.shape[2], head_dim = q.shape[3];
   const int64_t heads_kv = k.shape[1], seqlen_k = k.shape[2], head_dim_v = v.shape[3];
-  check_head_dim(head_dim, kBwdOp);
-  GKS_CHECK(k.shape[0] == batch && k.shape[3] == head_dim, kInvalidArgument)
-      << kBwdOp << ": argument 'k' must have shape [" << batch << ", Hkv, Sk, " << head_dim
-      << "] (q's batch and head dim), got " << k.shape_string();
-  GKS_CHECK(v.shape[0] == k.shape[0] && v.shape[1] == heads_kv && v.shape[2] == seqlen_k &&
-                flash_head_dims(head_dim, head_dim_v),
-            kInvalidArgument)
-      << kBwdOp << ": argument 'v' must have shape [" << k.shape[0] << ", " << heads_kv << ", " << seqlen_k << ", "
-      << head_dim << "] (k's first three dims and the head dim; 128 is also allowed with head dim 192), got "
-      << v.shape_string();
-  check_gqa(heads_q, heads_kv, kBwdOp);
   const char* out_what = "q's batch, heads and sequence, v's head dim";
   check_shape(dout, {batch, heads_q, seqlen_q, head_dim_v}, "do", out_what);
   check_shape(o, {batch, heads_q, seqlen_q, head_dim_v}, "o", out_what);
@@ -91,13 +74,7 @@ float validate(const FlashAttentionBwdArgs& args) {
                 {{&dout, "do"}, {&q, "q"}, {&k, "k"}, {&v, "v"}, {&o, "o"}, {&lse, "lse"}}, kBwdOp);
   const float scale = check_attention_options(
       {args.softmax_scale, args.causal, args.window_left, args.window_right, args.softcap}, head_dim, kBwdOp);
-  constexpr int64_t kMaxSeq = std::numeric_limits<int32_t>::max() - 1024;
-  GKS_CHECK(seqlen_q <= kMaxSeq && seqlen_k <= kMaxSeq, kInvalidArgument)
-      << kBwdOp << ": sequence lengths up to " << kMaxSeq << " are supported, got Sq = " << seqlen_q
-      << ", Sk = " << seqlen_k;
-  GKS_CHECK(heads_q <= 65535 && batch <= 65535, kInvalidArgument)
-      << kBwdOp << ": at most 65535 query heads and 65535 batches are supported, got " << heads_q << " and "
-      << batch;
+  check_dense_limits(seqlen_q, seqlen_k, heads_q, batch, kBwdOp);
   return scale;
 }
 

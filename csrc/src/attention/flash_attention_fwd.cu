@@ -105,28 +105,10 @@ constexpr const char* kOp = "gks.flash_attention_fwd";
 float validate(const FlashAttentionFwdArgs& args) {
   const TensorRef &q = args.q, &k = args.k, &v = args.v, &o = args.o, &lse = args.lse;
   check_devices_and_dtypes(q, k, v, o, lse, kOp);
-  detail::check_attention_tensor(q, kOp, "q");
-  detail::check_attention_tensor(k, kOp, "k");
-  detail::check_attention_tensor(v, kOp, "v");
+  check_dense_qkv(q, k, v, kOp);
   detail::check_attention_tensor(o, kOp, "o");
-  for (const TensorRef* t : {&q, &k, &v})
-    for (int d = 0; d < 4; ++d)
-      GKS_CHECK(t->shape[d] >= 0, kInvalidArgument)
-          << kOp << ": negative size in shape " << t->shape_string();
-
   const int64_t batch = q.shape[0], heads_q = q.shape[1], seqlen_q = q.shape[2];
-  const int64_t head_dim = q.shape[3];
-  const int64_t heads_kv = k.shape[1], seqlen_k = k.shape[2], head_dim_v = v.shape[3];
-  check_head_dim(head_dim, kOp);
-  GKS_CHECK(k.shape[0] == batch && k.shape[3] == head_dim, kInvalidArgument)
-      << kOp << ": argument 'k' must have shape [" << batch << ", Hkv, Sk, " << head_dim
-      << "] (q's batch and head dim), got " << k.shape_string();
-  GKS_CHECK(v.shape[0] == k.shape[0] && v.shape[1] == heads_kv && v.shape[2] == seqlen_k &&
-                detail::flash_head_dims(head_dim, head_dim_v),
-            kInvalidArgument)
-      << kOp << ": argument 'v' must have shape [" << k.shape[0] << ", " << heads_kv << ", "
-      << seqlen_k << ", " << head_dim << "] (k's first three dims and the head dim; 128 is also "
-      << "allowed with head dim 192), got " << v.shape_string();
+  const int64_t head_dim = q.shape[3], seqlen_k = k.shape[2], head_dim_v = v.shape[3];
   GKS_CHECK(o.shape[0] == batch && o.shape[1] == heads_q && o.shape[2] == seqlen_q &&
                 o.shape[3] == head_dim_v,
             kInvalidArgument)
@@ -138,18 +120,9 @@ float validate(const FlashAttentionFwdArgs& args) {
       << kOp << ": argument 'lse' must have shape [" << batch << ", " << heads_q << ", "
       << seqlen_q << "] (q's first three dims), got " << lse.shape_string();
   check_outputs({{&o, "o"}, {&lse, "lse"}}, {{&q, "q"}, {&k, "k"}, {&v, "v"}}, kOp);
-  check_gqa(heads_q, heads_kv, kOp);
   const float scale = check_attention_options(
       {args.softmax_scale, args.causal, args.window_left, args.window_right, args.softcap}, head_dim, kOp);
-  // Row indices are 32-bit inside the kernel (offsets are 64-bit); the grid's y and z dims
-  // hold heads and batch.
-  constexpr int64_t kMaxSeq = std::numeric_limits<int32_t>::max() - 1024;
-  GKS_CHECK(seqlen_q <= kMaxSeq && seqlen_k <= kMaxSeq, kInvalidArgument)
-      << kOp << ": sequence lengths up to " << kMaxSeq << " are supported, got Sq = " << seqlen_q
-      << ", Sk = " << seqlen_k;
-  GKS_CHECK(heads_q <= 65535 && batch <= 65535, kInvalidArgument)
-      << kOp << ": at most 65535 query heads and 65535 batches are supported, got "
-      << heads_q << " and " << batch;
+  check_dense_limits(seqlen_q, seqlen_k, heads_q, batch, kOp);
   check_listed_config(args.config, kFlashAttentionFwdConfigs, kOp, "the best kernel here");
   return scale;
 }
