@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// The norms family's entry points: rmsnorm, fused_add_rmsnorm, layernorm, the fused
-// softmax(rmsnorm), and rmsnorm / fused_add_rmsnorm with a quantized output.
+// The norms family's entry points: rmsnorm and its backward (rmsnorm_bwd),
+// fused_add_rmsnorm, layernorm, the fused softmax(rmsnorm), and rmsnorm /
+// fused_add_rmsnorm with a quantized output.
+#include <cstddef>
 #include <string>
 
 #include "common.h"
@@ -14,6 +16,17 @@ void rmsnorm(tvm::ffi::TensorView x, tvm::ffi::TensorView weight, tvm::ffi::Tens
     const gks::RmsNormArgs args{to_ref(x), to_ref(weight), to_ref(y),
                                 float32_arg(eps, "eps", "gks.rmsnorm"), config_arg(config, "gks.rmsnorm")};
     gks::rmsnorm(args, stream_for(args.x));
+  });
+}
+
+void rmsnorm_bwd(tvm::ffi::TensorView dy, tvm::ffi::TensorView x, tvm::ffi::TensorView weight,
+                 tvm::ffi::TensorView dx, tvm::ffi::TensorView dweight, double eps, int64_t config) {
+  using namespace gks::ffi;
+  constexpr const char* kOp = "gks.rmsnorm_bwd";
+  translate_errors([&] {
+    const gks::RmsNormBwdArgs args{to_ref(dy), to_ref(x), to_ref(weight), to_ref(dx), to_ref(dweight),
+                                   float32_arg(eps, "eps", kOp), config_arg(config, kOp)};
+    gks::rmsnorm_bwd(args, stream_for(args.x));
   });
 }
 
@@ -57,14 +70,17 @@ const char* path_name(gks::RmsNormConfig::Path path) {
 }
 
 // The config tables, as JSON (gks.specs reads them).
-tvm::ffi::String rmsnorm_configs() {
+template <size_t kCount>
+tvm::ffi::String rmsnorm_config_table(const gks::RmsNormConfig (&configs)[kCount]) {
   gks::ffi::ConfigTable table;
-  for (const auto& c : gks::kRmsNormConfigs) {
+  for (const auto& c : configs) {
     table.row().str("name", c.name).str("path", path_name(c.path)).num("vecs", c.vecs);
     table.num("max_threads", c.max_threads).num("looped_threads", c.looped_threads);
   }
   return table.json();
 }
+tvm::ffi::String rmsnorm_configs() { return rmsnorm_config_table(gks::kRmsNormConfigs); }
+tvm::ffi::String rmsnorm_bwd_configs() { return rmsnorm_config_table(gks::kRmsNormBwdConfigs); }
 // fused_add_rmsnorm and layernorm run rmsnorm's kernel shapes.
 tvm::ffi::String fused_add_rmsnorm_configs() { return rmsnorm_configs(); }
 tvm::ffi::String layernorm_configs() { return rmsnorm_configs(); }
@@ -123,6 +139,8 @@ void fused_add_rmsnorm_quant(tvm::ffi::TensorView x, tvm::ffi::TensorView residu
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(rmsnorm_quant, rmsnorm_quant);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(fused_add_rmsnorm_quant, fused_add_rmsnorm_quant);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(rmsnorm, rmsnorm);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(rmsnorm_bwd, rmsnorm_bwd);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(rmsnorm_bwd_configs, rmsnorm_bwd_configs);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(fused_add_rmsnorm, fused_add_rmsnorm);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(layernorm, layernorm);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(softmax_rmsnorm, softmax_rmsnorm);

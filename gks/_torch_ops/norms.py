@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The norms family's torch ops: gks::rmsnorm (and its in-place form gks::rmsnorm_),
-gks::fused_add_rmsnorm (and its in-place form
+"""The norms family's torch ops: gks::rmsnorm (differentiable in x and weight: its backward
+is gks::rmsnorm_bwd; and its in-place form gks::rmsnorm_), gks::fused_add_rmsnorm (and its
+in-place form
 gks::fused_add_rmsnorm_), gks::layernorm, gks::softmax_rmsnorm (softmax's row kernel with the norm folded
 in), and gks::rmsnorm_quant / gks::fused_add_rmsnorm_quant (the norm with an int8 or fp8 output). See gks._torch_ops for what every custom op guarantees."""
 
@@ -14,8 +15,8 @@ from gks._torch_ops._fake import validate
 from gks.runtime.dims import row_dims
 from gks.runtime.tables import resolve_config
 
-__all__ = ["rmsnorm", "rmsnorm_", "fused_add_rmsnorm", "fused_add_rmsnorm_", "layernorm", "softmax_rmsnorm",
-           "rmsnorm_quant", "fused_add_rmsnorm_quant"]
+__all__ = ["rmsnorm", "rmsnorm_bwd", "rmsnorm_", "fused_add_rmsnorm", "fused_add_rmsnorm_", "layernorm",
+           "softmax_rmsnorm", "rmsnorm_quant", "fused_add_rmsnorm_quant"]
 
 
 def _rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, config: int = -1) -> torch.Tensor:
@@ -41,6 +42,54 @@ def _(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, config: int = -1
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     validate(cuda.rmsnorm_out, x, weight, y, eps, config)
     return y
+
+
+def _rmsnorm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
+                 config: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dx, dweight): the gradients of gks.rmsnorm(x, weight, eps) given dy, the gradient of
+    its output (x's shape and dtype, last dim contiguous). rstd is recomputed from x; xhat =
+    x * rstd, dx = (dy * weight - xhat * mean(dy * weight * xhat)) * rstd in x's dtype and
+    dweight = the sum over the rows of dy * xhat in weight's, fp32 sums. dweight is
+    deterministic (no atomics: per-block partial sums in a stream-ordered temporary, added up
+    in a fixed order). config: the row kernels' shape (-1: the tuned table's pick, else the
+    heuristic; see gks.cuda.rmsnorm_bwd_out). Runs on the current CUDA stream.
+    """
+    dx = torch.empty_like(x, memory_format=torch.contiguous_format)
+    dweight = torch.empty_like(weight, memory_format=torch.contiguous_format)
+    cuda.rmsnorm_bwd_out(dy, x, weight, dx, dweight, eps, resolve_config("rmsnorm_bwd", x, row_dims(x), config))
+    return dx, dweight
+
+
+rmsnorm_bwd = gks_op("rmsnorm_bwd", _rmsnorm_bwd)
+
+
+@rmsnorm_bwd.op.register_fake
+def _(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
+      config: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
+    dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    dweight = torch.empty(weight.shape, dtype=weight.dtype, device=weight.device)
+    validate(cuda.rmsnorm_bwd_out, dy, x, weight, dx, dweight, eps, config)
+    return dx, dweight
+
+
+# gks.rmsnorm is differentiable in x and weight: its backward is gks.rmsnorm_bwd on the saved
+# x and weight (nothing else is saved: rstd is recomputed, a pass over x the backward makes
+# anyway). The forward's config picks the forward's kernel only.
+def _rmsnorm_setup_context(ctx, inputs, output) -> None:
+    x, weight = inputs[0], inputs[1]
+    ctx.eps = inputs[2] if len(inputs) > 2 else 1e-6
+    ctx.save_for_backward(x, weight)
+
+
+def _rmsnorm_backward(ctx, dy):
+    x, weight = ctx.saved_tensors
+    if not (ctx.needs_input_grad[0] or ctx.needs_input_grad[1]):
+        return None, None, None, None
+    dx, dweight = rmsnorm_bwd(dy.contiguous(), x, weight, ctx.eps)  # e.g. the expanded gradient of y.sum()
+    return (dx if ctx.needs_input_grad[0] else None, dweight if ctx.needs_input_grad[1] else None, None, None)
+
+
+rmsnorm.op.register_autograd(_rmsnorm_backward, setup_context=_rmsnorm_setup_context)
 
 
 def _rmsnorm_(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, config: int = -1) -> None:

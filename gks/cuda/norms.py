@@ -1,13 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The norms family's DLPack entry points: rmsnorm, fused_add_rmsnorm, layernorm and the
-fused softmax(rmsnorm). See gks.cuda."""
+"""The norms family's DLPack entry points: rmsnorm and its backward, fused_add_rmsnorm,
+layernorm, the fused softmax(rmsnorm) and the norms with a quantized output. See gks.cuda."""
 
 from __future__ import annotations
 
 from gks import _native
 
-__all__ = ["rmsnorm_out", "fused_add_rmsnorm_out", "layernorm_out", "softmax_rmsnorm_out", "rmsnorm_quant_out",
-           "fused_add_rmsnorm_quant_out"]
+__all__ = ["rmsnorm_out", "rmsnorm_bwd_out", "fused_add_rmsnorm_out", "layernorm_out", "softmax_rmsnorm_out",
+           "rmsnorm_quant_out", "fused_add_rmsnorm_quant_out"]
 
 
 def rmsnorm_out(x, weight, y, eps: float = 1e-6, config: int = -1) -> None:
@@ -17,6 +17,18 @@ def rmsnorm_out(x, weight, y, eps: float = 1e-6, config: int = -1) -> None:
     config: -1 picks the kernel shape by heuristic, else an index into the library's table
     (gks.registry.get("rmsnorm").configs; csrc/include/gks/norms.h says what each is)."""
     _native.module().rmsnorm(x, weight, y, float(eps), int(config))
+
+
+def rmsnorm_bwd_out(dy, x, weight, dx, dweight, eps: float = 1e-6, config: int = -1) -> None:
+    """The gradients of rmsnorm(x, weight, eps) given dy (x's shape and dtype), written into
+    dx (x's shape and dtype; it may be x itself, in place) and dweight ([N], weight's dtype,
+    contiguous): rstd recomputed from x, xhat = x * rstd, dx = (dy * weight - xhat *
+    mean(dy * weight * xhat)) * rstd, dweight = the sum over the rows of dy * xhat (fp32
+    sums; deterministic, through a stream-ordered temporary of a row of fp32 sums per block).
+
+    config: -1 picks the kernel shape by heuristic, else an index into the library's table
+    (gks.registry.get("rmsnorm_bwd").configs; csrc/include/gks/norms.h says what each is)."""
+    _native.module().rmsnorm_bwd(dy, x, weight, dx, dweight, float(eps), int(config))
 
 
 def fused_add_rmsnorm_out(x, residual, weight, y, residual_out, eps: float = 1e-6, config: int = -1) -> None:

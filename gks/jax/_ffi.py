@@ -43,6 +43,7 @@ NO_CUDA_GRAPH: dict[str, str] = {
     "gemm": "split-K and stream-K tiles, and the WMMA fallback's epilogue, use a stream-ordered workspace",
     "quantize_fp8": "granularity 'tensor' reduces through a stream-ordered temporary",
     "flash_attention_decode": "the split partials come from the stream-ordered pool",
+    "rmsnorm_bwd": "dweight's per-block partial sums come from the stream-ordered pool",
 }
 
 

@@ -1,25 +1,61 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The norms family as XLA custom calls: rmsnorm, fused_add_rmsnorm, layernorm,
-softmax_rmsnorm, rmsnorm_quant, fused_add_rmsnorm_quant. See gks.jax; the meaning is
-gks.<op>'s. The in-place torch forms (rmsnorm_, fused_add_rmsnorm_) have no JAX twin: JAX
-arrays are immutable, and XLA reuses a donated buffer by itself."""
+"""The norms family as XLA custom calls: rmsnorm (differentiable in x and weight through
+rmsnorm_bwd, jax.custom_vjp), rmsnorm_bwd, fused_add_rmsnorm, layernorm, softmax_rmsnorm,
+rmsnorm_quant, fused_add_rmsnorm_quant. See gks.jax; the meaning is gks.<op>'s. The in-place
+torch forms (rmsnorm_, fused_add_rmsnorm_) have no JAX twin: JAX arrays are immutable, and
+XLA reuses a donated buffer by itself."""
 
 from __future__ import annotations
 
+import functools
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from gks.jax._ffi import call, dtype_of, like, row_dims, tuned
 
-__all__ = ["rmsnorm", "fused_add_rmsnorm", "layernorm", "softmax_rmsnorm", "rmsnorm_quant",
+__all__ = ["rmsnorm", "rmsnorm_bwd", "fused_add_rmsnorm", "layernorm", "softmax_rmsnorm", "rmsnorm_quant",
            "fused_add_rmsnorm_quant"]
 
 
-def rmsnorm(x, weight, eps: float = 1e-6, config: int = -1):
-    """y = x / sqrt(mean(x^2, last dim) + eps) * weight, in x's dtype (see gks.rmsnorm)."""
-    x, weight = jnp.asarray(x), jnp.asarray(weight)
+def _rmsnorm_call(x, weight, eps, config):
     return call("rmsnorm", {"x": x, "weight": weight, "eps": eps}, (like(x),),
                 config=tuned("rmsnorm", config, x.dtype, row_dims(x)))[0]
+
+
+# Differentiable in x and weight: the backward is rmsnorm_bwd on the saved x and weight
+# (rstd recomputed), as gks.rmsnorm's autograd. The forward's config picks its kernel only.
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def _rmsnorm(x, weight, eps, config):
+    return _rmsnorm_call(x, weight, eps, config)
+
+
+def _rmsnorm_fwd(x, weight, eps, config):
+    return _rmsnorm_call(x, weight, eps, config), (x, weight)
+
+
+def _rmsnorm_bwd_rule(eps, config, residuals, dy):
+    x, weight = residuals
+    return rmsnorm_bwd(dy, x, weight, eps)
+
+
+_rmsnorm.defvjp(_rmsnorm_fwd, _rmsnorm_bwd_rule)
+
+
+def rmsnorm(x, weight, eps: float = 1e-6, config: int = -1):
+    """y = x / sqrt(mean(x^2, last dim) + eps) * weight, in x's dtype (see gks.rmsnorm);
+    differentiable in x and weight (jax.grad runs gks.jax.rmsnorm_bwd)."""
+    x, weight = jnp.asarray(x), jnp.asarray(weight)
+    return _rmsnorm(x, weight, float(eps), int(config))
+
+
+def rmsnorm_bwd(dy, x, weight, eps: float = 1e-6, config: int = -1):
+    """(dx, dweight): rmsnorm's gradients given dy, rstd recomputed from x; dx in x's dtype,
+    dweight in weight's (see gks.rmsnorm_bwd)."""
+    dy, x, weight = jnp.asarray(dy), jnp.asarray(x), jnp.asarray(weight)
+    return call("rmsnorm_bwd", {"dy": dy, "x": x, "weight": weight, "eps": eps}, (like(x), like(weight)),
+                config=tuned("rmsnorm_bwd", config, x.dtype, row_dims(x)))
 
 
 def fused_add_rmsnorm(x, residual, weight, eps: float = 1e-6, config: int = -1):

@@ -12,6 +12,13 @@ three times.
 
 softmax_rmsnorm, softmax(rmsnorm(x) * weight) in one kernel: its public entry is here, and
 it runs softmax's row kernels (gks.pallas.softmax) with the norm folded in.
+
+rmsnorm_bwd: programs over blocks of rows (padded to a whole number of blocks, the padding
+rows left out of the sums), each walking its rows one at a time: the row's two sums (x^2 and
+dy * w * x), dx, and dy * xhat added to the program's column sums, carried through the row
+loop for a row held whole, else kept in the program's row of the fp32 partials output
+[programs, N]; dweight is their sum over the programs (jnp.sum, deterministic).
+gks.pallas.rmsnorm is differentiable in x and weight through it (jax.custom_vjp).
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from gks.pallas._common import check_float, default_interpret, next_pow2, takes_
 from gks.pallas.softmax import _check_x, _run
 from gks.runtime.args import float32_scalar
 
-__all__ = ["rmsnorm", "fused_add_rmsnorm", "layernorm", "softmax_rmsnorm"]
+__all__ = ["rmsnorm", "rmsnorm_bwd", "fused_add_rmsnorm", "layernorm", "softmax_rmsnorm"]
 
 MAX_ONE_PASS = 32768
 CHUNK = 4096
@@ -123,6 +130,105 @@ def _rmsnorm_2d(x, w, r=None, *, eps, interpret):
     return outs
 
 
+# rmsnorm_bwd's programs: at most this many, each over a power-of-two block of rows (a few
+# in interpret mode, where several rows a program still run the row loop).
+BWD_MAX_PROGRAMS = 512
+BWD_INTERPRET_PROGRAMS = 4
+
+
+def _bwd_one_pass(dy_ref, x_ref, w_ref, dx_ref, part_ref, *, n, m, rows, eps):
+    first = pl.program_id(0) * rows
+    w = w_ref[...].astype(jnp.float32)
+
+    def row(r, acc):
+        at = pl.ds(r, 1)
+        x = x_ref[at, :].astype(jnp.float32)
+        dy = dy_ref[at, :].astype(jnp.float32)
+        g = dy * w
+        rstd = jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) / n + eps)
+        c = jnp.sum(g * x, axis=-1, keepdims=True) * rstd / n
+        xhat = x * rstd
+        dx_ref[at, :] = ((g - xhat * c) * rstd).astype(dx_ref.dtype)
+        return acc + jnp.where(first + r < m, dy * xhat, 0.0)  # padding rows add nothing
+
+    part_ref[...] = jax.lax.fori_loop(0, rows, row, jnp.zeros(part_ref.shape, jnp.float32))
+
+
+def _bwd_chunked(dy_ref, x_ref, w_ref, dx_ref, part_ref, *, n, m, rows, eps, chunk):
+    first = pl.program_id(0) * rows
+    steps = x_ref.shape[-1] // chunk
+
+    def zero(k, carry):
+        part_ref[:, pl.ds(k * chunk, chunk)] = jnp.zeros((1, chunk), jnp.float32)
+        return carry
+
+    jax.lax.fori_loop(0, steps, zero, 0)
+
+    def row(r, carry):
+        at = pl.ds(r, 1)
+
+        def load(k):
+            cols = pl.ds(k * chunk, chunk)
+            return (cols, x_ref[at, cols].astype(jnp.float32), dy_ref[at, cols].astype(jnp.float32),
+                    w_ref[:, cols].astype(jnp.float32))
+
+        def sums(k, acc):
+            _, x, dy, w = load(k)
+            return (acc[0] + jnp.sum(x * x, axis=-1, keepdims=True),
+                    acc[1] + jnp.sum(dy * w * x, axis=-1, keepdims=True))
+
+        zeros = jnp.zeros((1, 1), jnp.float32)
+        sumsq, dot = jax.lax.fori_loop(0, steps, sums, (zeros, zeros))
+        rstd = jax.lax.rsqrt(sumsq / n + eps)
+        c = dot * rstd / n
+        valid = first + r < m
+
+        def write(k, carry):
+            cols, x, dy, w = load(k)
+            xhat = x * rstd
+            dx_ref[at, cols] = ((dy * w - xhat * c) * rstd).astype(dx_ref.dtype)
+            part_ref[:, cols] = part_ref[:, cols] + jnp.where(valid, dy * xhat, 0.0)
+            return carry
+
+        jax.lax.fori_loop(0, steps, write, 0)
+        return carry
+
+    jax.lax.fori_loop(0, rows, row, 0)
+
+
+@functools.partial(jax.jit, static_argnames=("eps", "interpret"))
+def _rmsnorm_bwd_2d(dy, x, w, *, eps, interpret):
+    """(dx, dweight) of x, dy [M, N] (M, N > 0) and w [N]."""
+    m, n = x.shape
+    n_pad = next_pow2(n) if n <= MAX_ONE_PASS else -(-n // CHUNK) * CHUNK
+    rows = next_pow2(-(-m // (BWD_INTERPRET_PROGRAMS if interpret else BWD_MAX_PROGRAMS)))
+    programs = -(-m // rows)
+    m_pad = programs * rows
+    if (m_pad, n_pad) != (m, n):
+        x = jnp.pad(x, ((0, m_pad - m), (0, n_pad - n)))
+        dy = jnp.pad(dy, ((0, m_pad - m), (0, n_pad - n)))
+    wp = jnp.pad(w, (0, n_pad - n)) if n_pad != n else w
+    if n_pad <= MAX_ONE_PASS:
+        kernel = functools.partial(_bwd_one_pass, n=n, m=m, rows=rows, eps=eps)
+    else:
+        kernel = functools.partial(_bwd_chunked, n=n, m=m, rows=rows, eps=eps, chunk=CHUNK)
+    num_warps = max(1, min(16, min(n_pad, MAX_ONE_PASS) * x.dtype.itemsize // (32 * 64)))
+    row_block = pl.BlockSpec((rows, n_pad), lambda i: (i, 0))
+    vec_block = pl.BlockSpec((1, n_pad), lambda i: (0, 0))
+    part_block = pl.BlockSpec((1, n_pad), lambda i: (i, 0))
+    dx, parts = pl.pallas_call(
+        kernel,
+        out_shape=(jax.ShapeDtypeStruct((m_pad, n_pad), x.dtype), jax.ShapeDtypeStruct((programs, n_pad), jnp.float32)),
+        grid=(programs,),
+        in_specs=[row_block, row_block, vec_block],
+        out_specs=(row_block, part_block),
+        interpret=interpret,
+        compiler_params=plgpu.CompilerParams(num_warps=num_warps),
+    )(dy, x, wp.reshape(1, n_pad))
+    dweight = jnp.sum(parts, axis=0)[:n].astype(w.dtype)
+    return dx[:m, :n], dweight
+
+
 def _rstd(s1, s2, n, eps):
     """rstd from the sums of d = x - m0 (NaN kept)."""
     c = s1 / n
@@ -212,9 +318,29 @@ def _check_norm_args(x: jax.Array, weight: jax.Array, eps: float, op: str) -> in
     return n
 
 
+# Differentiable in x and weight: the backward is rmsnorm_bwd's kernels on the saved x and
+# weight (rstd recomputed).
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def _rmsnorm_rows(x, w, eps, interpret):
+    return _rmsnorm_2d(x, w, eps=eps, interpret=interpret)
+
+
+def _rmsnorm_rows_fwd(x, w, eps, interpret):
+    return _rmsnorm_2d(x, w, eps=eps, interpret=interpret), (x, w)
+
+
+def _rmsnorm_rows_bwd(eps, interpret, residuals, dy):
+    x, w = residuals
+    return _rmsnorm_bwd_2d(dy, x, w, eps=eps, interpret=interpret)
+
+
+_rmsnorm_rows.defvjp(_rmsnorm_rows_fwd, _rmsnorm_rows_bwd)
+
+
 @takes_arrays("x", "weight")
 def rmsnorm(x: jax.Array, weight: jax.Array, eps: float = 1e-6, *, interpret: bool | None = None):
-    """RMSNorm over the last dim of x [..., N] (JAX arrays); fp32 math, output in x's dtype."""
+    """RMSNorm over the last dim of x [..., N] (JAX arrays); fp32 math, output in x's dtype.
+    Differentiable in x and weight (jax.grad runs gks.pallas.rmsnorm_bwd's kernels)."""
     op = "gks.pallas.rmsnorm"
     check_float(x, op, "x")
     if x.ndim < 1:
@@ -224,8 +350,30 @@ def rmsnorm(x: jax.Array, weight: jax.Array, eps: float = 1e-6, *, interpret: bo
         return jnp.zeros(x.shape, x.dtype)
     if interpret is None:
         interpret = default_interpret(x)
-    y = _rmsnorm_2d(x.reshape(-1, n), weight, eps=float(eps), interpret=interpret)
+    y = _rmsnorm_rows(x.reshape(-1, n), weight, float(eps), interpret)
     return y.reshape(x.shape)
+
+
+@takes_arrays("dy", "x", "weight")
+def rmsnorm_bwd(dy: jax.Array, x: jax.Array, weight: jax.Array, eps: float = 1e-6, *,
+                interpret: bool | None = None):
+    """(dx, dweight): rmsnorm's gradients given dy (x's shape and dtype; JAX arrays), rstd
+    recomputed from x; fp32 sums, dx in x's dtype, dweight in weight's; deterministic."""
+    op = "gks.pallas.rmsnorm_bwd"
+    check_float(x, op, "x")
+    if x.ndim < 1:
+        raise ValueError(f"{op}: argument 'x' must have at least 1 dim, got a scalar")
+    if dy.dtype != x.dtype:
+        raise TypeError(f"{op}: argument 'dy' must have the dtype of 'x' ({x.dtype}), got {dy.dtype}")
+    if dy.shape != x.shape:
+        raise ValueError(f"{op}: argument 'dy' must have the shape of 'x' {list(x.shape)}, got {list(dy.shape)}")
+    n = _check_norm_args(x, weight, eps, op)
+    if x.size == 0:
+        return jnp.zeros(x.shape, x.dtype), jnp.zeros((n,), weight.dtype)
+    if interpret is None:
+        interpret = default_interpret(x)
+    dx, dweight = _rmsnorm_bwd_2d(dy.reshape(-1, n), x.reshape(-1, n), weight, eps=float(eps), interpret=interpret)
+    return dx.reshape(x.shape), dweight
 
 
 @takes_arrays("x", "residual", "weight")

@@ -5,7 +5,15 @@ feeds softmax's row kernel: its kernels are softmax's with the norm folded in).
 rmsnorm: RMSNorm: y = x / sqrt(mean(x^2, last dim) + eps) * weight. Every backend sums the
 squares in fp32, as torch's F.rms_norm does: a row is exact while sum(x^2) < 3.4e38 (float32's
 largest value), and past it the sum is inf and the row gives 0 (NaN where x is inf): the fp32
-formula's answer, tests/contract/test_non_finite.py holds both sides of the line.
+formula's answer, tests/contract/test_non_finite.py holds both sides of the line. gks.rmsnorm
+(torch autograd), gks.triton.rmsnorm (a torch.autograd.Function), gks.jax.rmsnorm and
+gks.pallas.rmsnorm (jax.custom_vjp) are differentiable in x and weight through rmsnorm_bwd.
+
+rmsnorm_bwd: rmsnorm's gradients from dy, with rstd = 1 / sqrt(mean(x^2) + eps) recomputed
+from x (the forward keeps only x and weight): xhat = x * rstd, g = dy * weight,
+dx = (g - xhat * mean(g * xhat)) * rstd and dweight = the sum over the rows of dy * xhat, fp32
+sums, dx in x's dtype and dweight in weight's. dweight is deterministic in every backend (no
+atomics): per-program partial sums over the rows, then a second reduction in a fixed order.
 
 fused_add_rmsnorm: the residual add before a transformer block's norm and the norm in one pass:
 residual_out = x + residual (added in fp32, rounded to x's dtype), y = rmsnorm(residual_out) *
@@ -33,7 +41,8 @@ if TYPE_CHECKING:  # annotations only: the module loads without torch
 # ---- the reference: the op's meaning in plain PyTorch (gks.reference.<op>). torch is
 # imported where it is used, so the registry loads without it.
 
-__all__ = ["rmsnorm", "fused_add_rmsnorm", "layernorm", "softmax_rmsnorm", "rmsnorm_quant", "fused_add_rmsnorm_quant"]
+__all__ = ["rmsnorm", "rmsnorm_bwd", "fused_add_rmsnorm", "layernorm", "softmax_rmsnorm", "rmsnorm_quant",
+           "fused_add_rmsnorm_quant"]
 
 
 def rmsnorm(
@@ -47,6 +56,27 @@ def rmsnorm(
     inv_rms = torch.rsqrt(xc.square().mean(dim=-1, keepdim=True) + eps)
     y = xc * inv_rms * weight.to(compute)
     return y if precise else y.to(x.dtype)
+
+
+def rmsnorm_bwd(
+    dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, precise: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dx, dweight): the gradients of rmsnorm(x, weight, eps) given dy, the gradient of its
+    output. xhat = x * rstd, g = dy * weight, dx = (g - xhat * mean(g * xhat)) * rstd,
+    dweight = the sum of dy * xhat over every row (x [..., N] taken as rows). fp32 math, dx
+    in x's dtype and dweight in weight's; float64 throughout when precise."""
+    import torch
+
+    compute = torch.float64 if precise else torch.float32
+    xc, dyc = x.to(compute), dy.to(compute)
+    rstd = torch.rsqrt(xc.square().mean(dim=-1, keepdim=True) + eps)
+    xhat = xc * rstd
+    g = dyc * weight.to(compute)
+    dx = (g - xhat * (g * xhat).mean(dim=-1, keepdim=True)) * rstd
+    n = x.shape[-1]
+    terms = dyc * xhat
+    dweight = terms.reshape(-1, n).sum(dim=0) if terms.numel() else terms.new_zeros((n,))
+    return (dx, dweight) if precise else (dx.to(x.dtype), dweight.to(weight.dtype))
 
 
 def fused_add_rmsnorm(
@@ -138,16 +168,20 @@ def _liger_rmsnorm():
     return lambda x, weight, eps: LigerRMSNormFunction.apply(x, weight, eps, 0.0, "gemma", False)
 
 
-def _rmsnorm_bad_inputs(op: str, residual: bool = False, bias: bool = False) -> tuple[BadInput, ...]:
+def _rmsnorm_bad_inputs(op: str, residual: bool = False, bias: bool = False, grad: bool = False
+                        ) -> tuple[BadInput, ...]:
     """What the norms refuse alike: the weight's dtype, length, rank, stride and device, a
     strided last dim of x, an integer x, a negative or NaN eps, or one that float32 would
     flush to 0; with `residual`, fused_add_rmsnorm's too: a residual of another dtype or
     shape, or strided in its last dim; with `bias`, layernorm's: a bias of another dtype or
-    length."""
+    length; with `grad`, rmsnorm_bwd's: a dy of another dtype or shape, or strided in its
+    last dim."""
 
-    def call(t, d, x=None, weight=None, eps=1e-6, res=None, b=None):
+    def call(t, d, x=None, weight=None, eps=1e-6, res=None, b=None, dy=None):
         x = t.randn(4, 8, device=d) if x is None else x
         args = {"x": x}
+        if grad:
+            args = {"dy": t.randn(x.shape, device=d).to(x.dtype) if dy is None else dy, "x": x}
         if residual:
             args["residual"] = t.randn(x.shape, device=d).to(x.dtype) if res is None else res
         args["weight"] = t.ones(x.shape[-1], device=d) if weight is None else weight
@@ -160,6 +194,14 @@ def _rmsnorm_bad_inputs(op: str, residual: bool = False, bias: bool = False) -> 
                  (TypeError, ValueError), "argument 'bias'"),
         BadInput("bias-length", lambda t, d: call(t, d, b=t.zeros(7, device=d)), ValueError,
                  "argument 'bias'"),
+    )
+    own += () if not grad else (
+        BadInput("dy-dtype", lambda t, d: call(t, d, dy=t.randn(4, 8, device=d).half()), TypeError,
+                 "argument 'dy' must have the dtype of 'x'"),
+        BadInput("dy-shape", lambda t, d: call(t, d, dy=t.randn(4, 7, device=d)), ValueError,
+                 "argument 'dy' must have the shape of 'x' [4, 8], got [4, 7]"),
+        BadInput("dy-last-dim-strided", lambda t, d: call(t, d, dy=t.randn(8, 4, device=d).t()),
+                 ValueError, "argument 'dy' must be contiguous in its last dim", jax=False),
     )
     own += () if not residual else (
         BadInput("residual-dtype", lambda t, d: call(t, d, res=t.randn(4, 8, device=d).half()),
@@ -228,6 +270,118 @@ RMSNORM = register(
 )
 
 
+def _rmsnorm_bwd_inputs(shape, dtype, device, seed):
+    """rmsnorm's x and weight and dy ~ N(0, 1) of x's shape and dtype. x comes first: the
+    tensor the others are checked against (as in every backend's checks)."""
+    import torch
+
+    inputs = _rmsnorm_inputs(shape, dtype, device, seed)
+    gen = torch.Generator(device=device).manual_seed(seed + 1)
+    dy = torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(inputs["x"].dtype)
+    return {"x": inputs["x"], "dy": dy, "weight": inputs["weight"], "eps": inputs["eps"]}
+
+
+def _rmsnorm_bwd_check(out, ref, dtype, inputs) -> None:
+    """dx within the spec's tolerance of float64; dweight too, plus 2^-16 of its column's
+    sum of |dy * xhat| (a sum over every row in fp32, in a backend's own order); NaN and
+    +-inf where the reference has them."""
+    import torch
+
+    from gks.testing import assert_matches
+
+    x = inputs["x"]
+    what = f"rmsnorm_bwd/{dtype}/{tuple(x.shape)}"
+    assert isinstance(out, tuple) and len(out) == 2, f"{what}: returned {type(out)}"
+    (dx, dweight), (ref_dx, ref_dweight) = out, ref
+    assert_matches(dx, ref_dx, dtype, RMSNORM_BWD.tolerance, f"{what}: dx")
+    assert dweight.dtype == inputs["weight"].dtype and dweight.shape == ref_dweight.shape, (
+        f"{what}: dweight {dweight.dtype} {tuple(dweight.shape)}")
+    n = x.shape[-1]
+    xc, dyc = x.cpu().double(), inputs["dy"].cpu().double()
+    terms = (dyc * xc * torch.rsqrt(xc.square().mean(dim=-1, keepdim=True) + inputs["eps"])).abs()
+    scale = terms.reshape(-1, n).sum(dim=0) if terms.numel() else terms.new_zeros((n,))
+    atol, rtol = RMSNORM_BWD.tolerance[dtype]
+    got, want = dweight.cpu().double(), ref_dweight.cpu().double()
+    close = (got - want).abs() <= atol + rtol * want.abs() + 2.0**-16 * scale
+    ok = (torch.isfinite(want) & close) | (got == want) | (got.isnan() & want.isnan())
+    if not bool(ok.all()):
+        i = int((~ok).nonzero()[0])
+        raise AssertionError(f"{what}: dweight differs in {int((~ok).sum())} of {n} columns; first at {i}: "
+                             f"{got[i].item()!r} != {want[i].item()!r} (column |sum| {scale[i].item():.3g})")
+
+
+def _autograd_peer(compiled: bool):
+    """torch's own backward of F.rms_norm, eager or as torch.compile makes it (the backward
+    graph AOTAutograd compiles with the forward): the forward runs once per input set, on its
+    first call, keeping its graph; every call then runs torch.autograd.grad of that y with
+    the set's dy. Returns (dx, dweight)."""
+
+    def make():
+        import torch
+        import torch.nn.functional as F
+
+        def forward(x, weight, eps):
+            return F.rms_norm(x, (x.shape[-1],), weight, eps)
+
+        if compiled:
+            torch.compiler.reset()  # a fresh cache each workload (see reference_peer)
+            forward = torch.compile(forward, dynamic=False)
+        graphs = {}
+
+        def run(dy, x, weight, eps=1e-6):
+            key = (id(x), id(weight), float(eps))
+            entry = graphs.get(key)
+            if entry is None or entry[0] is not x or entry[1] is not weight:
+                leaves = (x.detach().requires_grad_(), weight.detach().requires_grad_())
+                with torch.enable_grad():
+                    y = forward(*leaves, eps)
+                entry = graphs[key] = (x, weight, leaves, y)
+            return torch.autograd.grad(entry[3], entry[2], dy, retain_graph=True)
+
+        return run
+
+    return make
+
+
+RMSNORM_BWD = register(
+    OpSpec(
+        name="rmsnorm_bwd",
+        family="norms",
+        summary="RMSNorm's backward: dx and dweight from dy, rstd recomputed from x; dweight deterministic",
+        signature=("rmsnorm_bwd(dy[..., N], x[..., N], weight[N], eps=1e-6) -> (dx[..., N] (x's dtype), "
+                   "dweight[N] (weight's dtype))"),
+        shape_names=("M", "N"),
+        dtypes=("float32", "float16", "bfloat16"),
+        make_inputs=_rmsnorm_bwd_inputs,
+        reference=rmsnorm_bwd,
+        # dx against the fp64 result: O(1) values, a few ulps of the output dtype (the row's
+        # two fp32 sums add little). dweight: see _rmsnorm_bwd_check.
+        tolerance={"float32": (2e-5, 2e-5), "float16": (2e-3, 2e-3), "bfloat16": (1.6e-2, 1.6e-2)},
+        check=_rmsnorm_bwd_check,
+        # the sums of x^2 and dy * w * x (5), xhat, dx (4) and dy * xhat added up (2): about 11
+        # flops an element.
+        flops=lambda s: 11.0 * s[0] * s[1],
+        # read dy and x, write dx; the weight and dweight are N elements each.
+        bytes_moved=lambda s, dt: ELEM_BYTES[dt] * (3.0 * s[0] * s[1] + 2.0 * s[1]),
+        backends=_BACKENDS,
+        # rmsnorm's, and rows enough that every block of the CUDA kernels' persistent grids
+        # walks several (warp rows of 64, block rows of 1024) and the interpreted ports'
+        # programs too (300 x 96).
+        test_shapes=RMSNORM.test_shapes[:-2] + ((300, 96), (20000, 64), (4100, 1024)) + RMSNORM.test_shapes[-2:],
+        bench_shapes=((32768, 4096), (16384, 8192), (65536, 1024)),
+        peers=(Peer("F.rms_norm autograd", _autograd_peer(compiled=False)),
+               Peer("torch.compile autograd", _autograd_peer(compiled=True))),
+        example_shape=(33, 1000),
+        bad_inputs=_rmsnorm_bad_inputs("rmsnorm_bwd", grad=True),
+        cuda_out=lambda cuda, i, o, **kw: cuda.rmsnorm_bwd_out(i["dy"], i["x"], i["weight"], o[0], o[1], i["eps"],
+                                                               **kw),
+        outputs=("dx", "dweight"),
+        in_place={"dx": "x"},
+        sass_kernels=(r"rows::\w+_kernel<gks::kernels::rows::RmsNormBwdRow<", r"rows::rmsnorm_bwd_dweight_kernel<"),
+    )
+)
+
+
 def _fused_add_rmsnorm_inputs(shape, dtype, device, seed):
     """rmsnorm's inputs and a residual ~ N(0, 1) of x's shape and dtype."""
     import torch
@@ -241,8 +395,6 @@ def _fused_add_rmsnorm_inputs(shape, dtype, device, seed):
 def _fused_add_rmsnorm_check(out, ref, dtype, inputs) -> None:
     """y within rmsnorm's tolerance of the float64 norm of the rounded sum; residual_out
     equal to the fp32 sum rounded to x's dtype, bit for bit (NaN where it is NaN)."""
-    import torch
-
     from gks.testing import assert_matches
 
     what = f"fused_add_rmsnorm/{dtype}/{tuple(inputs['x'].shape)}"

@@ -10,6 +10,13 @@ values; a chunked one walks the row three times).
 
 softmax_rmsnorm, softmax(rmsnorm(x) * weight) in one kernel: its public entry is here, and
 it runs softmax's row kernels (gks.triton.softmax) with the norm folded in.
+
+rmsnorm_bwd: persistent programs, program p taking rows p, p + P, ...: each row's two sums
+(x^2 and dy * w * x), dx, and dy * xhat added to the program's column sums (in registers for
+a row held whole, else in the program's row of the fp32 partials, read back and stored as it
+walks the row), written as row p of partials [P, N]; a second kernel adds the partials up per
+column in a fixed order (no atomics: the same inputs on the same GPU give the same bits).
+gks.triton.rmsnorm is differentiable in x and weight through it (a torch.autograd.Function).
 """
 
 from __future__ import annotations
@@ -34,10 +41,10 @@ from gks.triton._common import (
     row_start,
 )
 from gks.triton.quantize import _abs_bits, _e4m3_bits, _fp8_scale, _quantize_values
-from gks.triton.softmax import _launch as _softmax_launch
+from gks.triton.softmax import _launch as _softmax_launch, _sm_count
 
-__all__ = ["rmsnorm", "rmsnorm_", "fused_add_rmsnorm", "fused_add_rmsnorm_", "layernorm", "softmax_rmsnorm",
-           "rmsnorm_quant", "fused_add_rmsnorm_quant"]
+__all__ = ["rmsnorm", "rmsnorm_bwd", "rmsnorm_", "fused_add_rmsnorm", "fused_add_rmsnorm_", "layernorm",
+           "softmax_rmsnorm", "rmsnorm_quant", "fused_add_rmsnorm_quant"]
 
 # Rows up to this many elements are held whole in one program (one read of the row).
 MAX_ONE_PASS = 32768
@@ -192,14 +199,160 @@ def _launch_rmsnorm(x, xr, weight, y, eps, op, residual=None, rr=None, residual_
     )
 
 
-@on_tensor_device
-def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """RMSNorm over the last dim of x [..., N]; fp32 math, output in x's dtype."""
-    op = "gks.triton.rmsnorm"
-    xr, eps = _check_norm_args(x, weight, eps, op)
+def _rmsnorm_forward(x, xr, weight, eps: float, op: str) -> torch.Tensor:
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     _launch_rmsnorm(x, xr, weight, y, eps, op)
     return y
+
+
+class _RmsNorm(torch.autograd.Function):
+    """rmsnorm with rmsnorm_bwd as its backward, saving x and weight alone."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps, xr, eps32):
+        ctx.save_for_backward(x, weight)
+        ctx.eps = eps
+        return _rmsnorm_forward(x, xr, weight, eps32, "gks.triton.rmsnorm")
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight = ctx.saved_tensors
+        dx = dweight = None
+        if ctx.needs_input_grad[0] or ctx.needs_input_grad[1]:
+            dx, dweight = rmsnorm_bwd(dy.contiguous(), x, weight, ctx.eps)  # e.g. y.sum()'s expanded dy
+        return (dx if ctx.needs_input_grad[0] else None, dweight if ctx.needs_input_grad[1] else None,
+                None, None, None)
+
+
+@on_tensor_device
+def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """RMSNorm over the last dim of x [..., N]; fp32 math, output in x's dtype.
+    Differentiable in x and weight (the backward is gks.triton.rmsnorm_bwd)."""
+    op = "gks.triton.rmsnorm"
+    xr, eps32 = _check_norm_args(x, weight, eps, op)
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
+        return _RmsNorm.apply(x, weight, eps, xr, eps32)
+    return _rmsnorm_forward(x, xr, weight, eps32, op)
+
+
+@triton.jit
+def _rmsnorm_bwd_kernel(
+    dy_ptr, x_ptr, w_ptr, dx_ptr, part_ptr, M, N, eps,
+    dy_inner, dy_outer_stride, dy_inner_stride,
+    x_inner, x_outer_stride, x_inner_stride,
+    dx_inner, dx_outer_stride, dx_inner_stride,
+    BLOCK_N: tl.constexpr, ONE_PASS: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    programs = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_N)
+    part_row = part_ptr + pid.to(tl.int64) * N
+    if ONE_PASS:
+        mask = cols < N
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+        for row in range(pid, M, programs):
+            x_row = row_start(x_ptr, row, x_inner, x_outer_stride, x_inner_stride)
+            dy_row = row_start(dy_ptr, row, dy_inner, dy_outer_stride, dy_inner_stride)
+            dx_row = row_start(dx_ptr, row, dx_inner, dx_outer_stride, dx_inner_stride)
+            x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
+            dy = tl.load(dy_row + cols, mask=mask, other=0.0).to(tl.float32)
+            g = dy * w
+            rstd = tl.rsqrt(tl.sum(x * x, axis=0) / N + eps)
+            c = tl.sum(g * x, axis=0) * rstd / N
+            xhat = x * rstd
+            tl.store(dx_row + cols, ((g - xhat * c) * rstd).to(dx_ptr.dtype.element_ty), mask=mask)
+            acc += dy * xhat
+        tl.store(part_row + cols, acc, mask=mask)
+    else:
+        num_chunks = tl.cdiv(N, BLOCK_N)
+        for row in range(pid, M, programs):
+            x_row = row_start(x_ptr, row, x_inner, x_outer_stride, x_inner_stride)
+            dy_row = row_start(dy_ptr, row, dy_inner, dy_outer_stride, dy_inner_stride)
+            dx_row = row_start(dx_ptr, row, dx_inner, dx_outer_stride, dx_inner_stride)
+            sumsq = tl.zeros([BLOCK_N], dtype=tl.float32)
+            dot = tl.zeros([BLOCK_N], dtype=tl.float32)
+            for chunk in range(0, num_chunks):
+                offs = chunk * BLOCK_N + cols
+                mask = offs < N
+                x = tl.load(x_row + offs, mask=mask, other=0.0).to(tl.float32)
+                dy = tl.load(dy_row + offs, mask=mask, other=0.0).to(tl.float32)
+                w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+                sumsq += x * x
+                dot += dy * w * x
+            rstd = tl.rsqrt(tl.sum(sumsq, axis=0) / N + eps)
+            c = tl.sum(dot, axis=0) * rstd / N
+            # The partials the previous row stored are read back: its stores land first.
+            tl.debug_barrier()
+            for chunk in range(0, num_chunks):
+                offs = chunk * BLOCK_N + cols
+                mask = offs < N
+                x = tl.load(x_row + offs, mask=mask, other=0.0).to(tl.float32)
+                dy = tl.load(dy_row + offs, mask=mask, other=0.0).to(tl.float32)
+                w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+                xhat = x * rstd
+                tl.store(dx_row + offs, ((dy * w - xhat * c) * rstd).to(dx_ptr.dtype.element_ty), mask=mask)
+                before = tl.load(part_row + offs, mask=mask & (row != pid), other=0.0)  # 0 for the first row
+                tl.store(part_row + offs, before + dy * xhat, mask=mask)
+
+
+@triton.jit
+def _sum_parts_kernel(part_ptr, out_ptr, P, N, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr):
+    """out[j] = the sum over p of part[p, j], rounded once to out's dtype; a fixed order."""
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    acc = tl.zeros([BLOCK_P, BLOCK_N], dtype=tl.float32)
+    for start in range(0, P, BLOCK_P):
+        parts = start + tl.arange(0, BLOCK_P)
+        offs = parts[:, None].to(tl.int64) * N + cols[None, :]
+        acc += tl.load(part_ptr + offs, mask=(parts[:, None] < P) & col_mask[None, :], other=0.0)
+    tl.store(out_ptr + cols, tl.sum(acc, axis=0).to(out_ptr.dtype.element_ty), mask=col_mask)
+
+
+# Programs of rmsnorm_bwd: about BWD_WARPS_PER_SM warps' worth an SM (each program its own
+# row of partials, so no more than that), or a few at all in the interpreter (where several
+# rows a program still run the row loop).
+BWD_WARPS_PER_SM = 32
+BWD_INTERPRETER_PROGRAMS = 4
+
+
+@on_tensor_device
+def rmsnorm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
+                eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dx, dweight): rmsnorm's gradients given dy (x's shape and dtype), rstd recomputed
+    from x; fp32 sums, dx in x's dtype, dweight in weight's; dweight deterministic."""
+    op = "gks.triton.rmsnorm_bwd"
+    check_device(x, op, "x")
+    check_float(x, op, "x")
+    check_same(x, "x", dy, "dy", op)
+    if dy.shape != x.shape:
+        raise ValueError(f"{op}: argument 'dy' must have the shape of 'x' {list(x.shape)}, got {list(dy.shape)}")
+    dyr = row_layout(dy, op, "dy")
+    xr, eps = _check_norm_args(x, weight, eps, op)
+    dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if xr.rows == 0 or xr.cols == 0:
+        return dx, torch.zeros((xr.cols,), dtype=weight.dtype, device=x.device)
+    dxr = row_layout(dx, op, "dx")
+    one_pass = xr.cols <= MAX_ONE_PASS
+    block_n = next_pow2(xr.cols) if one_pass else CHUNK
+    num_warps = row_num_warps(block_n, x.element_size())
+    if x.device.type == "cuda":
+        programs = _sm_count(x.get_device()) * max(1, BWD_WARPS_PER_SM // num_warps)
+    else:
+        programs = BWD_INTERPRETER_PROGRAMS
+    programs = min(programs, xr.rows)
+    parts = torch.empty((programs, xr.cols), dtype=torch.float32, device=x.device)
+    _rmsnorm_bwd_kernel[(programs,)](
+        dy, x, weight, dx, parts, xr.rows, xr.cols, eps,
+        dyr.inner, dyr.outer_stride, dyr.inner_stride,
+        xr.inner, xr.outer_stride, xr.inner_stride,
+        dxr.inner, dxr.outer_stride, dxr.inner_stride,
+        BLOCK_N=block_n, ONE_PASS=one_pass, num_warps=num_warps,
+    )
+    dweight = torch.empty((xr.cols,), dtype=weight.dtype, device=x.device)
+    _sum_parts_kernel[(triton.cdiv(xr.cols, 64),)](parts, dweight, programs, xr.cols, BLOCK_P=32, BLOCK_N=64,
+                                                    num_warps=4)
+    return dx, dweight
 
 
 @on_tensor_device

@@ -42,7 +42,10 @@ def test_fast_path_only_when_nothing_needs_the_dispatcher():
     assert not _plain_eager((x, w.cpu()), {})  # then the C++ API names the CPU argument
     with pytest.raises(ValueError, match="argument 'weight' must be on the device of 'x'"):
         gks.rmsnorm(x, w.cpu())
-    # Autograd sees the custom op, which has no backward: it says so at backward time.
-    y = gks.rmsnorm(xg, w)
+    # Autograd sees the custom op: rmsnorm's backward is gks.rmsnorm_bwd; an op with no
+    # backward (layernorm) says so at backward time.
+    gks.rmsnorm(xg, w).sum().backward()
+    assert torch.equal(xg.grad, gks.rmsnorm_bwd(torch.ones_like(x), x, w)[0])
+    y = gks.layernorm(xg, w)
     with pytest.raises(RuntimeError):
         y.sum().backward()

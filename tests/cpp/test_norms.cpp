@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Host-side logic of the norms family (gks::rmsnorm, gks::fused_add_rmsnorm,
+// Host-side logic of the norms family (gks::rmsnorm, gks::rmsnorm_bwd, gks::fused_add_rmsnorm,
 // gks::softmax_rmsnorm): validation,
 // which must throw before anything touches a GPU, and the launch plans.
 #include <gtest/gtest.h>
@@ -403,6 +403,133 @@ TEST(NormsPlan, EveryPlanHasAKernel) {
             ASSERT_TRUE(gks::detail::softmax_rmsnorm_plan_has_kernel(p, dtype, cols))
                 << cols << " " << config;
           }
+        }
+      }
+    }
+  }
+}
+
+// ---- rmsnorm_bwd ----
+
+// dy, x, weight, dx and dweight, each at a fake address of its own.
+gks::RmsNormBwdArgs bwd_args(int64_t rows = 4) {
+  gks::RmsNormBwdArgs a;
+  const auto t = [&](int slot, std::initializer_list<int64_t> shape) {
+    return gks::TensorRef::make(gks_test::fake_address(slot), DType::kBFloat16, shape, kGpu);
+  };
+  a.dy = t(1, {rows, 8});
+  a.x = t(2, {rows, 8});
+  a.weight = t(3, {8});
+  a.dx = t(4, {rows, 8});
+  a.dweight = t(5, {8});
+  return a;
+}
+
+TEST(RmsNormBwd, TakesSeparateOutputsAndDxInPlaceOfX) {
+  const gks::ValidateOnly validate_only;  // every check, no launch: fine without a GPU
+  auto a = bwd_args();
+  EXPECT_NO_THROW(gks::rmsnorm_bwd(a, nullptr));
+  a.dx = a.x;
+  EXPECT_NO_THROW(gks::rmsnorm_bwd(a, nullptr));
+  a.config = 2;
+  EXPECT_NO_THROW(gks::rmsnorm_bwd(a, nullptr));
+}
+
+TEST(RmsNormBwd, NamesEachBadArgument) {
+  const gks::ValidateOnly validate_only;
+  const std::pair<const char*, std::function<void(gks::RmsNormBwdArgs&)>> cases[] = {
+      {"gks.rmsnorm_bwd: argument 'dy' must have the dtype of 'x' (bfloat16), got float16",
+       [](auto& a) { a.dy.dtype = DType::kFloat16; }},
+      {"argument 'dy' must have the shape of 'x'", [](auto& a) { a.dy.shape[1] = 7; }},
+      {"argument 'dy' must be contiguous in its last dim", [](auto& a) { a.dy.strides[1] = 2; }},
+      {"argument 'dx' must have the shape of 'x'", [](auto& a) { a.dx.shape[0] = 3; }},
+      {"argument 'dx' must have the dtype of 'x'", [](auto& a) { a.dx.dtype = DType::kFloat32; }},
+      {"argument 'weight' must have shape [8] (the last dim of x), got [7]", [](auto& a) { a.weight.shape[0] = 7; }},
+      {"argument 'dweight' must have shape [8] (the last dim of x), got [7]",
+       [](auto& a) { a.dweight.shape[0] = 7; }},
+      {"argument 'dweight' must have the dtype of 'x'", [](auto& a) { a.dweight.dtype = DType::kFloat32; }},
+      {"argument 'dweight' must hold each of its elements once", [](auto& a) { a.dweight.strides[0] = 0; }},
+      {"argument 'dx' must not share memory with argument 'dy'", [](auto& a) { a.dx = a.dy; }},
+      {"argument 'dx' must not share memory with argument 'weight'", [](auto& a) { a.dx.data = a.weight.data; }},
+      {"argument 'dweight' must not share memory with argument 'dx'", [](auto& a) { a.dweight.data = a.dx.data; }},
+      {"argument 'dweight' must not share memory with argument 'weight'", [](auto& a) { a.dweight = a.weight; }},
+      {"argument 'eps' must be >= 0", [](auto& a) { a.eps = -1.f; }},
+      {"argument 'config' must be -1 (heuristic), 0 (registers-2x16B), 1 (registers-4x16B) or 2 (looped), got 3",
+       [](auto& a) { a.config = 3; }},
+  };
+  for (const auto& [message, edit] : cases) {
+    auto a = bwd_args();
+    edit(a);
+    const ErrorKind kind = std::string(message).find("dtype") != std::string::npos ? ErrorKind::kUnsupportedDtype
+                                                                                   : ErrorKind::kInvalidArgument;
+    expect_error([&] { gks::rmsnorm_bwd(a, nullptr); }, kind, message);
+  }
+}
+
+TEST(RmsNormBwd, RowsOfNothingReturnWithoutTouchingTheGpu) {
+  gks::RmsNormBwdArgs a = bwd_args(5);
+  for (gks::TensorRef* t : {&a.dy, &a.x, &a.dx}) t->shape[1] = 0;
+  a.weight.shape[0] = a.dweight.shape[0] = 0;
+  EXPECT_NO_THROW(gks::rmsnorm_bwd(a, nullptr));
+}
+
+TEST(RmsNormBwdPlan, WarpsThenBlocksThenLoopedOnAPersistentGrid) {
+  gks::detail::DeviceLimits limits;
+  limits.sms = 100;
+  using gks::detail::RowPlan;
+  // bf16, 16-byte accesses of 8: 256 columns are 32 accesses (a lane each), 512 two.
+  auto p = gks::detail::plan_rmsnorm_bwd(256, DType::kBFloat16, true, -1, limits);
+  EXPECT_EQ(p.kind, RowPlan::Kind::kRegisters);
+  EXPECT_EQ(p.threads_per_row, 32);
+  EXPECT_EQ(p.rows_per_block, 4);
+  EXPECT_EQ(p.vecs_per_thread, 1);
+  EXPECT_EQ(p.max_blocks, 100 * (1024 / 128));
+  p = gks::detail::plan_rmsnorm_bwd(512, DType::kBFloat16, true, -1, limits);
+  EXPECT_EQ(p.vecs_per_thread, 2);
+  EXPECT_EQ(p.threads_per_row, 32);
+  // 4096 columns: 512 accesses, 256 threads of 2, 4 blocks an SM.
+  p = gks::detail::plan_rmsnorm_bwd(4096, DType::kBFloat16, true, -1, limits);
+  EXPECT_EQ(p.kind, RowPlan::Kind::kRegisters);
+  EXPECT_EQ(p.threads_per_row, 256);
+  EXPECT_EQ(p.vecs_per_thread, 2);
+  EXPECT_EQ(p.rows_per_block, 1);
+  EXPECT_EQ(p.max_blocks, 400);
+  // registers-4x16B: 128 threads of 4 (512 threads an SM for 4 accesses a thread).
+  p = gks::detail::plan_rmsnorm_bwd(4096, DType::kBFloat16, true, 1, limits);
+  EXPECT_EQ(p.threads_per_row, 128);
+  EXPECT_EQ(p.vecs_per_thread, 4);
+  EXPECT_EQ(p.max_blocks, 400);
+  // Up to 2048 accesses in registers (16384 bf16 columns); then looped, 512 threads.
+  p = gks::detail::plan_rmsnorm_bwd(16384, DType::kBFloat16, true, -1, limits);
+  EXPECT_EQ(p.kind, RowPlan::Kind::kRegisters);
+  EXPECT_EQ(p.threads_per_row, 1024);
+  EXPECT_EQ(p.max_blocks, 100);
+  p = gks::detail::plan_rmsnorm_bwd(16392, DType::kBFloat16, true, -1, limits);
+  EXPECT_EQ(p.kind, RowPlan::Kind::kLooped);
+  EXPECT_EQ(p.threads_per_row, 512);
+  EXPECT_EQ(p.max_blocks, 200);
+  p = gks::detail::plan_rmsnorm_bwd(4097, DType::kFloat32, false, -1, limits);  // one element an access
+  EXPECT_EQ(p.kind, RowPlan::Kind::kLooped);
+  EXPECT_EQ(p.vec, 1);
+  p = gks::detail::plan_rmsnorm_bwd(64, DType::kFloat32, true, 2, limits);  // looped forced
+  EXPECT_EQ(p.kind, RowPlan::Kind::kLooped);
+}
+
+TEST(RmsNormBwdPlan, EveryPlanHasAKernel) {
+  gks::detail::RowPlan none;
+  none.vec = 8;
+  none.threads_per_row = 1024;
+  none.vecs_per_thread = 4;  // 1024 threads of 4 accesses: not a shape rmsnorm_bwd compiles
+  EXPECT_FALSE(gks::detail::rmsnorm_bwd_plan_has_kernel(none, DType::kBFloat16));
+  none.vecs_per_thread = 2;
+  EXPECT_TRUE(gks::detail::rmsnorm_bwd_plan_has_kernel(none, DType::kBFloat16));
+  for (int64_t cols = 1; cols <= 70000; cols += cols < 2100 ? 1 : 37) {
+    for (auto dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+      for (bool aligned : {true, false}) {
+        for (int config = -1; config < int(std::size(gks::kRmsNormBwdConfigs)); ++config) {
+          const auto p = gks::detail::plan_rmsnorm_bwd(cols, dtype, aligned, config);
+          ASSERT_TRUE(gks::detail::rmsnorm_bwd_plan_has_kernel(p, dtype)) << cols << " " << config;
+          ASSERT_GT(p.max_blocks, 0) << cols << " " << config;
         }
       }
     }

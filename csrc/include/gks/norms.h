@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The norms family, over the last dim with fp32 math, outputs in x's dtype:
-//  - rmsnorm: y = x / sqrt(mean(x^2) + eps) * weight;
+//  - rmsnorm: y = x / sqrt(mean(x^2) + eps) * weight; rmsnorm_bwd, its gradients;
 //  - fused_add_rmsnorm: the residual added first (r = x + residual, stored), then rmsnorm(r);
 //  - layernorm: y = (x - mean) / sqrt(var + eps) * weight (+ bias);
 //  - softmax_rmsnorm: y = softmax(x / sqrt(mean(x^2) + eps) * weight) in one kernel. The
@@ -63,6 +63,42 @@ struct RmsNormArgs {
 
 // Validates the arguments (throws gks::Error) and launches on `stream`.
 void rmsnorm(const RmsNormArgs& args, cudaStream_t stream);
+
+// rmsnorm_bwd: the gradients of rmsnorm from dy (the gradient of y), with rstd = 1 /
+// sqrt(mean(x^2) + eps) recomputed from x (the forward keeps nothing but x and weight):
+//   dx = (dy * weight - xhat * mean(dy * weight * xhat)) * rstd, xhat = x * rstd,
+//   dweight = the sum over the rows of dy * xhat,
+// fp32 math (the row sums and the sum over the rows); dx in x's dtype, dweight in weight's.
+// Deterministic, without atomics: each block of a persistent grid keeps fp32 column sums of
+// the rows it walks, written to a stream-ordered temporary [blocks, N] that a second kernel
+// adds up in a fixed order (the grid is the planner's, from N and the device: the same
+// inputs on the same device give the same bits). No rows: dweight = 0.
+//
+// Its configs (the row kernels' shapes; the heuristic is registers-2x16B):
+//  registers-2x16B  rows in registers, up to 2 16-byte accesses a thread (warps of 4 rows,
+//                   then blocks of up to 1024 threads);
+//  registers-4x16B  up to 4 accesses a thread, blocks of up to 512 threads (fewer threads a
+//                   row), then as registers-2x16B;
+//  looped           each row walked twice by 512 threads, the column sums kept in the
+//                   temporary (rows too long for registers take it whatever the config).
+inline constexpr RmsNormConfig kRmsNormBwdConfigs[] = {
+    {"registers-2x16B", RmsNormConfig::Path::kRegisters, 2, 1024},
+    {"registers-4x16B", RmsNormConfig::Path::kRegisters, 4, 512},
+    {"looped", RmsNormConfig::Path::kLooped, 0, 0, 512},
+};
+
+struct RmsNormBwdArgs {
+  TensorRef dy;       // x's shape and dtype, last dim contiguous, any row strides
+  TensorRef x;        // [..., N], fp32/fp16/bf16, last dim contiguous, any row strides
+  TensorRef weight;   // [N], x's dtype, contiguous
+  TensorRef dx;       // x's shape and dtype, last dim contiguous, any row strides; may be x (in place)
+  TensorRef dweight;  // [N], weight's dtype, contiguous
+  float eps = 1e-6f;
+  int config = -1;  // -1: the heuristic; else an index into kRmsNormBwdConfigs
+};
+
+// Validates the arguments (throws gks::Error) and launches on `stream`.
+void rmsnorm_bwd(const RmsNormBwdArgs& args, cudaStream_t stream);
 
 // fused_add_rmsnorm: residual_out = x + residual (added in fp32, rounded to x's dtype), and
 // y = rmsnorm(residual_out) * weight, from the rounded sum: what the two steps give one

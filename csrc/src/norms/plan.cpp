@@ -77,6 +77,38 @@ RowPlan plan_rmsnorm(int64_t cols, DType dtype, bool aligned16, int config,
   return plan;
 }
 
+RowPlan plan_rmsnorm_bwd(int64_t cols, DType dtype, bool aligned16, int config, const DeviceLimits& limits) {
+  RowPlan plan;
+  plan.vec = aligned16 ? int(16 / dtype_size(dtype)) : 1;
+  const int64_t accesses = ceil_div(std::max<int64_t>(cols, 1), plan.vec);
+  const bool heuristic = config < 0 || config >= int(std::size(kRmsNormBwdConfigs));
+  const RmsNormConfig& c = kRmsNormBwdConfigs[heuristic ? 0 : config];
+  bool held = false;
+  if (c.path == Path::kRegisters) {
+    if (accesses <= 32 * c.vecs) {
+      plan = warp_per_row(plan, accesses);  // 1 to 4 accesses a lane
+      held = true;
+    } else {
+      // Rows too long for the config's shape take 2 accesses a thread up to 1024 threads.
+      held = fit_registers(accesses, c.vecs, c.vecs, c.max_threads, 1, plan) ||
+             fit_registers(accesses, 2, 2, 1024, 1, plan);
+    }
+  }
+  if (!held) {
+    plan.kind = RowPlan::Kind::kLooped;
+    plan.threads_per_row = 512;
+    plan.vecs_per_thread = 1;
+    plan.rows_per_block = 1;
+  }
+  // As many blocks as the SMs hold at once at the shape's occupancy (RmsNormBwdRow::
+  // min_blocks: 1024 threads an SM, 512 for 4 accesses a thread): one wave, each block
+  // walking its share of the rows, so the column sums take one workspace row a block.
+  const int threads = plan.threads_per_row * plan.rows_per_block;
+  const int per_sm = plan.kind == RowPlan::Kind::kRegisters && plan.vecs_per_thread > 2 ? 512 : 1024;
+  plan.max_blocks = int64_t(limits.sms) * std::max(1, per_sm / threads);
+  return plan;
+}
+
 RowPlan plan_softmax_rmsnorm(int64_t cols, DType dtype, bool aligned16, int config, bool clusters,
                              int64_t smem_per_block) {
   const SoftmaxConfig* c = config >= 0 && config < int(std::size(kSoftmaxRmsNormConfigs))

@@ -15,6 +15,12 @@ namespace gks::detail {
 RowPlan plan_rmsnorm(int64_t cols, DType dtype, bool aligned16, int config = -1,
                      const DeviceLimits& limits = DeviceLimits{});
 
+// rmsnorm_bwd: registers (warps, then blocks) or looped, as the config asks (-1 or an index
+// into kRmsNormBwdConfigs), on a persistent grid (max_blocks: the blocks the device holds
+// at the shape's occupancy, RmsNormBwdRow::min_blocks's).
+RowPlan plan_rmsnorm_bwd(int64_t cols, DType dtype, bool aligned16, int config = -1,
+                         const DeviceLimits& limits = DeviceLimits{});
+
 // softmax_rmsnorm (softmax's rows, softmax/plan.h, and the fused op's cluster and staged
 // shapes): config, -1 or an index into kSoftmaxRmsNormConfigs; clusters, the device has
 // thread block clusters; smem_per_block, the shared memory a block may opt in to.
@@ -28,6 +34,7 @@ bool plan_rmsnorm_quant(int64_t cols, DType dtype, bool aligned16, bool group, R
 
 // True when the library compiled the op's kernel for the plan (host tests check every plan).
 bool rmsnorm_plan_has_kernel(const RowPlan& plan, DType dtype);
+bool rmsnorm_bwd_plan_has_kernel(const RowPlan& plan, DType dtype);
 bool rmsnorm_quant_plan_has_kernel(const RowPlan& plan, DType dtype, bool group);
 bool softmax_rmsnorm_plan_has_kernel(const RowPlan& plan, DType dtype, int64_t cols);
 

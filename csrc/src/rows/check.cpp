@@ -7,20 +7,20 @@
 
 namespace gks::detail {
 
-RowViews check_rows(const TensorRef& x, const TensorRef& y, const char* op) {
+RowViews check_rows(const TensorRef& x, const TensorRef& y, const char* op, const char* y_name) {
   check_cuda(x, op, "x");
   check_dtype_float(x, op, "x");
-  check_same_device(x, "x", y, "y", op);
-  check_same_dtype(x, "x", y, "y", op);
+  check_same_device(x, "x", y, y_name, op);
+  check_same_dtype(x, "x", y, y_name, op);
   RowViews rows{row_layout(x, op, "x"), {}};
-  check_same_shape(x, "x", y, "y", op);
-  rows.y = row_layout(y, op, "y");
-  check_outputs({{&y, "y"}}, {{&x, "x"}}, op, "x");  // y may be x: the op in place
+  check_same_shape(x, "x", y, y_name, op);
+  rows.y = row_layout(y, op, y_name);
+  check_outputs({{&y, y_name}}, {{&x, "x"}}, op, "x");  // y may be x: the op in place
   return rows;
 }
 
 void check_row_weight(const TensorRef& w, const TensorRef& x, const TensorRef& y, int64_t cols,
-                      const char* op, const char* name) {
+                      const char* op, const char* name, const char* y_name) {
   check_same_device(x, "x", w, name, op);
   check_same_dtype(x, "x", w, name, op);
   GKS_CHECK(w.ndim == 1 && w.shape[0] == cols, kInvalidArgument)
@@ -28,7 +28,7 @@ void check_row_weight(const TensorRef& w, const TensorRef& x, const TensorRef& y
       << w.shape_string();
   GKS_CHECK(w.strides[0] == 1 || w.shape[0] <= 1, kInvalidArgument)
       << op << ": argument '" << name << "' must be contiguous, got stride " << w.strides[0];
-  check_apart({&y, "y"}, {&w, name}, op);  // y itself was checked with x (check_rows)
+  check_apart({&y, y_name}, {&w, name}, op);  // y itself was checked with x (check_rows)
 }
 
 void check_eps(float eps, const char* op) {

@@ -12,16 +12,17 @@
 namespace gks::detail {
 
 // The row layouts of a float x [..., N] and of y, x's shape and dtype on x's device; y holds
-// each element once and shares no memory with x, unless it is exactly x (in place).
+// each element once and shares no memory with x, unless it is exactly x (in place). y_name:
+// the output's name in messages.
 struct RowViews {
   RowLayout x, y;
 };
-RowViews check_rows(const TensorRef& x, const TensorRef& y, const char* op);
+RowViews check_rows(const TensorRef& x, const TensorRef& y, const char* op, const char* y_name = "y");
 
 // weight (or the tensor `name` names, e.g. a bias): [N] (x's last dim), x's dtype and device,
-// contiguous, sharing no memory with y.
+// contiguous, sharing no memory with y (named y_name).
 void check_row_weight(const TensorRef& weight, const TensorRef& x, const TensorRef& y, int64_t cols,
-                      const char* op, const char* name = "weight");
+                      const char* op, const char* name = "weight", const char* y_name = "y");
 
 // eps >= 0.
 void check_eps(float eps, const char* op);

@@ -45,6 +45,12 @@ void with_row_elements(DType dtype, const RowPlan& plan, F&& f) {
   });
 }
 
+// The blocks of the grid for `groups` row groups: a block each, or, for a persistent plan
+// (max_blocks > 0), at most max_blocks (a host that sizes a workspace a block asks here).
+inline int64_t row_grid(const RowPlan& plan, int64_t groups) {
+  return plan.max_blocks > 0 ? std::min(groups, plan.max_blocks) : groups;
+}
+
 namespace rows_launch {
 
 namespace kr = kernels::rows;
@@ -85,14 +91,15 @@ bool matches(const RowPlan& plan) {
   }
 }
 
-// The grid: a block (or a cluster of blocks) a row or per rows_per_block rows; tiled
-// kernels take p.blocks blocks (striding when there are more than a grid holds).
+// The grid: a block (or a cluster of blocks) a row or per rows_per_block rows (a persistent
+// plan's fewer: row_grid); tiled kernels take p.blocks blocks (striding when there are more
+// than a grid holds).
 template <class Row, class S>
 void launch(const RowPlan& plan, const typename Row::Params& p, cudaStream_t stream) {
   if constexpr (kr::kIsRegisters<S>) {
     const auto kernel = kr::registers_kernel<Row, S>;
     const dim3 block(S::kThreadsPerRow, S::kRowsPerBlock);
-    const auto grid = static_cast<unsigned>(ceil_div(p.rows, S::kRowsPerBlock) * S::kCluster);
+    const auto grid = static_cast<unsigned>(row_grid(plan, ceil_div(p.rows, S::kRowsPerBlock)) * S::kCluster);
     if constexpr (S::kCluster == 1) {
       kernel<<<grid, block, 0, stream>>>(p);
     } else {
@@ -110,7 +117,7 @@ void launch(const RowPlan& plan, const typename Row::Params& p, cudaStream_t str
       cudaGetDevice(&device);
       prepare_smem_kernel<kernel>(int(device_limits(device).smem_per_block - kLoopedRowSmemReserve), device);
     }
-    kernel<<<static_cast<unsigned>(p.rows), S::kThreads, smem, stream>>>(p);
+    kernel<<<static_cast<unsigned>(row_grid(plan, p.rows)), S::kThreads, smem, stream>>>(p);
   } else {
     const auto grid = static_cast<unsigned>(std::min<int64_t>(p.blocks, INT32_MAX));
     kr::tiled_kernel<Row, S><<<grid, dim3(S::kThreadsPerRow, S::kRowsPerBlock), 0, stream>>>(p);

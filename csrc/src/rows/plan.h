@@ -27,12 +27,17 @@ struct RowPlan {
   // kLooped: dynamic shared memory that holds the row between its two walks (0: the second
   // walk reads global memory again).
   int64_t row_smem_bytes = 0;
+  // kRegisters (clusters of 1) and kLooped: 0, a block for each row (or rows_per_block rows);
+  // else a persistent grid of at most this many blocks, block b walking the row groups b,
+  // b + gridDim.x, ... (for an op that sums over the rows per block: rmsnorm_bwd's dweight).
+  int64_t max_blocks = 0;
 
   friend bool operator==(const RowPlan& a, const RowPlan& b) {
     return a.kind == b.kind && a.vec == b.vec && a.threads_per_row == b.threads_per_row &&
            a.vecs_per_thread == b.vecs_per_thread && a.rows_per_block == b.rows_per_block &&
            a.cluster == b.cluster && a.weight_slots == b.weight_slots &&
-           a.row_buffers == b.row_buffers && a.row_smem_bytes == b.row_smem_bytes;
+           a.row_buffers == b.row_buffers && a.row_smem_bytes == b.row_smem_bytes &&
+           a.max_blocks == b.max_blocks;
   }
 };
 
