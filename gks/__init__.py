@@ -19,11 +19,17 @@ from typing import Any
 __version__ = "0.1.0"
 
 _SUBMODULES = ("cuda", "pallas", "reference", "registry", "runtime", "triton")
+# Names that are no op of their own: gks.flash_attention (o of flash_attention_fwd, for
+# training through autograd).
+_EXTRAS = {"flash_attention": "gks._torch_ops.attention"}
 
 
 def __getattr__(name: str) -> Any:
     if name in _SUBMODULES:
         return importlib.import_module(f"gks.{name}")
+    if name in _EXTRAS:
+        fn = globals()[name] = getattr(importlib.import_module(_EXTRAS[name]), name)
+        return fn
     from gks import registry
 
     # `<op>_` is an op's in-place form, where it has one (gks.fused_add_rmsnorm_).
@@ -44,4 +50,4 @@ def __getattr__(name: str) -> Any:
 def __dir__() -> list[str]:
     from gks import registry
 
-    return sorted(set(globals()) | set(_SUBMODULES) | set(registry.ops_with("cuda")))
+    return sorted(set(globals()) | set(_SUBMODULES) | set(_EXTRAS) | set(registry.ops_with("cuda")))

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The attention family's entry points: flash_attention_fwd (and its path query),
-// flash_attention_bwd, flash_attention_varlen_fwd, flash_attention_decode, merge_state(s).
+// flash_attention_bwd (and its path query), flash_attention_varlen_fwd, flash_attention_decode, merge_state(s).
 #include <tvm/ffi/optional.h>
 
 #include "common.h"
@@ -68,29 +68,62 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(flash_attention_fwd_path, flash_attention_fwd_path
 
 namespace {
 
+gks::FlashAttentionBwdArgs bwd_args(tvm::ffi::TensorView dout, tvm::ffi::TensorView q, tvm::ffi::TensorView k,
+                                    tvm::ffi::TensorView v, tvm::ffi::TensorView o, tvm::ffi::TensorView lse,
+                                    tvm::ffi::TensorView dq, tvm::ffi::TensorView dk, tvm::ffi::TensorView dv,
+                                    bool causal, tvm::ffi::Optional<double> softmax_scale, int64_t window_left,
+                                    int64_t window_right, double softcap, bool deterministic, int64_t config) {
+  using namespace gks::ffi;
+  constexpr const char* kOp = "gks.flash_attention_bwd";
+  gks::FlashAttentionBwdArgs args{to_ref(dout), to_ref(q),  to_ref(k),  to_ref(v), to_ref(o),
+                                  to_ref(lse),  to_ref(dq), to_ref(dk), to_ref(dv), causal, std::nullopt};
+  if (softmax_scale.has_value()) args.softmax_scale = float32_arg(softmax_scale.value(), "softmax_scale", kOp);
+  args.window_left = window_left;
+  args.window_right = window_right;
+  args.softcap = softcap;  // checked in gks::flash_attention_bwd, as a double
+  args.deterministic = deterministic;
+  args.config = config_arg(config, kOp);
+  return args;
+}
+
 // (dq, dk, dv) = flash_attention_bwd(do, q, k, v, o, lse, ...) into dq, dk and dv.
 void flash_attention_bwd(tvm::ffi::TensorView dout, tvm::ffi::TensorView q, tvm::ffi::TensorView k,
                          tvm::ffi::TensorView v, tvm::ffi::TensorView o, tvm::ffi::TensorView lse,
                          tvm::ffi::TensorView dq, tvm::ffi::TensorView dk, tvm::ffi::TensorView dv, bool causal,
                          tvm::ffi::Optional<double> softmax_scale, int64_t window_left, int64_t window_right,
-                         double softcap) {
-  using namespace gks::ffi;
-  translate_errors([&] {
-    gks::FlashAttentionBwdArgs args{to_ref(dout), to_ref(q), to_ref(k), to_ref(v), to_ref(o),
-                                    to_ref(lse),  to_ref(dq), to_ref(dk), to_ref(dv)};
-    args.causal = causal;
-    if (softmax_scale.has_value())
-      args.softmax_scale = float32_arg(softmax_scale.value(), "softmax_scale", "gks.flash_attention_bwd");
-    args.window_left = window_left;
-    args.window_right = window_right;
-    args.softcap = softcap;  // checked in gks::flash_attention_bwd, as a double
-    gks::flash_attention_bwd(args, stream_for(args.q));
+                         double softcap, bool deterministic, int64_t config) {
+  gks::ffi::translate_errors([&] {
+    const auto args = bwd_args(dout, q, k, v, o, lse, dq, dk, dv, causal, softmax_scale, window_left, window_right,
+                               softcap, deterministic, config);
+    gks::flash_attention_bwd(args, gks::ffi::stream_for(args.q));
   });
+}
+
+// "wgmma" or "mma.sync": the kernel flash_attention_bwd(...) would run.
+tvm::ffi::String flash_attention_bwd_path(tvm::ffi::TensorView dout, tvm::ffi::TensorView q, tvm::ffi::TensorView k,
+                                          tvm::ffi::TensorView v, tvm::ffi::TensorView o, tvm::ffi::TensorView lse,
+                                          tvm::ffi::TensorView dq, tvm::ffi::TensorView dk, tvm::ffi::TensorView dv,
+                                          bool causal, tvm::ffi::Optional<double> softmax_scale, int64_t window_left,
+                                          int64_t window_right, double softcap, bool deterministic, int64_t config) {
+  const char* name = "";
+  gks::ffi::translate_errors([&] {
+    name = gks::flash_attention_bwd_path(bwd_args(dout, q, k, v, o, lse, dq, dk, dv, causal, softmax_scale,
+                                                  window_left, window_right, softcap, deterministic, config));
+  });
+  return tvm::ffi::String(name);
+}
+
+tvm::ffi::String flash_attention_bwd_configs() {
+  gks::ffi::ConfigTable table;
+  for (const auto& c : gks::kFlashAttentionBwdConfigs) table.row().str("name", c.name).str("kernel", c.name);
+  return table.json();
 }
 
 }  // namespace
 
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(flash_attention_bwd, flash_attention_bwd);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(flash_attention_bwd_configs, flash_attention_bwd_configs);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(flash_attention_bwd_path, flash_attention_bwd_path);
 
 namespace {
 

@@ -120,6 +120,8 @@ def _flash_attention_bwd(
     softmax_scale: float | None = None,
     window_size: tuple[int, int] = (-1, -1),
     softcap: float = 0.0,
+    deterministic: bool = False,
+    config: int = -1,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Attention backward: (dq, dk, dv) of flash_attention_fwd's o from do (the gradient of
     o), the forward's o and lse, and q, k, v with the forward's options (same meaning).
@@ -129,29 +131,37 @@ def _flash_attention_bwd(
     contiguous; dk and dv summed over each key/value head's query heads). With S the scores
     and P = exp(S - lse): dV = P^T dO, dS = P * (dO V^T - rowsum(dO * o)), dQ = scale dS K,
     dK = scale dS^T Q (times 1 - tanh^2 of the capped score under a softcap). A row that saw
-    no key (lse = -inf) gets dq = 0. Deterministic (no atomics: the same inputs give the same
-    bits). Runs on the current CUDA stream.
+    no key (lse = -inf) gets dq = 0. On sm_90 at D = Dv = 64 or 128 the default kernel
+    (wgmma) adds dq with fp32 atomics, so its last bits may vary from run to run;
+    deterministic=True gives the same bits run after run (the mma.sync kernel). config: -1
+    the tuned table's kernel for this shape, else the best kernel here; an index forces one
+    (see gks.cuda.flash_attention_bwd_out). Runs on the current CUDA stream.
     """
+    dims = attention_dims(q, k, causal, v)
+    if dims is not None:
+        config = resolve_config("flash_attention_bwd", q, dims, config)
     dq, dk, dv = _bwd_outputs(q, k, v)
     cuda.flash_attention_bwd_out(_kernel_input(do), _kernel_input(q), _kernel_input(k), _kernel_input(v),
-                                 _kernel_input(o), lse, dq, dk, dv, causal, softmax_scale, window_size, softcap)
+                                 _kernel_input(o), lse, dq, dk, dv, causal, softmax_scale, window_size, softcap,
+                                 deterministic, config)
     return dq, dk, dv
 
 
 _BWD_SCHEMA = (
     "(Tensor do, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, bool causal=False, float? softmax_scale=None, "
-    "int[] window_size=[-1, -1], float softcap=0.) -> (Tensor, Tensor, Tensor)"
+    "int[] window_size=[-1, -1], float softcap=0., bool deterministic=False, int config=-1) -> (Tensor, Tensor, Tensor)"
 )
 
 flash_attention_bwd = gks_op("flash_attention_bwd", _flash_attention_bwd, schema=_BWD_SCHEMA)
 
 
 @flash_attention_bwd.op.register_fake
-def _(do, q, k, v, o, lse, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0):
+def _(do, q, k, v, o, lse, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0, deterministic=False,
+      config=-1):
     dq, dk, dv = _bwd_outputs(q, k, v)
     do, q, k, v, o = (_kernel_input(t, fake=True) for t in (do, q, k, v, o))
     validate(cuda.flash_attention_bwd_out, do, q, k, v, o, lse, dq, dk, dv, causal, softmax_scale, window_size,
-             softcap)
+             softcap, deterministic, config)
     return dq, dk, dv
 
 
@@ -176,6 +186,22 @@ def _fwd_backward(ctx, do, _dlse):
 
 
 flash_attention_fwd.op.register_autograd(_fwd_backward, setup_context=_fwd_setup_context)
+
+
+def flash_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = False,
+    softmax_scale: float | None = None,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+) -> torch.Tensor:
+    """Differentiable attention for training (gks.flash_attention; not an op of its own, so
+    not in __all__): o of gks.flash_attention_fwd (same arguments), whose backward is
+    gks.flash_attention_bwd (torch autograd; q, k, v, o and lse saved; under
+    torch.compile(fullgraph=True) and in CUDA graphs too)."""
+    return flash_attention_fwd(q, k, v, causal, softmax_scale, window_size, softcap)[0]
 
 
 def _varlen_outputs(q: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -9,7 +9,7 @@ from gks import _native
 from gks.specs.attention import (DECODE_OP, SOFTCAP_ERROR, VARLEN_OP, checked_max_seqlen, checked_num_splits,
                                  window_pair)
 
-__all__ = ["flash_attention_bwd_out", "flash_attention_decode_out", "flash_attention_fwd_out", "flash_attention_fwd_path",
+__all__ = ["flash_attention_bwd_out", "flash_attention_bwd_path", "flash_attention_decode_out", "flash_attention_fwd_out", "flash_attention_fwd_path",
            "flash_attention_varlen_fwd_out", "merge_state_out", "merge_states_out"]
 
 _OP = "gks.flash_attention_fwd"
@@ -55,14 +55,36 @@ def flash_attention_fwd_path(q, k, v, o, lse, causal: bool = False, softmax_scal
 
 
 def flash_attention_bwd_out(do, q, k, v, o, lse, dq, dk, dv, causal: bool = False, softmax_scale=None,
-                            window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0) -> None:
+                            window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0,
+                            deterministic: bool = False, config: int = -1) -> None:
     """(dq, dk, dv) = flash_attention_bwd(do, q, k, v, o, lse, causal, softmax_scale,
     window_size, softcap) (see gks.flash_attention_bwd), written into dq ([B, Hq, Sq, D]),
     dk ([B, Hkv, Sk, D]) and dv ([B, Hkv, Sk, Dv]), q's dtype, last dim contiguous, apart from
     the inputs. Every tensor but lse must be 16-byte aligned (base and batch/head/sequence
-    strides). Deterministic; delta = rowsum(do * o) goes through a stream-ordered temporary."""
-    causal, scale, left, right, cap, _ = _args(causal, softmax_scale, window_size, softcap, -1, _BWD_OP)
-    _native.module().flash_attention_bwd(do, q, k, v, o, lse, dq, dk, dv, causal, scale, left, right, cap)
+    strides). config: -1 runs the best kernel here (wgmma on sm_90 at D = Dv = 64 or 128,
+    else mma.sync), else an index into the library's table (gks.registry.get(
+    "flash_attention_bwd").configs: "mma.sync", "wgmma"; wgmma gives way where it cannot
+    run). wgmma adds dQ with fp32 atomics, so its last bits vary from run to run;
+    deterministic=True runs mma.sync, bit-identical run after run.
+    flash_attention_bwd_path tells which runs. delta = rowsum(do * o) (and wgmma's fp32 dQ)
+    go through stream-ordered temporaries."""
+    _native.module().flash_attention_bwd(do, q, k, v, o, lse, dq, dk, dv,
+                                         *_bwd_args(causal, softmax_scale, window_size, softcap, deterministic, config))
+
+
+def flash_attention_bwd_path(do, q, k, v, o, lse, dq, dk, dv, causal: bool = False, softmax_scale=None,
+                             window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0,
+                             deterministic: bool = False, config: int = -1) -> str:
+    """The name of the kernel ('wgmma' or 'mma.sync') flash_attention_bwd_out(...) with these
+    arguments runs on this GPU (after the same argument checks)."""
+    return str(_native.module().flash_attention_bwd_path(
+        do, q, k, v, o, lse, dq, dk, dv, *_bwd_args(causal, softmax_scale, window_size, softcap, deterministic, config)))
+
+
+def _bwd_args(causal, softmax_scale, window_size, softcap, deterministic, config) -> tuple:
+    """The backward binding's scalar arguments: _args' with deterministic before config."""
+    causal, scale, left, right, cap, config = _args(causal, softmax_scale, window_size, softcap, config, _BWD_OP)
+    return causal, scale, left, right, cap, bool(deterministic), config
 
 
 def flash_attention_varlen_fwd_out(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int, o, lse,

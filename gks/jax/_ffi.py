@@ -44,6 +44,7 @@ NO_CUDA_GRAPH: dict[str, str] = {
     "quantize_fp8": "granularity 'tensor' reduces through a stream-ordered temporary",
     "flash_attention_decode": "the split partials come from the stream-ordered pool",
     "rmsnorm_bwd": "dweight's per-block partial sums come from the stream-ordered pool",
+    "flash_attention_bwd": "delta (and the wgmma kernel's fp32 dq) come from the stream-ordered pool",
 }
 
 

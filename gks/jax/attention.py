@@ -37,13 +37,15 @@ def flash_attention_fwd(q, k, v, causal: bool = False, softmax_scale=None, windo
 
 
 def flash_attention_bwd(do, q, k, v, o, lse, causal: bool = False, softmax_scale=None, window_size=(-1, -1),
-                        softcap: float = 0.0):
+                        softcap: float = 0.0, deterministic: bool = False, config: int = -1):
     """(dq, dk, dv) in q's dtype, the shapes of q, k and v (see gks.flash_attention_bwd)."""
     do, q, k, v, o, lse = (jnp.asarray(a) for a in (do, q, k, v, o, lse))
     scale = _default_scale(q) if softmax_scale is None else softmax_scale
     return call("flash_attention_bwd", {"do": do, "q": q, "k": k, "v": v, "o": o, "lse": lse, "causal": causal,
-                                        "softmax_scale": scale, "window_size": window_size, "softcap": softcap},
-                (like(q), like(k, q.dtype), like(v, q.dtype)))
+                                        "softmax_scale": scale, "window_size": window_size, "softcap": softcap,
+                                        "deterministic": bool(deterministic)},
+                (like(q), like(k, q.dtype), like(v, q.dtype)),
+                config=tuned("flash_attention_bwd", config, q.dtype, attention_dims(q, k, causal, v)))
 
 
 def flash_attention_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int,

@@ -420,14 +420,15 @@ def _check_qkv(op: str, q, k, v) -> None:
 @takes_arrays("do", "q", "k", "v", "o", "lse")
 def flash_attention_bwd(do: jax.Array, q: jax.Array, k: jax.Array, v: jax.Array, o: jax.Array, lse: jax.Array,
                         causal: bool = False, softmax_scale: float | None = None,
-                        window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0, *,
-                        interpret: bool | None = None):
+                        window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0,
+                        deterministic: bool = False, *, interpret: bool | None = None):
     """The attention backward on JAX arrays; the meaning of gks.reference.flash_attention_bwd.
 
     do, o [B, Hq, Sq, Dv] (the gradient of o and o, q's dtype), lse [B, Hq, Sq] (float32)
     from flash_attention_fwd; q, k, v and the options as it takes them. Returns (dq
     [B, Hq, Sq, D], dk [B, Hkv, Sk, D], dv [B, Hkv, Sk, Dv]) in q's dtype, dk and dv summed
-    over each KV head's query heads. Deterministic.
+    over each KV head's query heads. Deterministic whatever `deterministic` says (taken for
+    the CUDA op's signature).
     """
     op = "gks.pallas.flash_attention_bwd"
     _check_qkv(op, q, k, v)

@@ -2116,6 +2116,37 @@ def _autograd_peer(make_forward):
     return make
 
 
+def _fa3_jax_bwd():
+    """FlashAttention-3's backward (flash_attn3_jax: the VJP of flash_mha) timed alone: the
+    forward and its residuals once per input set, then a jitted VJP of each dO, with the
+    [B, H, S, D] <-> [B, S, H, D] swaps of dO and the gradients inside it (copies the torch
+    peers do not pay: about 3% of the backward at the bench shapes)."""
+    import jax
+    import jax.numpy as jnp
+    from flash_attn3_jax import flash_mha
+
+    from gks.pallas._bridge import _to_jax, _to_torch
+
+    @jax.jit
+    def apply(vjp_fn, do):
+        grads = vjp_fn(jnp.swapaxes(do, 1, 2))
+        return tuple(jnp.swapaxes(g, 1, 2) for g in grads)
+
+    graphs = {}
+
+    def run(q, k, v, o, lse, do, causal=False, softmax_scale=None):
+        key = (id(q), id(k), id(v), bool(causal), softmax_scale)
+        entry = graphs.get(key)
+        if entry is None or entry[0] is not q or entry[1] is not k or entry[2] is not v:
+            scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else float(softmax_scale)
+            qkv = (jnp.swapaxes(_to_jax(t), 1, 2) for t in (q, k, v))
+            _, vjp_fn = jax.vjp(lambda q, k, v: flash_mha(q, k, v, softmax_scale=scale, is_causal=bool(causal)), *qkv)
+            entry = graphs[key] = (q, k, v, vjp_fn)
+        return _to_torch(apply(entry[3], _to_jax(do)))
+
+    return run
+
+
 FLASH_ATTENTION_BWD = register(
     OpSpec(
         name=BWD_OP,
@@ -2135,9 +2166,10 @@ FLASH_ATTENTION_BWD = register(
         bytes_moved=bwd_bytes_moved,
         backends=(
             # Every backend: dK, dV per key block (looping over the query heads of its
-            # group), dQ per query block: deterministic, no atomics. CUDA: mma.sync
-            # (kernels/attention/bwd_sm80.cuh) on sm_80 and sm_90.
-            Backend("cuda", archs=("sm_80", "sm_90a")),
+            # group). CUDA's configs: mma.sync (kernels/attention/bwd_sm80.cuh, every GPU and
+            # head dim; dQ per query block, deterministic) and, on sm_90 at D = Dv = 64 and
+            # 128, wgmma (bwd_sm90.cuh; dQ added with fp32 atomics; the default there).
+            Backend("cuda", archs=("sm_80", "sm_90a"), tunable=True),
             Backend("triton", archs=("sm_80", "sm_90"), interpreted=True),
             Backend("pallas", archs=("sm_80", "sm_90"), interpreted=True),
         ),
@@ -2170,14 +2202,16 @@ FLASH_ATTENTION_BWD = register(
             Peer("sdpa-flash", _autograd_peer(_sdpa("FLASH_ATTENTION"))),
             Peer("sdpa-cudnn", _autograd_peer(_sdpa("CUDNN_ATTENTION"))),
             Peer("FA4", _autograd_peer(_fa4), package="flash-attn-4"),
+            Peer("FA3 (JAX)", _fa3_jax_bwd, package="flash-attn3-jax"),
         ),
         check=check_bwd,
         example_shape=(1, 2, 1, 37, 53, 32, 1),
         bad_inputs=_attention_bwd_bad_inputs(),
-        cuda_out=lambda cuda, i, o: cuda.flash_attention_bwd_out(
+        cuda_out=lambda cuda, i, o, **kw: cuda.flash_attention_bwd_out(
             i["do"], i["q"], i["k"], i["v"], i["o"], i["lse"], o[0], o[1], o[2], i.get("causal", False),
-            i.get("softmax_scale"), i.get("window_size", (-1, -1)), i.get("softcap", 0.0)),
+            i.get("softmax_scale"), i.get("window_size", (-1, -1)), i.get("softcap", 0.0),
+            i.get("deterministic", False), **kw),
         outputs=("dq", "dk", "dv"),
-        sass_kernels=(r"attention::flash_attention_bwd_(delta|dkdv|dq)_kernel<",),
+        sass_kernels=(r"attention::flash_attention_bwd_(delta|dkdv|dq|wgmma|dq_convert)_kernel<",),
     )
 )

@@ -1096,14 +1096,16 @@ def flash_attention_bwd(
     softmax_scale: float | None = None,
     window_size: tuple[int, int] = (-1, -1),
     softcap: float = 0.0,
+    deterministic: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The attention backward; the meaning of gks.reference.flash_attention_bwd.
 
     do, o [B, Hq, Sq, Dv] (the gradient of o and o, q's dtype, last dim contiguous), lse
     [B, Hq, Sq] (float32) from flash_attention_fwd, and q, k, v and the options as it takes
     them. Returns dq [B, Hq, Sq, D], dk [B, Hkv, Sk, D], dv [B, Hkv, Sk, Dv] (q's dtype,
-    contiguous; dk, dv summed over each KV head's query heads). Deterministic: the same
-    inputs give the same bits.
+    contiguous; dk, dv summed over each KV head's query heads). Deterministic whatever
+    `deterministic` says (taken for the CUDA op's signature): the same inputs give the same
+    bits.
     """
     op = "gks.triton.flash_attention_bwd"
     _check_bwd_inputs(op, do, q, k, v, o, lse)

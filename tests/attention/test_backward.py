@@ -348,8 +348,7 @@ def test_cuda_autograd_saves_only_qkv_o_lse_and_gives_the_backward(case):
     o.backward(inputs["do"])
     direct = gks.flash_attention_bwd(inputs["do"], inputs["q"], inputs["k"], inputs["v"], o.detach(), lse,
                                      inputs["causal"], None, window, cap)
-    for grad, d in zip((q.grad, k.grad, v.grad), direct):
-        assert torch.equal(grad, d)
+    _assert_same_gradients((q.grad, k.grad, v.grad), direct)
     fwd_out = {**inputs, "o": o.detach(), "lse": lse}
     check_bwd((q.grad, k.grad, v.grad), reference(**fwd_out, precise=True), dtype, fwd_out, "cuda autograd")
 
@@ -366,8 +365,39 @@ def test_cuda_autograd_under_torch_compile_fullgraph():
         q, k, v = (inputs[n].clone().requires_grad_() for n in "qkv")
         fn(q, k, v).backward(inputs["do"])
         grads.append((q.grad, k.grad, v.grad))
-    for a, b in zip(*grads):
-        assert torch.equal(a, b)
+    _assert_same_gradients(*grads)
+
+
+@requires_gpu
+@requires_native
+def test_cuda_flash_attention_in_cuda_graphs():
+    """gks.flash_attention (o only, differentiable) captured forward and backward by
+    torch.cuda.make_graphed_callables: replays on new inputs give eager's gradients (the
+    kernels' temporaries come from the stream-ordered pool, which graphs capture)."""
+    import gks
+
+    shape = (1, 4, 2, 200, 333, 128, 1)
+    sample = _inputs(shape, "bfloat16", 0)
+    fn = torch.cuda.make_graphed_callables(lambda q, k, v: gks.flash_attention(q, k, v, True),
+                                           tuple(sample[n].clone().requires_grad_() for n in "qkv"))
+    for seed in (1, 2):
+        inputs = _inputs(shape, "bfloat16", seed_for("fa-bwd-graphs", seed))
+        grads = []
+        for f in (fn, lambda q, k, v: gks.flash_attention(q, k, v, True)):
+            q, k, v = (inputs[n].clone().requires_grad_() for n in "qkv")
+            o = f(q, k, v)
+            o.backward(inputs["do"])
+            grads.append((o.detach(), q.grad, k.grad, v.grad))
+        assert torch.equal(grads[0][0], grads[1][0])
+        _assert_same_gradients(grads[0][1:], grads[1][1:])
+
+
+def _assert_same_gradients(a, b):
+    """dk and dv bit for bit; dq up to the order of its fp32 atomic adds (the wgmma kernel's),
+    a last-bit difference of the rounded result."""
+    (dq_a, dk_a, dv_a), (dq_b, dk_b, dv_b) = a, b
+    assert torch.equal(dk_a, dk_b) and torch.equal(dv_a, dv_b)
+    torch.testing.assert_close(dq_a, dq_b, rtol=1.6e-2, atol=1e-5)
 
 
 def test_triton_autograd_takes_an_expanded_gradient_and_partial_requires_grad():
@@ -450,12 +480,65 @@ def test_pallas_grad_of_empty_sequences():
 @requires_gpu
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_deterministic_bitwise(backend):
-    """No atomics: the same inputs give the same bits, run after run."""
+    """deterministic=True: the same inputs give the same bits, run after run (CUDA's wgmma
+    kernel, the default on sm_90, adds dq with atomics; this runs mma.sync there)."""
     inputs = _inputs((2, 16, 4, 1000, 1000, 128, 1), "bfloat16", seed_for("fa-bwd-determinism", backend))
-    first = _op(backend)(**inputs)
+    first = _op(backend)(**inputs, deterministic=True)
     for _ in range(3):
-        for a, b in zip(first, _op(backend)(**inputs)):
+        for a, b in zip(first, _op(backend)(**inputs, deterministic=True)):
             assert torch.equal(a, b)
+
+
+# The cases of the wgmma kernel (head dims 64 and 128, v's the same), each config forced:
+# CASES' and larger ones past its 128-key and 64/128-row blocks, every mask, GQA, a cap.
+WGMMA_CASES = [c for c in CASES if c[0][5] in (64, 128) and len(c[0]) == 7] + [
+    ((2, 4, 2, 300, 517, 128, 1), (-1, -1), 0.0, False, "bfloat16"),   # GQA, causal, Sq < Sk
+    ((1, 2, 2, 257, 130, 128, 0), (40, 3), 0.0, False, "float16"),      # both bounds, Sq > Sk
+    ((1, 4, 1, 200, 200, 128, 0), (-1, -1), 30.0, True, "bfloat16"),   # a cap that bites, MQA
+    ((1, 2, 2, 300, 260, 128, 1), (-1, -1), 0.0, False, "float16"),     # causal, rows that see no key
+    ((2, 2, 1, 129, 1, 64, 0), (-1, -1), 0.0, False, "bfloat16"),      # one key
+    ((1, 8, 2, 640, 640, 64, 1), (100, 0), 0.0, False, "float16"),      # causal sliding window, GQA
+    ((1, 2, 2, 1, 300, 128, 0), (-1, -1), 0.0, False, "bfloat16"),     # one query row
+]
+
+
+@requires_gpu
+@requires_native
+@pytest.mark.parametrize("config", ["mma.sync", "wgmma"])
+@pytest.mark.parametrize("case", WGMMA_CASES, ids=_case_id)
+def test_cuda_configs_match_reference(config, case):
+    """Every CUDA config forced on the wgmma kernel's head dims, poisoned outputs (the
+    allocator's fresh blocks hold NaN bits); on a GPU other than sm_90 wgmma gives way."""
+    import gks
+    from conftest import poison_allocator
+
+    inputs = _case_inputs(case, "configs")
+    ref = reference(**inputs, precise=True)
+    index = SPEC.config_names("cuda").index(config)
+    poison_allocator(sum(r.numel() * 2 for r in ref), DEVICE)
+    out = gks.flash_attention_bwd(**inputs, config=index)
+    check_bwd(out, ref, case[-1], inputs, f"{config}/{_case_id(case)}")
+
+
+@requires_gpu
+@requires_native
+def test_cuda_path_says_which_kernel_runs():
+    """flash_attention_bwd_path: wgmma on sm_90 at D = Dv = 64 and 128 unless mma.sync is
+    forced or determinism asked for; mma.sync elsewhere; a config past the table refused."""
+    from gks import cuda
+
+    sm90 = torch.cuda.get_device_capability() == (9, 0)
+    for head_dim, head_dim_v in ((32, 32), (64, 64), (96, 96), (128, 128), (192, 128), (256, 256)):
+        i = _inputs((1, 2, 1, 8, 8, head_dim, 0, head_dim_v), "float16", 0)
+        outs = [torch.empty_like(i[n]) for n in ("q", "k", "v")]
+        args = (i["do"], i["q"], i["k"], i["v"], i["o"], i["lse"], *outs)
+        wgmma = "wgmma" if sm90 and head_dim == head_dim_v and head_dim in (64, 128) else "mma.sync"
+        for config, deterministic, expect in ((-1, False, wgmma), (0, False, "mma.sync"), (1, False, wgmma),
+                                              (-1, True, "mma.sync"), (1, True, "mma.sync")):
+            path = cuda.flash_attention_bwd_path(*args, deterministic=deterministic, config=config)
+            assert path == expect, (head_dim, config, deterministic, path)
+    with pytest.raises(ValueError, match="argument 'config' must be -1"):
+        cuda.flash_attention_bwd_out(*args, config=len(SPEC.config_names("cuda")))
 
 
 @requires_gpu

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <iterator>
 #include <string>
 #include <utility>
 
@@ -309,6 +310,19 @@ TEST(FlashAttentionBwd, RejectsBadGradients) {
   a.dq.data = a.q.data;  // dq over q
   expect_error([&] { run_bwd(a); }, ErrorKind::kInvalidArgument,
                "argument 'dq' must not share memory with argument 'q'");
+}
+
+TEST(FlashAttentionBwd, TakesEachListedConfigAndRefusesOthers) {
+  auto a = valid_bwd_args();
+  for (int config = -1; config < int(std::size(gks::kFlashAttentionBwdConfigs)); ++config) {
+    a.config = config;
+    a.deterministic = config == 0;
+    EXPECT_NO_THROW(run_bwd(a)) << config;
+  }
+  a.config = 2;
+  expect_error([&] { run_bwd(a); }, ErrorKind::kInvalidArgument,
+               "gks.flash_attention_bwd: argument 'config' must be -1 (the best kernel here), 0 (mma.sync) or 1 "
+               "(wgmma), got 2");
 }
 
 TEST(FlashAttentionBwd, EmptyBatchLaunchesNothing) {

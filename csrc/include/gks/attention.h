@@ -84,6 +84,23 @@ const char* flash_attention_fwd_path(const FlashAttentionFwdArgs& args);
 // contributes nothing and gets dq = 0. Deterministic: every element is summed by one thread
 // in a fixed order (no atomics), so a call gives the same bits every time. Runs the
 // mma.sync kernels (bwd_sm80.cuh) on sm_80 and sm_90.
+// The backward's kernels (the `config` argument; -1: the best kernel here):
+//  0 "mma.sync": kernels/attention/bwd_sm80.cuh, every head dim, every GPU gks builds for;
+//    deterministic (no atomics: dQ in a pass of its own that recomputes the scores).
+//  1 "wgmma": kernels/attention/bwd_sm90.cuh on a compute-capability 9.0 GPU in a build with
+//    sm_90a, head dims 64 and 128 (v's the same); dQ added with fp32 atomics, so its last
+//    bits vary from run to run. Forced where it cannot run, or with deterministic = true,
+//    it gives way to mma.sync (flash_attention_bwd_path says which runs).
+struct FlashAttentionBwdConfig {
+  enum class Kernel { kMmaSync, kWgmma };
+  const char* name;  // stable: the autotuner's tables key on the names
+  Kernel kernel;
+};
+inline constexpr FlashAttentionBwdConfig kFlashAttentionBwdConfigs[] = {
+    {"mma.sync", FlashAttentionBwdConfig::Kernel::kMmaSync},
+    {"wgmma", FlashAttentionBwdConfig::Kernel::kWgmma},
+};
+
 struct FlashAttentionBwdArgs {
   TensorRef dout;  // dO [B, Hq, Sq, Dv], q's dtype, last dim contiguous ('do' in messages)
   TensorRef q;     // [B, Hq, Sq, D], as flash_attention_fwd takes it
@@ -99,12 +116,18 @@ struct FlashAttentionBwdArgs {
   int64_t window_left = -1;
   int64_t window_right = -1;
   double softcap = 0.0;
+  bool deterministic = false;  // true: bit-identical results run after run (mma.sync)
+  int config = -1;  // -1: the best kernel here; else an index into kFlashAttentionBwdConfigs
 };
 
-// Validates the arguments (throws gks::Error) and launches on `stream` (four or five
-// kernels; delta in a stream-ordered temporary). Every tensor but lse must be 16-byte
-// aligned, as flash_attention_fwd's.
+// Validates the arguments (throws gks::Error) and launches on `stream` (three to five
+// kernels; delta, and the wgmma kernel's fp32 dQ, in stream-ordered temporaries). Every
+// tensor but lse must be 16-byte aligned, as flash_attention_fwd's.
 void flash_attention_bwd(const FlashAttentionBwdArgs& args, cudaStream_t stream);
+
+// The name of the kernel flash_attention_bwd(args) runs on this GPU ("wgmma" or "mma.sync"),
+// after the same argument checks.
+const char* flash_attention_bwd_path(const FlashAttentionBwdArgs& args);
 
 // ---- variable-length batches: B sequences packed along one row dim ----
 // Sequence b is rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of q, o and lse, and its keys

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// gks::flash_attention_bwd: validation and the launches of the mma.sync backward kernels
-// (kernels/attention/bwd_sm80.cuh): delta, dK/dV (one or two passes), dQ.
+// gks::flash_attention_bwd: validation, the choice of kernel, and the launches of the
+// mma.sync backward kernels (kernels/attention/bwd_sm80.cuh): delta, dK/dV (one or two
+// passes), dQ; or delta and the wgmma kernels (flash_attention_bwd_sm90a.cu).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -9,8 +10,10 @@
 
 #include "attention/checks.h"
 #include "attention/launch.h"
+#include "core/config.h"
 #include "core/launch.h"
 #include "core/workspace.h"
+#include "gks/device_limits.h"
 #include "gks/attention.h"
 #include "gks/error.h"
 #include "gks/kernels/attention/bwd_sm80.cuh"
@@ -75,13 +78,49 @@ float validate(const FlashAttentionBwdArgs& args) {
   const float scale = check_attention_options(
       {args.softmax_scale, args.causal, args.window_left, args.window_right, args.softcap}, head_dim, kBwdOp);
   check_dense_limits(seqlen_q, seqlen_k, heads_q, batch, kBwdOp);
+  check_listed_config(args.config, kFlashAttentionBwdConfigs, kBwdOp, "the best kernel here");
   return scale;
+}
+
+using BwdKernel = FlashAttentionBwdConfig::Kernel;
+
+// The kernel a call runs: mma.sync when asked for, or for determinism; else wgmma where it
+// can run (an sm_90a build, a compute-capability 9.0 GPU, head dims 64 or 128).
+BwdKernel kernel_for(const FlashAttentionBwdArgs& args) {
+#if defined(GKS_WITH_SM90A)
+  const bool wanted = args.config < 0 || kFlashAttentionBwdConfigs[args.config].kernel == BwdKernel::kWgmma;
+  if (wanted && !args.deterministic && device_is_sm90(args.q.device.index) &&
+      wgmma_flash_head_dims(args.q.shape[3], args.v.shape[3]))
+    return BwdKernel::kWgmma;
+#else
+  (void)args;
+#endif
+  return BwdKernel::kMmaSync;
 }
 
 template <auto kKernel>
 void launch_kernel(dim3 grid, int threads, int smem, const ka::BwdParams& p, int device, cudaStream_t stream) {
   if (smem > 0) prepare_smem_kernel<kKernel>(smem, device, /*max_carveout=*/false);
   kKernel<<<grid, threads, size_t(smem), stream>>>(p);
+}
+
+// delta = rowsum(dO * o) into p.delta: one warp a row, 8 a block.
+template <typename T>
+void launch_delta(const ka::BwdParams& p, int64_t head_dim_v, int64_t batch, int64_t heads_q, int device,
+                  cudaStream_t stream) {
+  const dim3 grid(unsigned(ceil_div(p.f.seqlen_q, 8)), unsigned(heads_q), unsigned(batch));
+  const auto go = [&](auto dv) {
+    launch_kernel<ka::flash_attention_bwd_delta_kernel<T, decltype(dv)::value>>(grid, 256, 0, p, device, stream);
+  };
+  using std::integral_constant;
+  switch (head_dim_v) {
+    case 32: return go(integral_constant<int, 32>{});
+    case 64: return go(integral_constant<int, 64>{});
+    case 96: return go(integral_constant<int, 96>{});
+    case 128: return go(integral_constant<int, 128>{});
+    case 192: return go(integral_constant<int, 192>{});
+    default: return go(integral_constant<int, 256>{});
+  }
 }
 
 // The kernels of one dtype, head dims and mask, in stream order.
@@ -91,9 +130,7 @@ void launch_all(const ka::BwdParams& p, int64_t batch, int64_t heads_q, int64_t 
   using Tile = ka::FlashBwdTile<kD, kDv>;
   const int64_t seqlen_q = p.f.seqlen_q, seqlen_k = p.f.seqlen_k;
   const unsigned hq = unsigned(heads_q), hkv = unsigned(heads_kv), b = unsigned(batch);
-  if (seqlen_q > 0)
-    launch_kernel<ka::flash_attention_bwd_delta_kernel<T, kDv>>(dim3(unsigned(ceil_div(seqlen_q, 8)), hq, b), 256, 0,
-                                                                p, device, stream);
+  if (seqlen_q > 0) launch_delta<T>(p, kDv, batch, heads_q, device, stream);
   if (seqlen_k > 0) {
     const dim3 grid(unsigned(ceil_div(seqlen_k, Tile::kRows)), hkv, b);
     if constexpr (Tile::kSplitPasses) {
@@ -136,6 +173,13 @@ void launch_for_type(ka::Mask mask, int64_t head_dim, int64_t head_dim_v, const 
 }  // namespace
 }  // namespace detail
 
+const char* flash_attention_bwd_path(const FlashAttentionBwdArgs& args) {
+  detail::validate(args);
+  for (const auto& c : kFlashAttentionBwdConfigs)
+    if (c.kernel == detail::kernel_for(args)) return c.name;
+  return "mma.sync";
+}
+
 void flash_attention_bwd(const FlashAttentionBwdArgs& args, cudaStream_t stream) {
   using detail::kBwdOp;
   const float scale = detail::validate(args);
@@ -171,6 +215,20 @@ void flash_attention_bwd(const FlashAttentionBwdArgs& args, cudaStream_t stream)
   const size_t delta_bytes = size_t(std::max<int64_t>(1, batch * heads_q * seqlen_q)) * 4;
   const detail::StreamBuffer delta(delta_bytes, q.device.index, stream, kBwdOp, "delta (rowsum(dO * o))");
   p.delta = delta.get<float>();
+#if defined(GKS_WITH_SM90A)
+  if (detail::kernel_for(args) == FlashAttentionBwdConfig::Kernel::kWgmma) {
+    if (seqlen_q > 0) {
+      const auto launch_delta = q.dtype == DType::kFloat16
+                                    ? &detail::launch_delta<__half>
+                                    : &detail::launch_delta<__nv_bfloat16>;
+      launch_delta(p, head_dim_v, batch, heads_q, q.device.index, stream);
+    }
+    detail::launch_flash_attention_bwd_wgmma(q.dtype == DType::kBFloat16, head_dim, mask, p,
+                                             {batch, heads_q, heads_kv, seqlen_q, seqlen_k}, q.device.index, stream);
+    detail::check_launch(kBwdOp);
+    return;
+  }
+#endif
   if (q.dtype == DType::kFloat16)
     detail::launch_for_type<__half>(mask, head_dim, head_dim_v, p, batch, heads_q, heads_kv, q.device.index, stream);
   else

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The launchers of the Hopper FlashAttention kernels, defined in flash_attention_fwd_sm90a.cu
-// (compiled for sm_90a alone) and called from flash_attention_fwd.cu only under
+// The launchers of the Hopper FlashAttention kernels, defined in flash_attention_{fwd,bwd}_sm90a.cu
+// (compiled for sm_90a alone) and called from flash_attention_{fwd,bwd}.cu only under
 // GKS_WITH_SM90A, after every argument is validated; and the kernel parameters the forward
 // and the backward set alike.
 #pragma once
@@ -12,6 +12,10 @@
 
 #include "gks/kernels/attention/common.cuh"
 #include "gks/tensor.h"
+
+namespace gks::kernels::attention {
+struct BwdParams;  // bwd_sm80.cuh
+}  // namespace gks::kernels::attention
 
 namespace gks::detail {
 
@@ -70,5 +74,18 @@ struct AttentionGrid {
 void launch_flash_attention_fwd_wgmma(bool bf16, bool varlen, int64_t head_dim, kernels::attention::Mask mask,
                                       const kernels::attention::FwdParams& p, const AttentionGrid& g,
                                       int device, cudaStream_t stream);
+
+// The backward's sizes: the wgmma kernel's grid (ceil(Sk / 128), Hkv, B), its dQ conversion's
+// (query blocks, Hq, B), and its fp32 dQ accumulator's.
+struct AttentionBwdGrid {
+  int64_t batch, heads_q, heads_kv, seqlen_q, seqlen_k;
+};
+
+// The wgmma backward (config "wgmma"): head dims 64 and 128 (v's the same); delta already
+// in p.delta. Allocates and zeroes the fp32 dQ accumulator (a stream-ordered temporary),
+// launches the dK/dV kernel, which adds into it, and the kernel that writes dQ from it.
+void launch_flash_attention_bwd_wgmma(bool bf16, int64_t head_dim, kernels::attention::Mask mask,
+                                      const kernels::attention::BwdParams& p, const AttentionBwdGrid& g, int device,
+                                      cudaStream_t stream);
 
 }  // namespace gks::detail

@@ -40,6 +40,7 @@ struct BwdParams {
   const void* dout;  // dO [B, Hq, Sq, Dv]
   int64_t do_batch, do_head, do_row;
   float* delta;      // [B, Hq, Sq] contiguous (the library's workspace)
+  float* dq_accum;   // the wgmma kernel's fp32 dQ (bwd_sm90.cuh; the library's workspace)
   void* dq;
   int64_t dq_batch, dq_head, dq_row;
   void* dk;
@@ -92,6 +93,22 @@ __device__ __forceinline__ bool visible(int key, int query, const FwdParams& p) 
   if constexpr (kMask == Mask::kLocal)
     if (diag < -int64_t(p.window_left)) return false;
   return true;
+}
+
+// The query blocks (kStep rows each) whose rows see a key of [n0, n0 + kKeys): blocks
+// [begin, begin + count).
+struct QueryBlocks {
+  int begin, count;
+};
+template <Mask kMask, int kKeys, int kStep>
+__device__ __forceinline__ QueryBlocks query_blocks_seeing(int n0, const FwdParams& p) {
+  const int64_t off = int64_t(p.seqlen_k) - p.seqlen_q;
+  const int64_t last_key = int64_t(min(n0 + kKeys, p.seqlen_k)) - 1;
+  int64_t i_lo = 0, i_hi = int64_t(p.seqlen_q) - 1;  // the rows, then as blocks
+  if constexpr (kMask != Mask::kNone) i_lo = max(i_lo, int64_t(n0) - off - p.window_right);
+  if constexpr (kMask == Mask::kLocal) i_hi = min(i_hi, last_key - off + p.window_left);
+  const int begin = int(i_lo / kStep);
+  return {begin, i_lo > i_hi ? 0 : int(i_hi / kStep) - begin + 1};
 }
 
 // lse as the kernels use it: log2 units, +inf for a row that saw no key (lse = -inf) so that
@@ -230,14 +247,8 @@ __global__ void __launch_bounds__(Tile::kThreads) flash_attention_bwd_dkdv_kerne
   const T* k = static_cast<const T*>(f.k) + batch * f.k_batch + kv_head * f.k_head;
   const T* v = static_cast<const T*>(f.v) + batch * f.v_batch + kv_head * f.v_head;
 
-  // The query rows that see a key of [n0, n0 + kRows): [i_lo, i_hi], then as query blocks.
-  const int64_t off = int64_t(f.seqlen_k) - f.seqlen_q;
-  const int64_t last_key = int64_t(min(n0 + kRows, f.seqlen_k)) - 1;
-  int64_t i_lo = 0, i_hi = int64_t(f.seqlen_q) - 1;
-  if constexpr (kMask != Mask::kNone) i_lo = max(i_lo, int64_t(n0) - off - f.window_right);
-  if constexpr (kMask == Mask::kLocal) i_hi = min(i_hi, last_key - off + f.window_left);
-  const int m_begin = int(i_lo / kStep);
-  const int m_blocks = i_lo > i_hi ? 0 : int(i_hi / kStep) - m_begin + 1;
+  const bwd::QueryBlocks blocks = bwd::query_blocks_seeing<kMask, kRows, kStep>(n0, f);
+  const int m_begin = blocks.begin, m_blocks = blocks.count;
   const int steps = m_blocks * f.group;
 
   const sm80::TileCopy<kChunks, kThreads> copy(tid);

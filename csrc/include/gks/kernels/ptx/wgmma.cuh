@@ -3,8 +3,8 @@
 // asynchronous warpgroup MMAs, and the MMAs themselves, m64nNk16 (fp16 / bf16 in, fp32
 // accumulators) and m64nNk32 (int8 in, int32 accumulators; fp8 e4m3 / e5m2 in, fp32
 // accumulators) for N = 64, 128, 256 (and 96, 192 for wgmma_rs):
-//  - wgmma_ss: A and B both from shared memory through descriptors, A K-major, B K-major
-//    or (16-bit only, kTransB) MN-major;
+//  - wgmma_ss: A and B both from shared memory through descriptors, each K-major or (16-bit
+//    only, kTransA / kTransB) MN-major;
 //  - wgmma_rs: A from registers (a warp's mma.sync A fragment), B MN-major in shared memory.
 // The accumulator fragment of m64nN is per warp that of mma.sync m16n8 tiles: warp w of the
 // warpgroup owns rows 16w..16w+15; lane (g, t) = (lane / 4, lane % 4) holds rows g and g + 8,
@@ -135,16 +135,21 @@ using WgmmaAcc = std::conditional_t<std::is_same_v<In, int8_t>, int32_t, float>;
   else                                                                                         \
     GKS_WGMMA_ASM("m64n" N "k16.f32.f16.f16", REGS, AB, PRED, TAIL16, DN("+f"), GKS_WGMMA_SS_INS)
 #define GKS_WGMMA_SS_N(N, REGS, AB, PRED, DN)                      \
-  if constexpr (kTransB)                                           \
+  if constexpr (kTransA && kTransB)                                \
+    GKS_WGMMA_SS_TYPED(N, REGS, AB, PRED, ", 1, 1, 1, 1;", DN);   \
+  else if constexpr (kTransA)                                      \
+    GKS_WGMMA_SS_TYPED(N, REGS, AB, PRED, ", 1, 1, 1, 0;", DN);   \
+  else if constexpr (kTransB)                                      \
     GKS_WGMMA_SS_TYPED(N, REGS, AB, PRED, ", 1, 1, 0, 1;", DN);   \
   else                                                             \
     GKS_WGMMA_SS_TYPED(N, REGS, AB, PRED, ", 1, 1, 0, 0;", DN)
 #define GKS_WGMMA_SS_INS "l"(desc_a), "l"(desc_b), "r"(accumulate)
 
-// d (+)= A B, both from shared memory: A [64 x K-step] K-major, B [K-step x kN] K-major or,
-// with kTransB (16-bit inputs only; 8-bit operands are K-major always), MN-major. A
-// K-step is 32 bytes of K (16 16-bit or 32 8-bit elements). accumulate == 0 overwrites d.
-template <typename In, int kN, bool kTransB>
+// d (+)= A B, both from shared memory: A [64 x K-step] K-major or, with kTransA, MN-major;
+// B [K-step x kN] K-major or, with kTransB, MN-major (the MN-major forms: 16-bit inputs
+// only; 8-bit operands are K-major always). A K-step is 32 bytes of K (16 16-bit or 32
+// 8-bit elements). accumulate == 0 overwrites d.
+template <typename In, int kN, bool kTransB, bool kTransA = false>
 __device__ __forceinline__ void wgmma_ss(WgmmaAcc<In> (&d)[kN / 2], uint64_t desc_a,
                                          uint64_t desc_b, int accumulate) {
   static_assert(kN == 64 || kN == 128 || kN == 256, "N: 64, 128 or 256");
@@ -152,7 +157,7 @@ __device__ __forceinline__ void wgmma_ss(WgmmaAcc<In> (&d)[kN / 2], uint64_t des
                     std::is_same_v<In, int8_t> || std::is_same_v<In, __nv_fp8_e4m3> ||
                     std::is_same_v<In, __nv_fp8_e5m2>,
                 "fp16, bf16, int8 or fp8 inputs");
-  static_assert(!(kTransB && sizeof(In) == 1), "8-bit operands are K-major");
+  static_assert(!((kTransA || kTransB) && sizeof(In) == 1), "8-bit operands are K-major");
   if constexpr (kN == 64) {
     GKS_WGMMA_SS_N("64", GKS_WGMMA_REGS32, "%32, %33", "%34", GKS_WGMMA_D32);
   } else if constexpr (kN == 128) {

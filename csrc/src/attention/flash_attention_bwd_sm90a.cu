@@ -1,0 +1,61 @@
+// SPDX-License-Identifier: Apache-2.0
+// The sm_90a half of gks::flash_attention_bwd: the wgmma kernel (kernels/attention/bwd_sm90.cuh)
+// with its fp32 dQ accumulator and the kernel that converts it. Compiled for sm_90a only.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "attention/launch.h"
+#include "core/launch.h"
+#include "core/workspace.h"
+#include "gks/error.h"
+#include "gks/kernels/attention/bwd_sm90.cuh"
+
+namespace gks::detail {
+
+namespace ka = kernels::attention;
+namespace {
+
+template <typename T, int kHeadDim, ka::Mask kMask>
+void launch(ka::BwdParams p, const AttentionBwdGrid& g, int device, cudaStream_t stream) {
+  using Tile = ka::FlashBwdWgmmaTile<kHeadDim>;
+  constexpr const char* kOp = "gks.flash_attention_bwd";
+  const int64_t m_blocks = ceil_div(g.seqlen_q, Tile::kBM);
+  // dQ in fp32, every query block's rows whole (Tile::kBM * D floats), zeroed: the kernel adds.
+  const size_t accum_bytes = size_t(std::max<int64_t>(1, g.batch * g.heads_q * m_blocks)) * Tile::kBM * kHeadDim * 4;
+  const StreamBuffer accum(accum_bytes, device, stream, kOp, "dq_accum (fp32 dQ)");
+  GKS_CHECK(cudaMemsetAsync(accum.get<void>(), 0, accum_bytes, stream) == cudaSuccess, kCudaError)
+      << kOp << ": cannot zero dq_accum";
+  p.dq_accum = accum.get<float>();
+  constexpr auto kernel = ka::flash_attention_bwd_wgmma_kernel<T, Tile, kMask>;
+  prepare_smem_kernel<kernel>(Tile::kSmemBytes, device, /*max_carveout=*/true);
+  if (g.seqlen_k > 0)
+    kernel<<<dim3(unsigned(ceil_div(g.seqlen_k, Tile::kBN)), unsigned(g.heads_kv), unsigned(g.batch)), Tile::kThreads,
+             Tile::kSmemBytes, stream>>>(p);
+  if (g.seqlen_q > 0)
+    ka::flash_attention_bwd_dq_convert_kernel<T, Tile>
+        <<<dim3(unsigned(m_blocks), unsigned(g.heads_q), unsigned(g.batch)), Tile::kThreads, 0, stream>>>(p);
+}
+
+template <typename T>
+void launch_mask(int64_t head_dim, ka::Mask mask, const ka::BwdParams& p, const AttentionBwdGrid& g, int device,
+                 cudaStream_t stream) {
+  with_mask(mask, [&](auto m) {
+    constexpr ka::Mask kMask = decltype(m)::value;
+    if (head_dim == 64) return launch<T, 64, kMask>(p, g, device, stream);
+    launch<T, 128, kMask>(p, g, device, stream);
+  });
+}
+
+}  // namespace
+
+void launch_flash_attention_bwd_wgmma(bool bf16, int64_t head_dim, ka::Mask mask, const ka::BwdParams& p,
+                                      const AttentionBwdGrid& g, int device, cudaStream_t stream) {
+  if (bf16)
+    launch_mask<__nv_bfloat16>(head_dim, mask, p, g, device, stream);
+  else
+    launch_mask<__half>(head_dim, mask, p, g, device, stream);
+}
+
+}  // namespace gks::detail
