@@ -179,7 +179,7 @@ sys.exit('gks serve did not come up; see serve.log')" || { kill $server; return 
 }
 export -f serve_suite
 run_step serve-suite bash -c serve_suite
-run_step pyexample $PY examples/python/transformer_block.py
+run_step pyexample bash -c "$PY examples/python/transformer_block.py && $PY examples/python/train_block.py"
 run_step ceilings $PY -m gks roofline --measure
 # GKS_AUTOTUNE: backend:op pairs to tune (default: every tunable kernel of every backend).
 if [ -n "${GKS_AUTOTUNE:-}" ]; then
