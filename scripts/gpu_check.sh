@@ -11,7 +11,7 @@
 # sanitize-suite (the pytest suite under memcheck and racecheck, GKS_SANITIZE_PYTEST_ARGS,
 # GKS_SANITIZE_SUITE_TOOLS), serve-suite (gks serve and the pre-commit sweep through
 # gks bench-suite, GKS_SUITE_ARGS), pyexample
-# (examples/python/transformer_block.py), ceilings (gks roofline --measure), autotune (every
+# (examples/python/transformer_block.py and train_block.py), ceilings (gks roofline --measure), autotune (every
 # tunable kernel, see GKS_AUTOTUNE below), profile (gks profile under ncu, GKS_PROFILE_ARGS)),
 # GKS_FAMILIES (build only these kernel families, e.g. "norms;softmax"), GKS_PYTEST_ARGS
 # (default "tests"; with pytest-xdist's -n, add --dist loadgroup so the large-memory cases
