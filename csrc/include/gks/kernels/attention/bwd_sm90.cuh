@@ -13,11 +13,11 @@
 //    so that P^T and dS^T = P^T (dP^T - delta) land in registers in the A-operand layout of
 //      dV += P^T dO, dK += dS^T Q                      (wgmma with A from registers)
 //    and no score goes through shared memory for them (FlashAttention-3's SdP_swapAB).
-//  * dQ = dS K contracts over all 128 keys, so dS^T goes to shared memory once (the
-//    forward's stage_o stores) and, after a barrier of both warpgroups, each warpgroup
-//    computes a 64 x 64 part of the block's dQ with dS^T read transposed (an MN-major A
-//    operand) and K read MN-major, and adds it into an fp32 accumulator in global memory
-//    with 16-byte atomics. The accumulator keeps each part in its wgmma fragment order
+//  * dQ = dS K contracts over all 128 keys, so dS^T goes to shared memory once (4-byte
+//    stores into the 128-byte swizzle, as the forward's stage_o) and, after a barrier of
+//    both warpgroups, each warpgroup computes a 64 x 64 part of the block's dQ with dS^T
+//    read transposed (an MN-major A operand) and K read MN-major, and adds it into an fp32
+//    accumulator in global memory with 16-byte atomics. The accumulator keeps each part in its wgmma fragment order
 //    (register-major, so a warp's atomics cover 512 contiguous bytes); a last kernel
 //    scales, rounds and writes dQ in rows. The atomics make dQ's rounding order vary from
 //    run to run: the mma.sync config is the deterministic one.
