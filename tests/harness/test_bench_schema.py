@@ -316,6 +316,12 @@ FORMULAS = {
     ("rmsnorm", (3, 5), F32): (4 * 15, 4 * (15 + 5 + 15)),
     ("rmsnorm", (3, 5), F16): (4 * 15, 2 * (15 + 5 + 15)),
     ("rmsnorm", (3, 5), BF16): (4 * 15, 2 * (15 + 5 + 15)),
+    # rmsnorm_bwd: x^2 and its sum, g = dy * w, g * x and its sum, xhat = x * rstd, xhat * c,
+    # g minus it, times rstd, dy * xhat and its sum over rows: 11 per element. Read dy, x
+    # [3, 5] and weight [5]; write dx [3, 5] and dweight [5].
+    ("rmsnorm_bwd", (3, 5), F32): (11 * 15, 4 * (15 + 15 + 5 + 15 + 5)),
+    ("rmsnorm_bwd", (3, 5), F16): (11 * 15, 2 * (15 + 15 + 5 + 15 + 5)),
+    ("rmsnorm_bwd", (3, 5), BF16): (11 * 15, 2 * (15 + 15 + 5 + 15 + 5)),
     # the add, then rmsnorm's 4: 5 per element. Read x, residual [3, 5] and weight; write y
     # and residual_out.
     ("fused_add_rmsnorm", (3, 5), F32): (5 * 15, 4 * (15 + 15 + 5 + 15 + 15)),

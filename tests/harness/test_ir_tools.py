@@ -37,6 +37,13 @@ KERNELS = {
         f"void {R}registers_kernel<{R}RmsNormRow<float, 4, false>, {R}Registers<64, 8, 1, "
          f"1> >({R}RmsNormRow<float, 4, false>::Params)",
     ],
+    "rmsnorm_bwd": [
+        f"void {R}looped_kernel<{R}RmsNormBwdRow<__nv_bfloat16, 8>, "
+         f"{R}Looped<1024> >({R}RmsNormBwdRow<__nv_bfloat16, 8>::Params)",
+        f"void {R}registers_kernel<{R}RmsNormBwdRow<float, 4>, {R}Registers<256, 4, 1, "
+         f"1> >({R}RmsNormBwdRow<float, 4>::Params)",
+        f"void {R}rmsnorm_bwd_dweight_kernel<__half>(float const*, long, long, __half*)",
+    ],
     "act_and_mul": [
         f"void {R}looped_kernel<{R}ActAndMulRow<__nv_bfloat16, 8, 0>, "
          f"{R}Looped<1024> >({R}ActAndMulRow<__nv_bfloat16, 8, 0>::Params)",
@@ -214,6 +221,8 @@ KERNELS = {
         f"void {A}flash_attention_bwd_dkdv_kernel<__nv_bfloat16, {A}FlashBwdTile<128, 128>, ({A}Mask)1, "
          f"({A}DkDv)0>({A}BwdParams)",
         f"void {A}flash_attention_bwd_dq_kernel<__half, {A}FlashBwdTile<192, 128>, ({A}Mask)2>({A}BwdParams)",
+        f"void {A}flash_attention_bwd_wgmma_kernel<__nv_bfloat16, {A}FlashBwdWgmmaTile<128>, ({A}Mask)1>({A}BwdParams)",
+        f"void {A}flash_attention_bwd_dq_convert_kernel<__half, {A}FlashBwdWgmmaTile<64> >({A}BwdParams)",
     ],
     "flash_attention_varlen_fwd": [
         f"void {A}flash_attention_fwd_kernel<__half, {A}FlashFwdTile<128, 128, 64, 4, "
