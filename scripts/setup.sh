@@ -35,7 +35,7 @@ $PY -m pip install -q torch==2.11.0 triton==3.6.0 "jax==0.11.2" "jaxlib==0.11.2"
   pytest hypothesis rich tqdm matplotlib fastapi uvicorn
 export GKS_CUDA_ARCHS=${GKS_CUDA_ARCHS:-80;90a}
 echo "setup.sh: building gks for CUDA architectures $GKS_CUDA_ARCHS (this compiles every kernel;"
-echo "          about 10 minutes on 2 cores; ninja's [done/total] counter follows)"
+echo "          about 25 minutes on 2 cores; ninja's [done/total] counter follows)"
 # No build isolation: the build uses the pinned apache-tvm-ffi installed above. The build's
 # whole output goes to a log; its progress lines are shown as they come.
 mkdir -p build
