@@ -202,6 +202,9 @@ def test_cuda_rmsnorm_is_differentiable_on_meta_tensors():
     """gks.rmsnorm's autograd traced on meta tensors (the fake kernels, which run the
     library's checks): y.sum()'s expanded gradient reaches gks.rmsnorm_bwd, which gives
     gradients of x's and weight's shapes and dtypes."""
+    import gks
+
+    gks.rmsnorm  # registers torch.ops.gks.* (whatever ran before this test)
     x = torch.empty(2, 3, 96, device="meta", dtype=torch.bfloat16, requires_grad=True)
     w = torch.empty(96, device="meta", dtype=torch.bfloat16, requires_grad=True)
     y = torch.ops.gks.rmsnorm(x, w, 1e-6)
@@ -213,6 +216,9 @@ def test_cuda_rmsnorm_is_differentiable_on_meta_tensors():
 
 @requires_native
 def test_cuda_backward_fake_kernel_refuses_a_bad_dy():
+    import gks
+
+    gks.rmsnorm_bwd  # registers torch.ops.gks.* (whatever ran before this test)
     x = torch.empty(4, 96, device="meta", dtype=torch.float16)
     w = torch.empty(96, device="meta", dtype=torch.float16)
     with pytest.raises(ValueError, match="gks.rmsnorm_bwd: argument 'dy' must have the shape of 'x' "
