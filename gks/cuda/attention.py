@@ -61,13 +61,14 @@ def flash_attention_bwd_out(do, q, k, v, o, lse, dq, dk, dv, causal: bool = Fals
     window_size, softcap) (see gks.flash_attention_bwd), written into dq ([B, Hq, Sq, D]),
     dk ([B, Hkv, Sk, D]) and dv ([B, Hkv, Sk, Dv]), q's dtype, last dim contiguous, apart from
     the inputs. Every tensor but lse must be 16-byte aligned (base and batch/head/sequence
-    strides). config: -1 runs the best kernel here (wgmma on sm_90 at D = Dv = 64 or 128,
+    strides). config: -1 runs the best kernel here (wgmma.ws on sm_90 at D = Dv = 64 or 128,
     else mma.sync), else an index into the library's table (gks.registry.get(
-    "flash_attention_bwd").configs: "mma.sync", "wgmma"; wgmma gives way where it cannot
-    run). wgmma adds dQ with fp32 atomics, so its last bits vary from run to run;
+    "flash_attention_bwd").configs: "mma.sync", "wgmma", "wgmma.ws"; a forced config gives
+    way where it cannot run: wgmma.ws to wgmma, wgmma to mma.sync). The wgmma kernels add dQ
+    in fp32 (atomics, or the L2's bulk reduce-adds), so its last bits vary from run to run;
     deterministic=True runs mma.sync, bit-identical run after run.
-    flash_attention_bwd_path tells which runs. delta = rowsum(do * o) (and wgmma's fp32 dQ)
-    go through stream-ordered temporaries."""
+    flash_attention_bwd_path tells which runs. delta = rowsum(do * o) (and the wgmma
+    kernels' fp32 dQ and lse2) go through stream-ordered temporaries."""
     _native.module().flash_attention_bwd(do, q, k, v, o, lse, dq, dk, dv,
                                          *_bwd_args(causal, softmax_scale, window_size, softcap, deterministic, config))
 
@@ -75,7 +76,7 @@ def flash_attention_bwd_out(do, q, k, v, o, lse, dq, dk, dv, causal: bool = Fals
 def flash_attention_bwd_path(do, q, k, v, o, lse, dq, dk, dv, causal: bool = False, softmax_scale=None,
                              window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0,
                              deterministic: bool = False, config: int = -1) -> str:
-    """The name of the kernel ('wgmma' or 'mma.sync') flash_attention_bwd_out(...) with these
+    """The name of the kernel ('wgmma.ws', 'wgmma' or 'mma.sync') flash_attention_bwd_out(...) with these
     arguments runs on this GPU (after the same argument checks)."""
     return str(_native.module().flash_attention_bwd_path(
         do, q, k, v, o, lse, dq, dk, dv, *_bwd_args(causal, softmax_scale, window_size, softcap, deterministic, config)))

@@ -2168,7 +2168,8 @@ FLASH_ATTENTION_BWD = register(
             # Every backend: dK, dV per key block (looping over the query heads of its
             # group). CUDA's configs: mma.sync (kernels/attention/bwd_sm80.cuh, every GPU and
             # head dim; dQ per query block, deterministic) and, on sm_90 at D = Dv = 64 and
-            # 128, wgmma (bwd_sm90.cuh; dQ added with fp32 atomics; the default there).
+            # 128, wgmma and wgmma.ws (bwd_sm90.cuh; dQ added in fp32 by atomics or bulk
+            # reduce-adds; wgmma.ws, warp-specialized with TMA, the default there).
             Backend("cuda", archs=("sm_80", "sm_90a"), tunable=True),
             Backend("triton", archs=("sm_80", "sm_90"), interpreted=True),
             Backend("pallas", archs=("sm_80", "sm_90"), interpreted=True),
@@ -2212,6 +2213,6 @@ FLASH_ATTENTION_BWD = register(
             i.get("softmax_scale"), i.get("window_size", (-1, -1)), i.get("softcap", 0.0),
             i.get("deterministic", False), **kw),
         outputs=("dq", "dk", "dv"),
-        sass_kernels=(r"attention::flash_attention_bwd_(delta|dkdv|dq|wgmma|dq_convert)_kernel<",),
+        sass_kernels=(r"attention::(bwd_ws::)?flash_attention_bwd_(delta|dkdv|dq|wgmma|ws|dq_convert)_kernel<",),
     )
 )

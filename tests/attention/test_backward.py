@@ -477,16 +477,25 @@ def test_pallas_grad_of_empty_sequences():
 # ---- GPU only
 
 
+# Causal GQA; no mask (D = 64, Sq > Sk: the rotated walks); a sliding window with GQA.
+DETERMINISM_CASES = [((2, 16, 4, 1000, 1000, 128, 1), (-1, -1)), ((1, 8, 8, 1500, 700, 64, 0), (-1, -1)),
+                     ((1, 8, 2, 900, 1300, 128, 0), (200, 50))]
+
+
 @requires_gpu
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_deterministic_bitwise(backend):
-    """deterministic=True: the same inputs give the same bits, run after run (CUDA's wgmma
-    kernel, the default on sm_90, adds dq with atomics; this runs mma.sync there)."""
-    inputs = _inputs((2, 16, 4, 1000, 1000, 128, 1), "bfloat16", seed_for("fa-bwd-determinism", backend))
+@pytest.mark.parametrize("case", DETERMINISM_CASES, ids=lambda c: _id(c[0]) + f"-w{c[1][0]}_{c[1][1]}")
+def test_deterministic_bitwise(backend, case):
+    """deterministic=True: the same inputs give the same bits, run after run, and the float64
+    reference's gradients (CUDA's wgmma kernels, the default on sm_90, add dq in whatever
+    order their blocks finish; this runs mma.sync there)."""
+    shape, window = case
+    inputs = _inputs(shape, "bfloat16", seed_for("fa-bwd-determinism", backend, shape), window_size=window)
     first = _op(backend)(**inputs, deterministic=True)
     for _ in range(3):
         for a, b in zip(first, _op(backend)(**inputs, deterministic=True)):
             assert torch.equal(a, b)
+    check_bwd(first, reference(**inputs, precise=True), "bfloat16", inputs, f"{backend}/deterministic")
 
 
 # The cases of the wgmma kernel (head dims 64 and 128, v's the same), each config forced:
@@ -504,11 +513,12 @@ WGMMA_CASES = [c for c in CASES if c[0][5] in (64, 128) and len(c[0]) == 7] + [
 
 @requires_gpu
 @requires_native
-@pytest.mark.parametrize("config", ["mma.sync", "wgmma"])
+@pytest.mark.parametrize("config", ["mma.sync", "wgmma", "wgmma.ws"])
 @pytest.mark.parametrize("case", WGMMA_CASES, ids=_case_id)
 def test_cuda_configs_match_reference(config, case):
-    """Every CUDA config forced on the wgmma kernel's head dims, poisoned outputs (the
-    allocator's fresh blocks hold NaN bits); on a GPU other than sm_90 wgmma gives way."""
+    """Every CUDA config forced on the wgmma kernels' head dims, poisoned outputs (the
+    allocator's fresh blocks hold NaN bits); on a GPU other than sm_90 the wgmma kernels
+    give way."""
     import gks
     from conftest import poison_allocator
 
@@ -523,8 +533,9 @@ def test_cuda_configs_match_reference(config, case):
 @requires_gpu
 @requires_native
 def test_cuda_path_says_which_kernel_runs():
-    """flash_attention_bwd_path: wgmma on sm_90 at D = Dv = 64 and 128 unless mma.sync is
-    forced or determinism asked for; mma.sync elsewhere; a config past the table refused."""
+    """flash_attention_bwd_path: wgmma.ws on sm_90 at D = Dv = 64 and 128 unless another
+    config is forced or determinism asked for; mma.sync elsewhere; a config past the table
+    refused."""
     from gks import cuda
 
     sm90 = torch.cuda.get_device_capability() == (9, 0)
@@ -532,11 +543,13 @@ def test_cuda_path_says_which_kernel_runs():
         i = _inputs((1, 2, 1, 8, 8, head_dim, 0, head_dim_v), "float16", 0)
         outs = [torch.empty_like(i[n]) for n in ("q", "k", "v")]
         args = (i["do"], i["q"], i["k"], i["v"], i["o"], i["lse"], *outs)
-        wgmma = "wgmma" if sm90 and head_dim == head_dim_v and head_dim in (64, 128) else "mma.sync"
-        for config, deterministic, expect in ((-1, False, wgmma), (0, False, "mma.sync"), (1, False, wgmma),
-                                              (-1, True, "mma.sync"), (1, True, "mma.sync")):
+        hopper = sm90 and head_dim == head_dim_v and head_dim in (64, 128)
+        wgmma, ws = ("wgmma", "wgmma.ws") if hopper else ("mma.sync", "mma.sync")
+        for config, deterministic, expect in ((-1, False, ws), (0, False, "mma.sync"), (1, False, wgmma),
+                                              (2, False, ws), (-1, True, "mma.sync"), (2, True, "mma.sync")):
             path = cuda.flash_attention_bwd_path(*args, deterministic=deterministic, config=config)
             assert path == expect, (head_dim, config, deterministic, path)
+
     with pytest.raises(ValueError, match="argument 'config' must be -1"):
         cuda.flash_attention_bwd_out(*args, config=len(SPEC.config_names("cuda")))
 

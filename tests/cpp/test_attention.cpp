@@ -319,10 +319,10 @@ TEST(FlashAttentionBwd, TakesEachListedConfigAndRefusesOthers) {
     a.deterministic = config == 0;
     EXPECT_NO_THROW(run_bwd(a)) << config;
   }
-  a.config = 2;
+  a.config = 3;
   expect_error([&] { run_bwd(a); }, ErrorKind::kInvalidArgument,
-               "gks.flash_attention_bwd: argument 'config' must be -1 (the best kernel here), 0 (mma.sync) or 1 "
-               "(wgmma), got 2");
+               "gks.flash_attention_bwd: argument 'config' must be -1 (the best kernel here), 0 (mma.sync), 1 "
+               "(wgmma) or 2 (wgmma.ws), got 3");
 }
 
 TEST(FlashAttentionBwd, EmptyBatchLaunchesNothing) {

@@ -223,6 +223,8 @@ KERNELS = {
         f"void {A}flash_attention_bwd_dq_kernel<__half, {A}FlashBwdTile<192, 128>, ({A}Mask)2>({A}BwdParams)",
         f"void {A}flash_attention_bwd_wgmma_kernel<__nv_bfloat16, {A}FlashBwdWgmmaTile<128>, ({A}Mask)1>({A}BwdParams)",
         f"void {A}flash_attention_bwd_dq_convert_kernel<__half, {A}FlashBwdWgmmaTile<64> >({A}BwdParams)",
+        f"void {A}bwd_ws::flash_attention_bwd_ws_kernel<__nv_bfloat16, {A}bwd_ws::Tile<128>, ({A}Mask)2>"
+         f"(CUtensorMap_st, CUtensorMap_st, CUtensorMap_st, CUtensorMap_st, {A}BwdParams)",
     ],
     "flash_attention_varlen_fwd": [
         f"void {A}flash_attention_fwd_kernel<__half, {A}FlashFwdTile<128, 128, 64, 4, "

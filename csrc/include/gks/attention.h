@@ -81,9 +81,10 @@ const char* flash_attention_fwd_path(const FlashAttentionFwdArgs& args);
 // dV = P^T dO, dP = dO V^T, delta = rowsum(dO * o), dS = P * (dP - delta) (times 1 - tanh^2
 // of the capped score under a softcap), dQ = scale dS K, dK = scale dS^T Q; dk and dv are
 // summed over the query heads of each key/value head. A row with lse = -inf (it saw no key)
-// contributes nothing and gets dq = 0. Deterministic: every element is summed by one thread
-// in a fixed order (no atomics), so a call gives the same bits every time. Runs the
-// mma.sync kernels (bwd_sm80.cuh) on sm_80 and sm_90.
+// contributes nothing and gets dq = 0. With deterministic = true every element is summed in
+// a fixed order (the mma.sync kernels), so a call gives the same bits every time; otherwise
+// the wgmma kernels add dq's fp32 sums in the order the GPU's blocks finish (its last bits
+// vary).
 // The backward's kernels (the `config` argument; -1: the best kernel here):
 //  0 "mma.sync": kernels/attention/bwd_sm80.cuh, every head dim, every GPU gks builds for;
 //    deterministic (no atomics: dQ in a pass of its own that recomputes the scores).
@@ -91,14 +92,19 @@ const char* flash_attention_fwd_path(const FlashAttentionFwdArgs& args);
 //    sm_90a, head dims 64 and 128 (v's the same); dQ added with fp32 atomics, so its last
 //    bits vary from run to run. Forced where it cannot run, or with deterministic = true,
 //    it gives way to mma.sync (flash_attention_bwd_path says which runs).
+//  2 "wgmma.ws": the same products warp-specialized (TMA loads, a dQ writer warp adding with
+//    bulk reduce-adds); also Sq, Sk > 0 and tensors TMA can address. Forced where it cannot
+//    run it gives way to wgmma, then mma.sync; with deterministic = true, to mma.sync. The
+//    default where it runs.
 struct FlashAttentionBwdConfig {
-  enum class Kernel { kMmaSync, kWgmma };
+  enum class Kernel { kMmaSync, kWgmma, kWgmmaWs };
   const char* name;  // stable: the autotuner's tables key on the names
   Kernel kernel;
 };
 inline constexpr FlashAttentionBwdConfig kFlashAttentionBwdConfigs[] = {
     {"mma.sync", FlashAttentionBwdConfig::Kernel::kMmaSync},
     {"wgmma", FlashAttentionBwdConfig::Kernel::kWgmma},
+    {"wgmma.ws", FlashAttentionBwdConfig::Kernel::kWgmmaWs},
 };
 
 struct FlashAttentionBwdArgs {
@@ -121,7 +127,8 @@ struct FlashAttentionBwdArgs {
 };
 
 // Validates the arguments (throws gks::Error) and launches on `stream` (three to five
-// kernels; delta, and the wgmma kernel's fp32 dQ, in stream-ordered temporaries). Every
+// kernels; delta, and the wgmma kernels' fp32 dQ and lse2, in stream-ordered temporaries).
+// Every
 // tensor but lse must be 16-byte aligned, as flash_attention_fwd's.
 void flash_attention_bwd(const FlashAttentionBwdArgs& args, cudaStream_t stream);
 

@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <optional>
 #include <string>
 
 #include "attention/checks.h"
@@ -84,18 +85,26 @@ float validate(const FlashAttentionBwdArgs& args) {
 
 using BwdKernel = FlashAttentionBwdConfig::Kernel;
 
-// The kernel a call runs: mma.sync when asked for, or for determinism; else wgmma where it
-// can run (an sm_90a build, a compute-capability 9.0 GPU, head dims 64 or 128).
-BwdKernel kernel_for(const FlashAttentionBwdArgs& args) {
+// The kernel a call runs: mma.sync when asked for, or for determinism; else the forced
+// config or the first that can run in the order wgmma.ws, wgmma, mma.sync. The Hopper
+// kernels need an sm_90a build, a compute-capability 9.0 GPU and head dims 64 or 128; the
+// warp-specialized one also Sq, Sk > 0 and tensors TMA can address (`check_layouts`; its
+// launch gives way to wgmma where the maps cannot be made).
+BwdKernel kernel_for(const FlashAttentionBwdArgs& args, bool check_layouts) {
 #if defined(GKS_WITH_SM90A)
-  const bool wanted = args.config < 0 || kFlashAttentionBwdConfigs[args.config].kernel == BwdKernel::kWgmma;
-  if (wanted && !args.deterministic && device_is_sm90(args.q.device.index) &&
-      wgmma_flash_head_dims(args.q.shape[3], args.v.shape[3]))
-    return BwdKernel::kWgmma;
+  const BwdKernel wanted = args.config < 0 ? BwdKernel::kWgmmaWs : kFlashAttentionBwdConfigs[args.config].kernel;
+  if (wanted == BwdKernel::kMmaSync || args.deterministic || !device_is_sm90(args.q.device.index) ||
+      !wgmma_flash_head_dims(args.q.shape[3], args.v.shape[3]))
+    return BwdKernel::kMmaSync;
+  if (wanted == BwdKernel::kWgmmaWs && args.q.shape[2] > 0 && args.k.shape[2] > 0 &&
+      (!check_layouts || flash_attention_bwd_ws_layouts({args.q, args.k, args.v, args.dout})))
+    return BwdKernel::kWgmmaWs;
+  return BwdKernel::kWgmma;
 #else
   (void)args;
-#endif
+  (void)check_layouts;
   return BwdKernel::kMmaSync;
+#endif
 }
 
 template <auto kKernel>
@@ -108,7 +117,7 @@ void launch_kernel(dim3 grid, int threads, int smem, const ka::BwdParams& p, int
 template <typename T>
 void launch_delta(const ka::BwdParams& p, int64_t head_dim_v, int64_t batch, int64_t heads_q, int device,
                   cudaStream_t stream) {
-  const dim3 grid(unsigned(ceil_div(p.f.seqlen_q, 8)), unsigned(heads_q), unsigned(batch));
+  const dim3 grid(unsigned(ceil_div(p.stats_rows, 8)), unsigned(heads_q), unsigned(batch));
   const auto go = [&](auto dv) {
     launch_kernel<ka::flash_attention_bwd_delta_kernel<T, decltype(dv)::value>>(grid, 256, 0, p, device, stream);
   };
@@ -175,8 +184,9 @@ void launch_for_type(ka::Mask mask, int64_t head_dim, int64_t head_dim_v, const 
 
 const char* flash_attention_bwd_path(const FlashAttentionBwdArgs& args) {
   detail::validate(args);
+  const auto kernel = detail::kernel_for(args, /*check_layouts=*/true);
   for (const auto& c : kFlashAttentionBwdConfigs)
-    if (c.kernel == detail::kernel_for(args)) return c.name;
+    if (c.kernel == kernel) return c.name;
   return "mma.sync";
 }
 
@@ -211,20 +221,35 @@ void flash_attention_bwd(const FlashAttentionBwdArgs& args, cudaStream_t stream)
   p.softmax_scale = scale;
 
   const detail::DeviceGuard guard(q.device.index);
-  // delta = rowsum(dO * o), [B, Hq, Sq] fp32, lives until the dK/dV and dQ kernels are done.
-  const size_t delta_bytes = size_t(std::max<int64_t>(1, batch * heads_q * seqlen_q)) * 4;
-  const detail::StreamBuffer delta(delta_bytes, q.device.index, stream, kBwdOp, "delta (rowsum(dO * o))");
-  p.delta = delta.get<float>();
+  const auto kernel = detail::kernel_for(args, /*check_layouts=*/true);
+  // delta = rowsum(dO * o), [B, Hq, stats_rows] fp32, lives until the dK/dV and dQ kernels
+  // are done; the warp-specialized kernel also wants lse in log2 units, both padded to
+  // whole query blocks (its bulk copies).
+  const bool ws = kernel == FlashAttentionBwdConfig::Kernel::kWgmmaWs;
+  p.stats_rows = int(seqlen_q);
 #if defined(GKS_WITH_SM90A)
-  if (detail::kernel_for(args) == FlashAttentionBwdConfig::Kernel::kWgmma) {
+  if (ws) {
+    const int64_t block_m = detail::flash_attention_bwd_wgmma_block_m(head_dim);
+    p.stats_rows = int(detail::ceil_div(seqlen_q, block_m) * block_m);
+  }
+#endif
+  const size_t stats_bytes = size_t(std::max<int64_t>(1, batch * heads_q * p.stats_rows)) * 4;
+  const detail::StreamBuffer delta(stats_bytes, q.device.index, stream, kBwdOp, "delta (rowsum(dO * o))");
+  std::optional<detail::StreamBuffer> lse2;
+  if (ws) lse2.emplace(stats_bytes, q.device.index, stream, kBwdOp, "lse2 (lse in log2 units)");
+  p.delta = delta.get<float>();
+  p.lse2 = ws ? lse2->get<float>() : nullptr;
+#if defined(GKS_WITH_SM90A)
+  if (kernel != FlashAttentionBwdConfig::Kernel::kMmaSync) {
     if (seqlen_q > 0) {
       const auto launch_delta = q.dtype == DType::kFloat16
                                     ? &detail::launch_delta<__half>
                                     : &detail::launch_delta<__nv_bfloat16>;
       launch_delta(p, head_dim_v, batch, heads_q, q.device.index, stream);
     }
-    detail::launch_flash_attention_bwd_wgmma(q.dtype == DType::kBFloat16, head_dim, mask, p,
-                                             {batch, heads_q, heads_kv, seqlen_q, seqlen_k}, q.device.index, stream);
+    detail::launch_flash_attention_bwd_wgmma(q.dtype == DType::kBFloat16, ws, head_dim, mask, p,
+                                             {q, k, v, dout}, {batch, heads_q, heads_kv, seqlen_q, seqlen_k},
+                                             q.device.index, stream);
     detail::check_launch(kBwdOp);
     return;
   }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The sm_90a half of gks::flash_attention_bwd: the wgmma kernel (kernels/attention/bwd_sm90.cuh)
-// with its fp32 dQ accumulator and the kernel that converts it. Compiled for sm_90a only.
+// The sm_90a half of gks::flash_attention_bwd: the wgmma kernels (kernels/attention/bwd_sm90.cuh,
+// plain and warp-specialized) with their fp32 dQ accumulator and the kernel that converts it.
+// Compiled for sm_90a only.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -17,8 +18,26 @@ namespace gks::detail {
 namespace ka = kernels::attention;
 namespace {
 
+// The warp-specialized dK/dV kernel; false (nothing launched) where TMA cannot address a
+// tensor.
 template <typename T, int kHeadDim, ka::Mask kMask>
-void launch(ka::BwdParams p, const AttentionBwdGrid& g, int device, cudaStream_t stream) {
+bool launch_ws(const ka::BwdParams& p, const AttentionBwdTensors& t, const AttentionBwdGrid& g, int device,
+               cudaStream_t stream) {
+  using Cfg = ka::bwd_ws::Tile<kHeadDim>;
+  CUtensorMap map_q, map_k, map_v, map_do;
+  if (!attention_tensor_map(&map_q, t.q, Cfg::kBM) || !attention_tensor_map(&map_k, t.k, Cfg::kBN) ||
+      !attention_tensor_map(&map_v, t.v, Cfg::kBN) || !attention_tensor_map(&map_do, t.dout, Cfg::kBM))
+    return false;
+  constexpr auto kernel = ka::bwd_ws::flash_attention_bwd_ws_kernel<T, Cfg, kMask>;
+  prepare_smem_kernel<kernel>(Cfg::kSmemBytes, device, /*max_carveout=*/true);
+  kernel<<<dim3(unsigned(ceil_div(g.seqlen_k, Cfg::kBN)), unsigned(g.heads_kv), unsigned(g.batch)), Cfg::kThreads,
+           Cfg::kSmemBytes, stream>>>(map_q, map_k, map_v, map_do, p);
+  return true;
+}
+
+template <typename T, int kHeadDim, ka::Mask kMask>
+void launch(ka::BwdParams p, bool ws, const AttentionBwdTensors& t, const AttentionBwdGrid& g, int device,
+            cudaStream_t stream) {
   using Tile = ka::FlashBwdWgmmaTile<kHeadDim>;
   constexpr const char* kOp = "gks.flash_attention_bwd";
   const int64_t m_blocks = ceil_div(g.seqlen_q, Tile::kBM);
@@ -28,34 +47,48 @@ void launch(ka::BwdParams p, const AttentionBwdGrid& g, int device, cudaStream_t
   GKS_CHECK(cudaMemsetAsync(accum.get<void>(), 0, accum_bytes, stream) == cudaSuccess, kCudaError)
       << kOp << ": cannot zero dq_accum";
   p.dq_accum = accum.get<float>();
-  constexpr auto kernel = ka::flash_attention_bwd_wgmma_kernel<T, Tile, kMask>;
-  prepare_smem_kernel<kernel>(Tile::kSmemBytes, device, /*max_carveout=*/true);
-  if (g.seqlen_k > 0)
+  if (g.seqlen_k > 0 && !(ws && launch_ws<T, kHeadDim, kMask>(p, t, g, device, stream))) {
+    constexpr auto kernel = ka::flash_attention_bwd_wgmma_kernel<T, Tile, kMask>;
+    prepare_smem_kernel<kernel>(Tile::kSmemBytes, device, /*max_carveout=*/true);
     kernel<<<dim3(unsigned(ceil_div(g.seqlen_k, Tile::kBN)), unsigned(g.heads_kv), unsigned(g.batch)), Tile::kThreads,
              Tile::kSmemBytes, stream>>>(p);
+  }
   if (g.seqlen_q > 0)
     ka::flash_attention_bwd_dq_convert_kernel<T, Tile>
         <<<dim3(unsigned(m_blocks), unsigned(g.heads_q), unsigned(g.batch)), Tile::kThreads, 0, stream>>>(p);
 }
 
 template <typename T>
-void launch_mask(int64_t head_dim, ka::Mask mask, const ka::BwdParams& p, const AttentionBwdGrid& g, int device,
-                 cudaStream_t stream) {
+void launch_mask(bool ws, int64_t head_dim, ka::Mask mask, const ka::BwdParams& p, const AttentionBwdTensors& t,
+                 const AttentionBwdGrid& g, int device, cudaStream_t stream) {
   with_mask(mask, [&](auto m) {
     constexpr ka::Mask kMask = decltype(m)::value;
-    if (head_dim == 64) return launch<T, 64, kMask>(p, g, device, stream);
-    launch<T, 128, kMask>(p, g, device, stream);
+    if (head_dim == 64) return launch<T, 64, kMask>(p, ws, t, g, device, stream);
+    launch<T, 128, kMask>(p, ws, t, g, device, stream);
   });
 }
 
 }  // namespace
 
-void launch_flash_attention_bwd_wgmma(bool bf16, int64_t head_dim, ka::Mask mask, const ka::BwdParams& p,
-                                      const AttentionBwdGrid& g, int device, cudaStream_t stream) {
+bool flash_attention_bwd_ws_layouts(const AttentionBwdTensors& t) {
+  CUtensorMap map;
+  // The boxes' rows do not change what TMA accepts of a layout.
+  return t.q.shape[2] > 0 && t.k.shape[2] > 0 && attention_tensor_map(&map, t.q, 64) &&
+         attention_tensor_map(&map, t.k, 64) && attention_tensor_map(&map, t.v, 64) &&
+         attention_tensor_map(&map, t.dout, 64);
+}
+
+int flash_attention_bwd_wgmma_block_m(int64_t head_dim) {
+  return head_dim == 64 ? ka::FlashBwdWgmmaTile<64>::kBM : ka::FlashBwdWgmmaTile<128>::kBM;
+}
+
+void launch_flash_attention_bwd_wgmma(bool bf16, bool ws, int64_t head_dim, ka::Mask mask, const ka::BwdParams& p,
+                                      const AttentionBwdTensors& t, const AttentionBwdGrid& g, int device,
+                                      cudaStream_t stream) {
   if (bf16)
-    launch_mask<__nv_bfloat16>(head_dim, mask, p, g, device, stream);
+    launch_mask<__nv_bfloat16>(ws, head_dim, mask, p, t, g, device, stream);
   else
-    launch_mask<__half>(head_dim, mask, p, g, device, stream);
+    launch_mask<__half>(ws, head_dim, mask, p, t, g, device, stream);
 }
 
 }  // namespace gks::detail

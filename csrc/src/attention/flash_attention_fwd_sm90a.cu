@@ -62,28 +62,13 @@ using WsTileFor = std::conditional_t<
                            ka::ws::Tile<192, 64, kHeadDimV == 128 ? 3 : 2, false, kHeadDimV>,
                            ka::ws::Tile<kHeadDim, 128, 2>>>>;
 
-// A 4-D tensor map over t [B, H, S, D] (dims innermost first: D, S, H, B) in boxes of
-// [box_rows, 64] elements. A dim of size 1 is never stepped over: its stride is given a
-// value TMA accepts whatever the view says. False where TMA refuses the layout.
-bool attention_map(CUtensorMap* map, const TensorRef& t, int box_rows) {
-  const uint64_t dims[4] = {uint64_t(t.shape[3]), uint64_t(t.shape[2]), uint64_t(t.shape[1]),
-                            uint64_t(t.shape[0])};
-  uint64_t strides[3];
-  for (int d = 0; d < 3; ++d) {
-    const int dim = 2 - d;  // S, H, B
-    strides[d] = t.shape[dim] <= 1 ? 16 : uint64_t(t.strides[dim]) * 2;
-  }
-  const uint32_t box[4] = {64, uint32_t(box_rows), 1, 1};
-  return encode_tensor_map(map, t.dtype, 4, t.data, dims, strides, box) == CUDA_SUCCESS;
-}
-
 template <typename T, int kHeadDim, ka::Mask kMask, int kHeadDimV = kHeadDim>
 bool launch_ws(const ka::FwdParams& p, const AttentionTensors& t, int device,
                cudaStream_t stream) {
   using Tile = WsTileFor<kHeadDim, kHeadDimV>;
   CUtensorMap map_q, map_k, map_v, map_o;
-  if (!attention_map(&map_q, t.q, 64) || !attention_map(&map_k, t.k, Tile::kBN) ||
-      !attention_map(&map_v, t.v, Tile::kBN) || !attention_map(&map_o, t.o, 64))
+  if (!attention_tensor_map(&map_q, t.q, 64) || !attention_tensor_map(&map_k, t.k, Tile::kBN) ||
+      !attention_tensor_map(&map_v, t.v, Tile::kBN) || !attention_tensor_map(&map_o, t.o, 64))
     return false;
   const int64_t m_blocks = ceil_div(p.seqlen_q, ka::ws::kBlockM);
   const int64_t tiles = m_blocks * t.q.shape[1] * t.q.shape[0];
@@ -121,11 +106,25 @@ bool ws_mask(int64_t head_dim, int64_t head_dim_v, ka::Mask mask, const ka::FwdP
 
 }  // namespace
 
+// A dim of size 1 is never stepped over: its stride is given a value TMA accepts whatever the
+// view says.
+bool attention_tensor_map(CUtensorMap* map, const TensorRef& t, int box_rows) {
+  const uint64_t dims[4] = {uint64_t(t.shape[3]), uint64_t(t.shape[2]), uint64_t(t.shape[1]),
+                            uint64_t(t.shape[0])};
+  uint64_t strides[3];
+  for (int d = 0; d < 3; ++d) {
+    const int dim = 2 - d;  // S, H, B
+    strides[d] = t.shape[dim] <= 1 ? 16 : uint64_t(t.strides[dim]) * 2;
+  }
+  const uint32_t box[4] = {64, uint32_t(box_rows), 1, 1};
+  return encode_tensor_map(map, t.dtype, 4, t.data, dims, strides, box) == CUDA_SUCCESS;
+}
+
 bool flash_attention_fwd_ws_layouts(const AttentionTensors& t) {
   CUtensorMap map;
   // The K/V box's rows do not change what TMA accepts of a layout.
-  return attention_map(&map, t.q, 64) && attention_map(&map, t.k, 64) &&
-         attention_map(&map, t.v, 64) && attention_map(&map, t.o, 64);
+  return attention_tensor_map(&map, t.q, 64) && attention_tensor_map(&map, t.k, 64) &&
+         attention_tensor_map(&map, t.v, 64) && attention_tensor_map(&map, t.o, 64);
 }
 
 bool launch_flash_attention_fwd_ws(bool bf16, int64_t head_dim, int64_t head_dim_v,

@@ -5,6 +5,7 @@
 // and the backward set alike.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -81,11 +82,32 @@ struct AttentionBwdGrid {
   int64_t batch, heads_q, heads_kv, seqlen_q, seqlen_k;
 };
 
-// The wgmma backward (config "wgmma"): head dims 64 and 128 (v's the same); delta already
-// in p.delta. Allocates and zeroes the fp32 dQ accumulator (a stream-ordered temporary),
-// launches the dK/dV kernel, which adds into it, and the kernel that writes dQ from it.
-void launch_flash_attention_bwd_wgmma(bool bf16, int64_t head_dim, kernels::attention::Mask mask,
-                                      const kernels::attention::BwdParams& p, const AttentionBwdGrid& g, int device,
-                                      cudaStream_t stream);
+// The tensors the warp-specialized backward's tensor maps are made over.
+struct AttentionBwdTensors {
+  const TensorRef& q;
+  const TensorRef& k;
+  const TensorRef& v;
+  const TensorRef& dout;
+};
+
+// Whether TMA can address all four (tensor maps encode for them; Sq, Sk > 0).
+bool flash_attention_bwd_ws_layouts(const AttentionBwdTensors& t);
+
+// The query rows a step of the wgmma backwards at this head dim (64 or 128): the warp-
+// specialized kernel wants delta and lse2 padded to a multiple of it (BwdParams::stats_rows).
+int flash_attention_bwd_wgmma_block_m(int64_t head_dim);
+
+// The wgmma backwards (config "wgmma", or with `ws` "wgmma.ws"): head dims 64 and 128 (v's
+// the same); delta (and for ws lse2, both padded) already in p. Allocates and zeroes the
+// fp32 dQ accumulator (a stream-ordered temporary), launches the dK/dV kernel, which adds
+// into it, and the kernel that writes dQ from it. The warp-specialized kernel gives way to
+// the other where TMA cannot address a tensor.
+void launch_flash_attention_bwd_wgmma(bool bf16, bool ws, int64_t head_dim, kernels::attention::Mask mask,
+                                      const kernels::attention::BwdParams& p, const AttentionBwdTensors& t,
+                                      const AttentionBwdGrid& g, int device, cudaStream_t stream);
+
+// A 4-D tensor map over t [B, H, S, D] (dims innermost first: D, S, H, B) in boxes of
+// [box_rows, 64] elements, 128-byte swizzled. False where TMA refuses the layout.
+bool attention_tensor_map(CUtensorMap* map, const TensorRef& t, int box_rows);
 
 }  // namespace gks::detail

@@ -39,8 +39,11 @@ struct BwdParams {
   FwdParams f;
   const void* dout;  // dO [B, Hq, Sq, Dv]
   int64_t do_batch, do_head, do_row;
-  float* delta;      // [B, Hq, Sq] contiguous (the library's workspace)
-  float* dq_accum;   // the wgmma kernel's fp32 dQ (bwd_sm90.cuh; the library's workspace)
+  float* delta;      // [B, Hq, stats_rows] contiguous (the library's workspace)
+  float* lse2;       // lse in log2 units, delta's layout; written only when not null (for
+                     // the warp-specialized kernel's bulk copies; the others read lse)
+  int stats_rows;    // Sq, or Sq rounded up to whole query blocks (delta 0, lse2 +inf past Sq)
+  float* dq_accum;   // the wgmma kernels' fp32 dQ (bwd_sm90.cuh; the library's workspace)
   void* dq;
   int64_t dq_batch, dq_head, dq_row;
   void* dk;
@@ -205,14 +208,22 @@ __device__ __forceinline__ void zero(float (&c)[kN][4]) {
 
 }  // namespace bwd
 
-// delta[row] = sum_d dO[row, d] * o[row, d] in fp32: one warp a row of [B * Hq * Sq] (grid
-// x: rows / warps a block, y: heads, z: batch).
+// delta[row] = sum_d dO[row, d] * o[row, d] in fp32 (and lse2, when asked for): one warp a
+// row of [B * Hq * stats_rows] (grid x: rows / warps a block, y: heads, z: batch).
 template <typename T, int kHeadDimV>
 __global__ void __launch_bounds__(256) flash_attention_bwd_delta_kernel(const BwdParams p) {
   const int row = blockIdx.x * 8 + threadIdx.x / 32, lane = threadIdx.x % 32;
   const int head = blockIdx.y, batch = blockIdx.z;
   const FwdParams& f = p.f;
-  if (row >= f.seqlen_q) return;
+  if (row >= p.stats_rows) return;
+  const int64_t at = (int64_t(batch) * gridDim.y + head) * p.stats_rows + row;
+  if (row >= f.seqlen_q) {  // a padding row: adds nothing (P = exp2(-inf) = 0)
+    if (lane == 0) {
+      p.delta[at] = 0.f;
+      if (p.lse2 != nullptr) p.lse2[at] = INFINITY;
+    }
+    return;
+  }
   const T* o = static_cast<const T*>(f.o) + batch * f.o_batch + head * f.o_head + int64_t(row) * f.o_row;
   const T* dout = static_cast<const T*>(p.dout) + batch * p.do_batch + head * p.do_head + int64_t(row) * p.do_row;
   float sum = 0.f;
@@ -220,7 +231,11 @@ __global__ void __launch_bounds__(256) flash_attention_bwd_delta_kernel(const Bw
   for (int d = lane; d < kHeadDimV; d += 32) sum += float(o[d]) * float(dout[d]);
 #pragma unroll
   for (int s = 16; s >= 1; s /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, s);
-  if (lane == 0) p.delta[(int64_t(batch) * gridDim.y + head) * f.seqlen_q + row] = sum;
+  if (lane == 0) {
+    p.delta[at] = sum;
+    if (p.lse2 != nullptr)
+      p.lse2[at] = bwd::lse_log2(f.lse[batch * f.lse_batch + head * f.lse_head + int64_t(row) * f.lse_row]);
+  }
 }
 
 // dK and dV of kRows keys of one K/V head (grid: (ceil(Sk / kRows), Hkv, B)), summed over
@@ -273,7 +288,7 @@ __global__ void __launch_bounds__(Tile::kThreads) flash_attention_bwd_dkdv_kerne
       const float* lse = f.lse + batch * f.lse_batch + head * f.lse_head;
       s_stats[stage * 2 * kStep + tid] = in ? bwd::lse_log2(lse[int64_t(row) * f.lse_row]) : INFINITY;
       s_stats[stage * 2 * kStep + kStep + tid] =
-          in ? p.delta[(int64_t(batch) * f.group * gridDim.y + head) * f.seqlen_q + row] : 0.f;
+          in ? p.delta[(int64_t(batch) * f.group * gridDim.y + head) * p.stats_rows + row] : 0.f;
     }
   };
   if (steps > 0) load_step(0, 0);
@@ -396,7 +411,7 @@ __global__ void __launch_bounds__(Tile::kThreads) flash_attention_bwd_dq_kernel(
   float lse2[2], delta[2];
   {
     const float* lse = f.lse + batch * f.lse_batch + head * f.lse_head;
-    const float* dl = p.delta + (int64_t(batch) * gridDim.y + head) * f.seqlen_q;
+    const float* dl = p.delta + (int64_t(batch) * gridDim.y + head) * p.stats_rows;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = row_mine + 8 * h;

@@ -160,6 +160,26 @@ __device__ __forceinline__ void tma_store_2d_if(const CUtensorMap* map, uint32_t
       : "memory");
 }
 
+// ---- 1-D bulk copies (cp.async.bulk): contiguous bytes, 16-byte aligned, a multiple of 16 ----
+
+// `bytes` from global `src` into shared `dst`, completing them on `bar`.
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(bar)
+      : "memory");
+}
+
+// dst[i] += src[i] for `bytes / 4` floats, shared `src` into global `dst`, done by the L2
+// (no read-modify-write in the SM), as a bulk async-group of its own.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, uint32_t bytes) {
+  asm volatile(
+      "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+      "cp.async.bulk.commit_group;\n" ::"l"(reinterpret_cast<uint64_t>(dst)),
+      "r"(src), "r"(bytes)
+      : "memory");
+}
+
 // If `pred`: waits until at most kPending of this thread's bulk async-groups are still
 // reading shared memory (their global writes may still be in flight).
 template <int kPending>
