@@ -97,7 +97,7 @@ BwdKernel kernel_for(const FlashAttentionBwdArgs& args, bool check_layouts) {
       !wgmma_flash_head_dims(args.q.shape[3], args.v.shape[3]))
     return BwdKernel::kMmaSync;
   if (wanted == BwdKernel::kWgmmaWs && args.q.shape[2] > 0 && args.k.shape[2] > 0 &&
-      (!check_layouts || flash_attention_bwd_ws_layouts({args.q, args.k, args.v, args.dout})))
+      (!check_layouts || attention_tma_addressable({&args.q, &args.k, &args.v, &args.dout})))
     return BwdKernel::kWgmmaWs;
   return BwdKernel::kWgmma;
 #else
@@ -221,7 +221,8 @@ void flash_attention_bwd(const FlashAttentionBwdArgs& args, cudaStream_t stream)
   p.softmax_scale = scale;
 
   const detail::DeviceGuard guard(q.device.index);
-  const auto kernel = detail::kernel_for(args, /*check_layouts=*/true);
+  // The launch itself gives way where the tensor maps cannot be made (no second encoding).
+  const auto kernel = detail::kernel_for(args, /*check_layouts=*/false);
   // delta = rowsum(dO * o), [B, Hq, stats_rows] fp32, lives until the dK/dV and dQ kernels
   // are done; the warp-specialized kernel also wants lse in log2 units, both padded to
   // whole query blocks (its bulk copies).

@@ -70,14 +70,6 @@ void launch_mask(bool ws, int64_t head_dim, ka::Mask mask, const ka::BwdParams& 
 
 }  // namespace
 
-bool flash_attention_bwd_ws_layouts(const AttentionBwdTensors& t) {
-  CUtensorMap map;
-  // The boxes' rows do not change what TMA accepts of a layout.
-  return t.q.shape[2] > 0 && t.k.shape[2] > 0 && attention_tensor_map(&map, t.q, 64) &&
-         attention_tensor_map(&map, t.k, 64) && attention_tensor_map(&map, t.v, 64) &&
-         attention_tensor_map(&map, t.dout, 64);
-}
-
 int flash_attention_bwd_wgmma_block_m(int64_t head_dim) {
   return head_dim == 64 ? ka::FlashBwdWgmmaTile<64>::kBM : ka::FlashBwdWgmmaTile<128>::kBM;
 }

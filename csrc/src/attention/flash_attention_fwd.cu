@@ -141,7 +141,7 @@ Kernel kernel_for(const FlashAttentionFwdArgs& args, bool check_layouts) {
   if (wanted == Kernel::kMmaSync || !device_is_sm90(args.q.device.index)) return Kernel::kMmaSync;
   if (wanted == Kernel::kWgmmaWs && ws_flash_head_dims(head_dim, head_dim_v) && args.q.shape[2] > 0 &&
       args.k.shape[2] > 0 &&
-      (!check_layouts || flash_attention_fwd_ws_layouts({args.q, args.k, args.v, args.o})))
+      (!check_layouts || attention_tma_addressable({&args.q, &args.k, &args.v, &args.o})))
     return Kernel::kWgmmaWs;
   return wgmma_flash_head_dims(head_dim, head_dim_v) ? Kernel::kWgmma : Kernel::kMmaSync;
 #else

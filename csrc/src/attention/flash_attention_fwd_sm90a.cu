@@ -120,11 +120,12 @@ bool attention_tensor_map(CUtensorMap* map, const TensorRef& t, int box_rows) {
   return encode_tensor_map(map, t.dtype, 4, t.data, dims, strides, box) == CUDA_SUCCESS;
 }
 
-bool flash_attention_fwd_ws_layouts(const AttentionTensors& t) {
+bool attention_tma_addressable(std::initializer_list<const TensorRef*> tensors) {
   CUtensorMap map;
-  // The K/V box's rows do not change what TMA accepts of a layout.
-  return attention_tensor_map(&map, t.q, 64) && attention_tensor_map(&map, t.k, 64) &&
-         attention_tensor_map(&map, t.v, 64) && attention_tensor_map(&map, t.o, 64);
+  // A box's rows do not change what TMA accepts of a layout.
+  for (const TensorRef* t : tensors)
+    if (!attention_tensor_map(&map, *t, 64)) return false;
+  return true;
 }
 
 bool launch_flash_attention_fwd_ws(bool bf16, int64_t head_dim, int64_t head_dim_v,

@@ -9,6 +9,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <type_traits>
 
 #include "gks/kernels/attention/common.cuh"
@@ -54,8 +55,9 @@ struct AttentionTensors {
   const TensorRef& o;
 };
 
-// Whether TMA can address all four tensors (tensor maps encode for them).
-bool flash_attention_fwd_ws_layouts(const AttentionTensors& t);
+// Whether TMA can address every one of `tensors` ([B, H, S, D] views: attention_tensor_map
+// encodes for each), as the warp-specialized kernels, forward and backward, need.
+bool attention_tma_addressable(std::initializer_list<const TensorRef*> tensors);
 
 // The warp-specialized kernel (config "wgmma.ws"): head dims ws_flash_head_dims serves, Sq
 // and Sk > 0. Launches nothing and returns false where TMA cannot address a tensor's layout.
@@ -89,9 +91,6 @@ struct AttentionBwdTensors {
   const TensorRef& v;
   const TensorRef& dout;
 };
-
-// Whether TMA can address all four (tensor maps encode for them; Sq, Sk > 0).
-bool flash_attention_bwd_ws_layouts(const AttentionBwdTensors& t);
 
 // The query rows a step of the wgmma backwards at this head dim (64 or 128): the warp-
 // specialized kernel wants delta and lse2 padded to a multiple of it (BwdParams::stats_rows).

@@ -114,6 +114,20 @@ __device__ __forceinline__ QueryBlocks query_blocks_seeing(int n0, const FwdPara
   return {begin, i_lo > i_hi ? 0 : int(i_hi / kStep) - begin + 1};
 }
 
+// A dK/dV CTA's walk over the query blocks that see its kKeys keys, kStep rows a block: step
+// it is query block m_begin + it % m_blocks of query head kv_head * group + it / m_blocks
+// (GQA: every head of the group).
+struct Walk {
+  int m_begin, m_blocks, steps;
+  template <Mask kMask, int kKeys, int kStep>
+  __device__ static Walk of(int n0, const FwdParams& f) {
+    const QueryBlocks b = query_blocks_seeing<kMask, kKeys, kStep>(n0, f);
+    return {b.begin, b.count, b.count * f.group};
+  }
+  __device__ int head(int it, int kv_head, int group) const { return kv_head * group + it / m_blocks; }
+  __device__ int m_block(int it) const { return m_begin + it % m_blocks; }
+};
+
 // lse as the kernels use it: log2 units, +inf for a row that saw no key (lse = -inf) so that
 // its P is exp2(-inf) = 0 everywhere.
 __device__ __forceinline__ float lse_log2(float lse) {
@@ -262,9 +276,7 @@ __global__ void __launch_bounds__(Tile::kThreads) flash_attention_bwd_dkdv_kerne
   const T* k = static_cast<const T*>(f.k) + batch * f.k_batch + kv_head * f.k_head;
   const T* v = static_cast<const T*>(f.v) + batch * f.v_batch + kv_head * f.v_head;
 
-  const bwd::QueryBlocks blocks = bwd::query_blocks_seeing<kMask, kRows, kStep>(n0, f);
-  const int m_begin = blocks.begin, m_blocks = blocks.count;
-  const int steps = m_blocks * f.group;
+  const bwd::Walk walk = bwd::Walk::of<kMask, kRows, kStep>(n0, f);
 
   const sm80::TileCopy<kChunks, kThreads> copy(tid);
   const sm80::TileCopy<kChunksV, kThreads> copy_v(tid);
@@ -272,10 +284,9 @@ __global__ void __launch_bounds__(Tile::kThreads) flash_attention_bwd_dkdv_kerne
   copy_v.template operator()<kRows>(sV, v, f.v_row, n0, f.seqlen_k, tid);
   ptx::cp_async_commit();
 
-  // Step it: query block m_begin + it % m_blocks of query head kv_head * group + it / m_blocks.
   auto load_step = [&](int it, int stage) {
-    const int head = kv_head * f.group + it / m_blocks;
-    const int m0 = (m_begin + it % m_blocks) * kStep;
+    const int head = walk.head(it, kv_head, f.group);
+    const int m0 = walk.m_block(it) * kStep;
     const uint32_t sQ = sStage0 + stage * Tile::kStageBytes, sDo = sQ + kStep * kD * 2;
     const T* q = static_cast<const T*>(f.q) + batch * f.q_batch + head * f.q_head;
     const T* dout = static_cast<const T*>(p.dout) + batch * p.do_batch + head * p.do_head;
@@ -291,7 +302,7 @@ __global__ void __launch_bounds__(Tile::kThreads) flash_attention_bwd_dkdv_kerne
           in ? p.delta[(int64_t(batch) * f.group * gridDim.y + head) * p.stats_rows + row] : 0.f;
     }
   };
-  if (steps > 0) load_step(0, 0);
+  if (walk.steps > 0) load_step(0, 0);
 
   float acc_dk[kDk_ ? kD / 8 : 1][4], acc_dv[kDv_ ? kDv / 8 : 1][4];
   bwd::zero(acc_dk);
@@ -309,15 +320,15 @@ __global__ void __launch_bounds__(Tile::kThreads) flash_attention_bwd_dkdv_kerne
   const int key_mine = n0 + warp_row0 + g;  // and + 8
 
 #pragma unroll 1
-  for (int it = 0; it < steps; ++it) {
+  for (int it = 0; it < walk.steps; ++it) {
     const int stage = it & 1;
     ptx::cp_async_wait<0>();
     __syncthreads();  // this step's tiles (and K, V) are in; the other stage is free
-    if (it + 1 < steps) load_step(it + 1, stage ^ 1);
+    if (it + 1 < walk.steps) load_step(it + 1, stage ^ 1);
     const uint32_t sQ = sStage0 + stage * Tile::kStageBytes, sDo = sQ + kStep * kD * 2;
     const float* lse2 = s_stats + stage * 2 * kStep;
     const float* delta = lse2 + kStep;
-    const int m0 = (m_begin + it % m_blocks) * kStep;
+    const int m0 = walk.m_block(it) * kStep;
 
     // S^T = K Q^T: this warp's 16 keys x the step's queries.
     float s[kQTiles][4];

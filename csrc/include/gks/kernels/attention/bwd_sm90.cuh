@@ -215,9 +215,9 @@ __device__ __forceinline__ void store_dk_dv(const BwdParams& p, const float (&ac
   }
 }
 
-// Where step `it` of a CTA's walk adds its dQ: the fp32 accumulator [B, Hq, ceil(Sq / kBM),
-// kBM * D] of query block m_begin + it % m_blocks of head kv_head * group + it / m_blocks,
-// and this warpgroup's part of it (its 64 x 64 dQ fragment in register order).
+// Where a step adds its dQ: the fp32 accumulator [B, Hq, ceil(Sq / kBM), kBM * D] of query
+// block m_block of head `head`, and this warpgroup's part of it (its 64 x 64 dQ fragment in
+// register order).
 template <typename Tile>
 __device__ __forceinline__ float* dq_accum_part(const BwdParams& p, int batch, int head, int m_block, int wg) {
   const int heads_q = p.f.group * gridDim.y, m_blocks_all = (p.f.seqlen_q + Tile::kBM - 1) / Tile::kBM;
@@ -252,18 +252,15 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_attention_bwd_wgmma_k
   const T* k = static_cast<const T*>(f.k) + batch * f.k_batch + kv_head * f.k_head;
   const T* v = static_cast<const T*>(f.v) + batch * f.v_batch + kv_head * f.v_head;
 
-  const bwd::QueryBlocks blocks = bwd::query_blocks_seeing<kMask, kBN, kBM>(n0, f);
-  const int m_begin = blocks.begin, m_blocks = blocks.count;
-  const int steps = m_blocks * f.group;
+  const bwd::Walk walk = bwd::Walk::of<kMask, kBN, kBM>(n0, f);
 
   sm90::copy_tile<kD, kBN>(sK, k, f.k_row, n0, f.seqlen_k, tid);
   sm90::copy_tile<kD, kBN>(sV, v, f.v_row, n0, f.seqlen_k, tid);
   ptx::cp_async_commit();
 
-  // Step it: query block m_begin + it % m_blocks of query head kv_head * group + it / m_blocks.
   auto load_step = [&](int it, int stage) {
-    const int head = kv_head * f.group + it / m_blocks;
-    const int m0 = (m_begin + it % m_blocks) * kBM;
+    const int head = walk.head(it, kv_head, f.group);
+    const int m0 = walk.m_block(it) * kBM;
     const uint32_t sQ = sStage0 + stage * 2 * Tile::kQBytes, sDo = sQ + Tile::kQBytes;
     const T* q = static_cast<const T*>(f.q) + batch * f.q_batch + head * f.q_head;
     const T* dout = static_cast<const T*>(p.dout) + batch * p.do_batch + head * p.do_head;
@@ -279,7 +276,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_attention_bwd_wgmma_k
       stats[kBM + tid] = in ? p.delta[(int64_t(batch) * f.group * gridDim.y + head) * p.stats_rows + row] : 0.f;
     }
   };
-  if (steps > 0) load_step(0, 0);
+  if (walk.steps > 0) load_step(0, 0);
 
   float acc_dk[kD / 2], acc_dv[kD / 2];
 #pragma unroll
@@ -292,16 +289,16 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_attention_bwd_wgmma_k
   const int dq_col0 = Tile::kSplitRows ? 0 : wg * 64;
 
 #pragma unroll 1
-  for (int it = 0; it < steps; ++it) {
+  for (int it = 0; it < walk.steps; ++it) {
     const int stage = it & 1;
     ptx::cp_async_wait<0>();          // this thread's copies of the step (and K, V) have landed ...
     ptx::fence_proxy_async_shared();  // ... visible to wgmma's reads ...
     __syncthreads();                  // ... for every thread's; the other stage and dS^T are free
-    if (it + 1 < steps) load_step(it + 1, stage ^ 1);
+    if (it + 1 < walk.steps) load_step(it + 1, stage ^ 1);
     const uint32_t sQ = sStage0 + stage * 2 * Tile::kQBytes, sDo = sQ + Tile::kQBytes;
     const float* lse2 = s_stats + stage * 2 * kBM;
-    const int head = kv_head * f.group + it / m_blocks;
-    const int m_block = m_begin + it % m_blocks;
+    const int head = walk.head(it, kv_head, f.group);
+    const int m_block = walk.m_block(it);
     const int m0 = m_block * kBM;
 
     // S^T and dP^T in two commit groups, so that P^T's exponentials overlap dP^T's product.
@@ -412,18 +409,10 @@ struct Smem {
   __device__ uint32_t do_empty(int slot) const { return bars + 56 + 8 * slot; }
 };
 
-// The CTA's walk (as the wgmma kernel's): step it is query block m_begin + it % m_blocks of
-// query head kv_head * group + it / m_blocks.
-struct Walk {
-  int m_begin, m_blocks, steps;
-  __device__ int head(int it, int kv_head, int group) const { return kv_head * group + it / m_blocks; }
-  __device__ int m_block(int it) const { return m_begin + it % m_blocks; }
-};
-
 template <class Cfg>
 __device__ __forceinline__ void produce(const CUtensorMap* map_q, const CUtensorMap* map_k, const CUtensorMap* map_v,
                                         const CUtensorMap* map_do, const BwdParams& p, const Smem<Cfg>& sm,
-                                        const Walk& walk, int n0, int kv_head, int batch) {
+                                        const bwd::Walk& walk, int n0, int kv_head, int batch) {
   constexpr int kCols = Cfg::kD / 64;  // 64-column blocks of a row
   ptx::prefetch_tensor_map(map_q);
   ptx::prefetch_tensor_map(map_do);
@@ -462,7 +451,7 @@ __device__ __forceinline__ void produce(const CUtensorMap* map_q, const CUtensor
 
 // The writer warp: each step's two staged dQ parts added into the accumulator.
 template <class Cfg>
-__device__ __forceinline__ void write_dq(const BwdParams& p, const Smem<Cfg>& sm, const Walk& walk, int kv_head,
+__device__ __forceinline__ void write_dq(const BwdParams& p, const Smem<Cfg>& sm, const bwd::Walk& walk, int kv_head,
                                          int batch, int lane) {
   if (walk.steps == 0) return;  // no consumer waits on the barriers below
   ptx::named_barrier_arrive<160>(kDqEmpty + 0);  // both buffers start empty
@@ -485,7 +474,7 @@ __device__ __forceinline__ void write_dq(const BwdParams& p, const Smem<Cfg>& sm
 }
 
 template <typename T, class Cfg, Mask kMask>
-__device__ __forceinline__ void consume(const BwdParams& p, uint8_t* smem, const Smem<Cfg>& sm, const Walk& walk,
+__device__ __forceinline__ void consume(const BwdParams& p, uint8_t* smem, const Smem<Cfg>& sm, const bwd::Walk& walk,
                                         int n0, int kv_head, int batch) {
   constexpr int kD = Cfg::kD, kBM = Cfg::kBM, kMSteps = kBM / 16;
   const FwdParams& f = p.f;
@@ -585,8 +574,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* const smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const Smem<Cfg> sm(ptx::smem_addr(smem));
   const int n0 = blockIdx.x * Cfg::kBN, kv_head = blockIdx.y, batch = blockIdx.z;
-  const bwd::QueryBlocks blocks = bwd::query_blocks_seeing<kMask, Cfg::kBN, Cfg::kBM>(n0, p.f);
-  const Walk walk{blocks.begin, blocks.count, blocks.count * p.f.group};
+  const bwd::Walk walk = bwd::Walk::of<kMask, Cfg::kBN, Cfg::kBM>(n0, p.f);
   if (threadIdx.x == 0) {
     ptx::mbar_init(sm.kv_full(), 1);
 #pragma unroll
