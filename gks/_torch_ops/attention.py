@@ -133,8 +133,8 @@ def _flash_attention_bwd(
     dK = scale dS^T Q (times 1 - tanh^2 of the capped score under a softcap). A row that saw
     no key (lse = -inf) gets dq = 0. On sm_90 at D = Dv = 64 or 128 the default kernel
     (wgmma.ws) adds dq in fp32 in the order its blocks finish, so its last bits may vary
-    from run to run; deterministic=True gives the same bits run after run (the mma.sync
-    kernel). config: -1
+    from run to run; deterministic=True gives the same bits run after run (wgmma.ws in a
+    fixed order, or mma.sync). config: -1
     the tuned table's kernel for this shape, else the best kernel here; an index forces one
     (see gks.cuda.flash_attention_bwd_out). Runs on the current CUDA stream.
     """

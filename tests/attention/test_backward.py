@@ -477,9 +477,10 @@ def test_pallas_grad_of_empty_sequences():
 # ---- GPU only
 
 
-# Causal GQA; no mask (D = 64, Sq > Sk: the rotated walks); a sliding window with GQA.
+# Causal GQA; no mask (D = 64, Sq > Sk: the rotated walks); a sliding window with GQA;
+# causal over more key blocks (160) than an H100 or H200 has SMs (mma.sync).
 DETERMINISM_CASES = [((2, 16, 4, 1000, 1000, 128, 1), (-1, -1)), ((1, 8, 8, 1500, 700, 64, 0), (-1, -1)),
-                     ((1, 8, 2, 900, 1300, 128, 0), (200, 50))]
+                     ((1, 8, 2, 900, 1300, 128, 0), (200, 50)), ((1, 2, 1, 300, 20480, 64, 1), (-1, -1))]
 
 
 @requires_gpu
@@ -487,8 +488,8 @@ DETERMINISM_CASES = [((2, 16, 4, 1000, 1000, 128, 1), (-1, -1)), ((1, 8, 8, 1500
 @pytest.mark.parametrize("case", DETERMINISM_CASES, ids=lambda c: _id(c[0]) + f"-w{c[1][0]}_{c[1][1]}")
 def test_deterministic_bitwise(backend, case):
     """deterministic=True: the same inputs give the same bits, run after run, and the float64
-    reference's gradients (CUDA's wgmma kernels, the default on sm_90, add dq in whatever
-    order their blocks finish; this runs mma.sync there)."""
+    reference's gradients (CUDA on sm_90: wgmma.ws adding dQ in a fixed order of key blocks;
+    the default adds it in whatever order the blocks finish)."""
     shape, window = case
     inputs = _inputs(shape, "bfloat16", seed_for("fa-bwd-determinism", backend, shape), window_size=window)
     first = _op(backend)(**inputs, deterministic=True)
@@ -534,8 +535,8 @@ def test_cuda_configs_match_reference(config, case):
 @requires_native
 def test_cuda_path_says_which_kernel_runs():
     """flash_attention_bwd_path: wgmma.ws on sm_90 at D = Dv = 64 and 128 unless another
-    config is forced or determinism asked for; mma.sync elsewhere; a config past the table
-    refused."""
+    config is forced, with or without determinism (a forced wgmma gives way to mma.sync for
+    it); mma.sync elsewhere; a config past the table refused."""
     from gks import cuda
 
     sm90 = torch.cuda.get_device_capability() == (9, 0)
@@ -546,9 +547,19 @@ def test_cuda_path_says_which_kernel_runs():
         hopper = sm90 and head_dim == head_dim_v and head_dim in (64, 128)
         wgmma, ws = ("wgmma", "wgmma.ws") if hopper else ("mma.sync", "mma.sync")
         for config, deterministic, expect in ((-1, False, ws), (0, False, "mma.sync"), (1, False, wgmma),
-                                              (2, False, ws), (-1, True, "mma.sync"), (2, True, "mma.sync")):
+                                              (2, False, ws), (-1, True, ws), (1, True, "mma.sync"),
+                                              (2, True, ws)):
             path = cuda.flash_attention_bwd_path(*args, deterministic=deterministic, config=config)
             assert path == expect, (head_dim, config, deterministic, path)
+    # Deterministic over more key blocks than SMs (a key block may wait on any other of its
+    # head's, so all must fit): mma.sync.
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for causal, expect in ((1, "mma.sync"), (0, "mma.sync")):
+        i = _inputs((1, 2, 1, 8, 128 * (sms + 1), 64, causal), "float16", 0)
+        outs = [torch.empty_like(i[n]) for n in ("q", "k", "v")]
+        path = cuda.flash_attention_bwd_path(i["do"], i["q"], i["k"], i["v"], i["o"], i["lse"], *outs,
+                                             causal=bool(causal), deterministic=True)
+        assert path == expect, (causal, path)
 
     with pytest.raises(ValueError, match="argument 'config' must be -1"):
         cuda.flash_attention_bwd_out(*args, config=len(SPEC.config_names("cuda")))

@@ -82,9 +82,8 @@ const char* flash_attention_fwd_path(const FlashAttentionFwdArgs& args);
 // of the capped score under a softcap), dQ = scale dS K, dK = scale dS^T Q; dk and dv are
 // summed over the query heads of each key/value head. A row with lse = -inf (it saw no key)
 // contributes nothing and gets dq = 0. With deterministic = true every element is summed in
-// a fixed order (the mma.sync kernels), so a call gives the same bits every time; otherwise
-// the wgmma kernels add dq's fp32 sums in the order the GPU's blocks finish (its last bits
-// vary).
+// a fixed order, so a call gives the same bits every time; otherwise dq's fp32 sums may be
+// added in the order the GPU's blocks finish (its last bits vary).
 // The backward's kernels (the `config` argument; -1: the best kernel here):
 //  0 "mma.sync": kernels/attention/bwd_sm80.cuh, every head dim, every GPU gks builds for;
 //    deterministic (no atomics: dQ in a pass of its own that recomputes the scores).
@@ -94,8 +93,10 @@ const char* flash_attention_fwd_path(const FlashAttentionFwdArgs& args);
 //    it gives way to mma.sync (flash_attention_bwd_path says which runs).
 //  2 "wgmma.ws": the same products warp-specialized (TMA loads, a dQ writer warp adding with
 //    bulk reduce-adds); also Sq, Sk > 0 and tensors TMA can address. Forced where it cannot
-//    run it gives way to wgmma, then mma.sync; with deterministic = true, to mma.sync. The
-//    default where it runs.
+//    run it gives way to wgmma, then mma.sync. The default where it runs. Deterministic
+//    too (each query block's dQ added by one key block at a time, in a fixed order) where
+//    a head's ceil(Sk / 128) key blocks are at most the GPU's SM count (a block may wait
+//    for another's turn, so all must be able to run at once); beyond, mma.sync runs.
 struct FlashAttentionBwdConfig {
   enum class Kernel { kMmaSync, kWgmma, kWgmmaWs };
   const char* name;  // stable: the autotuner's tables key on the names
@@ -122,13 +123,13 @@ struct FlashAttentionBwdArgs {
   int64_t window_left = -1;
   int64_t window_right = -1;
   double softcap = 0.0;
-  bool deterministic = false;  // true: bit-identical results run after run (mma.sync)
+  bool deterministic = false;  // true: bit-identical results run after run
   int config = -1;  // -1: the best kernel here; else an index into kFlashAttentionBwdConfigs
 };
 
 // Validates the arguments (throws gks::Error) and launches on `stream` (three to five
-// kernels; delta, and the wgmma kernels' fp32 dQ and lse2, in stream-ordered temporaries).
-// Every
+// kernels; delta, and the wgmma kernels' fp32 dQ, lse2 and turn counters, in stream-ordered
+// temporaries). Every
 // tensor but lse must be 16-byte aligned, as flash_attention_fwd's.
 void flash_attention_bwd(const FlashAttentionBwdArgs& args, cudaStream_t stream);
 

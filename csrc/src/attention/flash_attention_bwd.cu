@@ -85,21 +85,25 @@ float validate(const FlashAttentionBwdArgs& args) {
 
 using BwdKernel = FlashAttentionBwdConfig::Kernel;
 
-// The kernel a call runs: mma.sync when asked for, or for determinism; else the forced
-// config or the first that can run in the order wgmma.ws, wgmma, mma.sync. The Hopper
-// kernels need an sm_90a build, a compute-capability 9.0 GPU and head dims 64 or 128; the
-// warp-specialized one also Sq, Sk > 0 and tensors TMA can address (`check_layouts`; its
-// launch gives way to wgmma where the maps cannot be made).
+// The kernel a call runs: the forced config or the first that can run in the order
+// wgmma.ws, wgmma, mma.sync. The Hopper kernels need an sm_90a build, a compute-capability
+// 9.0 GPU and head dims 64 or 128; the warp-specialized one also Sq, Sk > 0 and tensors
+// TMA can address (`check_layouts`; its launch gives way to wgmma where the maps cannot be
+// made). Deterministic: wgmma.ws with dQ added in a fixed order where all of a head's key
+// blocks fit on the GPU at once (a key block may wait for a later one's turn), else
+// mma.sync; a forced wgmma gives way to mma.sync.
 BwdKernel kernel_for(const FlashAttentionBwdArgs& args, bool check_layouts) {
 #if defined(GKS_WITH_SM90A)
   const BwdKernel wanted = args.config < 0 ? BwdKernel::kWgmmaWs : kFlashAttentionBwdConfigs[args.config].kernel;
-  if (wanted == BwdKernel::kMmaSync || args.deterministic || !device_is_sm90(args.q.device.index) ||
+  if (wanted == BwdKernel::kMmaSync || !device_is_sm90(args.q.device.index) ||
       !wgmma_flash_head_dims(args.q.shape[3], args.v.shape[3]))
     return BwdKernel::kMmaSync;
-  if (wanted == BwdKernel::kWgmmaWs && args.q.shape[2] > 0 && args.k.shape[2] > 0 &&
-      (!check_layouts || attention_tma_addressable({&args.q, &args.k, &args.v, &args.dout})))
-    return BwdKernel::kWgmmaWs;
-  return BwdKernel::kWgmma;
+  const int64_t seqlen_q = args.q.shape[2], seqlen_k = args.k.shape[2];
+  const bool ws = wanted == BwdKernel::kWgmmaWs && seqlen_q > 0 && seqlen_k > 0 &&
+                  (!args.deterministic || ceil_div(seqlen_k, 128) <= device_limits(args.q.device.index).sms) &&
+                  (!check_layouts || attention_tma_addressable({&args.q, &args.k, &args.v, &args.dout}));
+  if (ws) return BwdKernel::kWgmmaWs;
+  return args.deterministic ? BwdKernel::kMmaSync : BwdKernel::kWgmma;
 #else
   (void)args;
   (void)check_layouts;
@@ -248,7 +252,7 @@ void flash_attention_bwd(const FlashAttentionBwdArgs& args, cudaStream_t stream)
                                     : &detail::launch_delta<__nv_bfloat16>;
       launch_delta(p, head_dim_v, batch, heads_q, q.device.index, stream);
     }
-    detail::launch_flash_attention_bwd_wgmma(q.dtype == DType::kBFloat16, ws, head_dim, mask, p,
+    detail::launch_flash_attention_bwd_wgmma(q.dtype == DType::kBFloat16, ws, args.deterministic, head_dim, mask, p,
                                              {q, k, v, dout}, {batch, heads_q, heads_kv, seqlen_q, seqlen_k},
                                              q.device.index, stream);
     detail::check_launch(kBwdOp);

@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "attention/launch.h"
 #include "core/launch.h"
@@ -36,8 +37,8 @@ bool launch_ws(const ka::BwdParams& p, const AttentionBwdTensors& t, const Atten
 }
 
 template <typename T, int kHeadDim, ka::Mask kMask>
-void launch(ka::BwdParams p, bool ws, const AttentionBwdTensors& t, const AttentionBwdGrid& g, int device,
-            cudaStream_t stream) {
+void launch(ka::BwdParams p, bool ws, bool deterministic, const AttentionBwdTensors& t, const AttentionBwdGrid& g,
+            int device, cudaStream_t stream) {
   using Tile = ka::FlashBwdWgmmaTile<kHeadDim>;
   constexpr const char* kOp = "gks.flash_attention_bwd";
   const int64_t m_blocks = ceil_div(g.seqlen_q, Tile::kBM);
@@ -47,7 +48,20 @@ void launch(ka::BwdParams p, bool ws, const AttentionBwdTensors& t, const Attent
   GKS_CHECK(cudaMemsetAsync(accum.get<void>(), 0, accum_bytes, stream) == cudaSuccess, kCudaError)
       << kOp << ": cannot zero dq_accum";
   p.dq_accum = accum.get<float>();
-  if (g.seqlen_k > 0 && !(ws && launch_ws<T, kHeadDim, kMask>(p, t, g, device, stream))) {
+  // Deterministic: how many key blocks have added into each query block's dQ.
+  std::optional<StreamBuffer> turns;
+  if (ws && deterministic) {
+    const size_t turns_bytes = size_t(std::max<int64_t>(1, g.batch * g.heads_q * m_blocks)) * 4;
+    turns.emplace(turns_bytes, device, stream, kOp, "dq_turns (the order of dQ's adds)");
+    GKS_CHECK(cudaMemsetAsync(turns->get<void>(), 0, turns_bytes, stream) == cudaSuccess, kCudaError)
+        << kOp << ": cannot zero dq_turns";
+    p.dq_turns = turns->get<int>();
+  }
+  const bool launched = g.seqlen_k > 0 && ws && launch_ws<T, kHeadDim, kMask>(p, t, g, device, stream);
+  // The caller chose ws for determinism only where the tensor maps encode.
+  GKS_CHECK(launched || !deterministic || g.seqlen_k == 0, kCudaError)
+      << kOp << ": the deterministic kernel's tensor maps could not be made";
+  if (g.seqlen_k > 0 && !launched) {
     constexpr auto kernel = ka::flash_attention_bwd_wgmma_kernel<T, Tile, kMask>;
     prepare_smem_kernel<kernel>(Tile::kSmemBytes, device, /*max_carveout=*/true);
     kernel<<<dim3(unsigned(ceil_div(g.seqlen_k, Tile::kBN)), unsigned(g.heads_kv), unsigned(g.batch)), Tile::kThreads,
@@ -59,12 +73,12 @@ void launch(ka::BwdParams p, bool ws, const AttentionBwdTensors& t, const Attent
 }
 
 template <typename T>
-void launch_mask(bool ws, int64_t head_dim, ka::Mask mask, const ka::BwdParams& p, const AttentionBwdTensors& t,
-                 const AttentionBwdGrid& g, int device, cudaStream_t stream) {
+void launch_mask(bool ws, bool deterministic, int64_t head_dim, ka::Mask mask, const ka::BwdParams& p,
+                 const AttentionBwdTensors& t, const AttentionBwdGrid& g, int device, cudaStream_t stream) {
   with_mask(mask, [&](auto m) {
     constexpr ka::Mask kMask = decltype(m)::value;
-    if (head_dim == 64) return launch<T, 64, kMask>(p, ws, t, g, device, stream);
-    launch<T, 128, kMask>(p, ws, t, g, device, stream);
+    if (head_dim == 64) return launch<T, 64, kMask>(p, ws, deterministic, t, g, device, stream);
+    launch<T, 128, kMask>(p, ws, deterministic, t, g, device, stream);
   });
 }
 
@@ -74,13 +88,13 @@ int flash_attention_bwd_wgmma_block_m(int64_t head_dim) {
   return head_dim == 64 ? ka::FlashBwdWgmmaTile<64>::kBM : ka::FlashBwdWgmmaTile<128>::kBM;
 }
 
-void launch_flash_attention_bwd_wgmma(bool bf16, bool ws, int64_t head_dim, ka::Mask mask, const ka::BwdParams& p,
-                                      const AttentionBwdTensors& t, const AttentionBwdGrid& g, int device,
-                                      cudaStream_t stream) {
+void launch_flash_attention_bwd_wgmma(bool bf16, bool ws, bool deterministic, int64_t head_dim, ka::Mask mask,
+                                      const ka::BwdParams& p, const AttentionBwdTensors& t, const AttentionBwdGrid& g,
+                                      int device, cudaStream_t stream) {
   if (bf16)
-    launch_mask<__nv_bfloat16>(ws, head_dim, mask, p, t, g, device, stream);
+    launch_mask<__nv_bfloat16>(ws, deterministic, head_dim, mask, p, t, g, device, stream);
   else
-    launch_mask<__half>(ws, head_dim, mask, p, t, g, device, stream);
+    launch_mask<__half>(ws, deterministic, head_dim, mask, p, t, g, device, stream);
 }
 
 }  // namespace gks::detail

@@ -100,8 +100,10 @@ int flash_attention_bwd_wgmma_block_m(int64_t head_dim);
 // the same); delta (and for ws lse2, both padded) already in p. Allocates and zeroes the
 // fp32 dQ accumulator (a stream-ordered temporary), launches the dK/dV kernel, which adds
 // into it, and the kernel that writes dQ from it. The warp-specialized kernel gives way to
-// the other where TMA cannot address a tensor.
-void launch_flash_attention_bwd_wgmma(bool bf16, bool ws, int64_t head_dim, kernels::attention::Mask mask,
+// the other where TMA cannot address a tensor. `deterministic` (ws only): dQ added in a
+// fixed order (a zeroed counter per query block, another temporary).
+void launch_flash_attention_bwd_wgmma(bool bf16, bool ws, bool deterministic, int64_t head_dim,
+                                      kernels::attention::Mask mask,
                                       const kernels::attention::BwdParams& p, const AttentionBwdTensors& t,
                                       const AttentionBwdGrid& g, int device, cudaStream_t stream);
 

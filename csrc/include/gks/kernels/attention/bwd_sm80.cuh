@@ -44,6 +44,8 @@ struct BwdParams {
                      // the warp-specialized kernel's bulk copies; the others read lse)
   int stats_rows;    // Sq, or Sq rounded up to whole query blocks (delta 0, lse2 +inf past Sq)
   float* dq_accum;   // the wgmma kernels' fp32 dQ (bwd_sm90.cuh; the library's workspace)
+  int* dq_turns;     // the warp-specialized kernel, deterministic: [B, Hq, query blocks], zeroed
+                     // (how many key blocks have added into each dQ block); null otherwise
   void* dq;
   int64_t dq_batch, dq_head, dq_row;
   void* dk;
@@ -117,15 +119,16 @@ __device__ __forceinline__ QueryBlocks query_blocks_seeing(int n0, const FwdPara
 // A dK/dV CTA's walk over the query blocks that see its kKeys keys, kStep rows a block: step
 // it is query block m_begin + it % m_blocks of query head kv_head * group + it / m_blocks
 // (GQA: every head of the group).
+// The rotation is 0 but for the Hopper kernel's ordered dQ without a mask (bwd_ws::dq_turn).
 struct Walk {
-  int m_begin, m_blocks, steps;
+  int m_begin, m_blocks, steps, rotation;
   template <Mask kMask, int kKeys, int kStep>
-  __device__ static Walk of(int n0, const FwdParams& f) {
+  __device__ static Walk of(int n0, const FwdParams& f, int rotation = 0) {
     const QueryBlocks b = query_blocks_seeing<kMask, kKeys, kStep>(n0, f);
-    return {b.begin, b.count, b.count * f.group};
+    return {b.begin, b.count, b.count * f.group, rotation};
   }
   __device__ int head(int it, int kv_head, int group) const { return kv_head * group + it / m_blocks; }
-  __device__ int m_block(int it) const { return m_begin + it % m_blocks; }
+  __device__ int m_block(int it) const { return m_begin + (it % m_blocks + rotation) % m_blocks; }
 };
 
 // lse as the kernels use it: log2 units, +inf for a row that saw no key (lse = -inf) so that

@@ -409,6 +409,37 @@ struct Smem {
   __device__ uint32_t do_empty(int slot) const { return bars + 56 + 8 * slot; }
 };
 
+// Deterministic dQ: the key blocks add into a query block's accumulator one at a time, in
+// the order their walks would reach it anyway, so few wait. Without a mask every walk
+// covers every query block, and key block n starts its walk at query block n * M / N (N key
+// blocks, M query blocks: the rotation), so query block m is reached first by the last
+// key block starting at or before it, then by the ones before that, cyclically. With a mask
+// a later key block's walk starts later and ends later, so it reaches m first: the order is
+// descending, and key block n's turn is the number of later key blocks that see m.
+template <class Cfg, Mask kMask>
+__device__ __forceinline__ int walk_rotation(int n, const FwdParams& f) {
+  if constexpr (kMask != Mask::kNone) return 0;
+  const int64_t m_blocks = (f.seqlen_q + Cfg::kBM - 1) / Cfg::kBM;
+  return int(int64_t(n) * m_blocks / gridDim.x);
+}
+template <class Cfg, Mask kMask>
+__device__ __forceinline__ int dq_turn(int n, int m, const FwdParams& f) {
+  const int n_blocks = gridDim.x;
+  if constexpr (kMask == Mask::kNone) {
+    const int64_t m_blocks = (f.seqlen_q + Cfg::kBM - 1) / Cfg::kBM;
+    const int64_t latest = ((m + 1) * int64_t(n_blocks) - 1) / m_blocks;  // starting at or before m
+    const int first = int(latest < n_blocks - 1 ? latest : n_blocks - 1);
+    return (first - n + n_blocks) % n_blocks;
+  } else {
+    int turn = 0;
+    for (int later = n + 1; later < n_blocks; ++later, ++turn) {  // they are contiguous
+      const bwd::QueryBlocks b = bwd::query_blocks_seeing<kMask, Cfg::kBN, Cfg::kBM>(later * Cfg::kBN, f);
+      if (m < b.begin || m >= b.begin + b.count) break;
+    }
+    return turn;
+  }
+}
+
 template <class Cfg>
 __device__ __forceinline__ void produce(const CUtensorMap* map_q, const CUtensorMap* map_k, const CUtensorMap* map_v,
                                         const CUtensorMap* map_do, const BwdParams& p, const Smem<Cfg>& sm,
@@ -449,25 +480,46 @@ __device__ __forceinline__ void produce(const CUtensorMap* map_q, const CUtensor
   }
 }
 
-// The writer warp: each step's two staged dQ parts added into the accumulator.
-template <class Cfg>
+// The writer warp: each step's two staged dQ parts added into the accumulator; with
+// p.dq_turns, in each query block's fixed order of key blocks (dq_turn).
+template <class Cfg, Mask kMask>
 __device__ __forceinline__ void write_dq(const BwdParams& p, const Smem<Cfg>& sm, const bwd::Walk& walk, int kv_head,
                                          int batch, int lane) {
   if (walk.steps == 0) return;  // no consumer waits on the barriers below
   ptx::named_barrier_arrive<160>(kDqEmpty + 0);  // both buffers start empty
   ptx::named_barrier_arrive<160>(kDqEmpty + 1);
+  const int heads_q = p.f.group * gridDim.y, m_blocks_all = (p.f.seqlen_q + Cfg::kBM - 1) / Cfg::kBM;
 #pragma unroll 1
   for (int it = 0; it < walk.steps; ++it) {
     const int head = walk.head(it, kv_head, p.f.group), m_block = walk.m_block(it);
+    if (p.dq_turns == nullptr) {
 #pragma unroll
-    for (int wg = 0; wg < 2; ++wg) {
-      ptx::named_barrier_sync<160>(kDqFull + wg);
-      if (lane == 0)
-        ptx::bulk_reduce_add_f32(bwd90::dq_accum_part<Cfg>(p, batch, head, m_block, wg), sm.dq + wg * Cfg::kDqBytes,
-                                 Cfg::kDqBytes);
-      ptx::bulk_wait_read_if<0>(lane == 0);
+      for (int wg = 0; wg < 2; ++wg) {
+        ptx::named_barrier_sync<160>(kDqFull + wg);
+        if (lane == 0)
+          ptx::bulk_reduce_add_f32(bwd90::dq_accum_part<Cfg>(p, batch, head, m_block, wg),
+                                   sm.dq + wg * Cfg::kDqBytes, Cfg::kDqBytes);
+        ptx::bulk_wait_read_if<0>(lane == 0);
+        __syncwarp();
+        if (it + 1 < walk.steps) ptx::named_barrier_arrive<160>(kDqEmpty + wg);
+      }
+    } else {
+      ptx::named_barrier_sync<160>(kDqFull + 0);
+      ptx::named_barrier_sync<160>(kDqFull + 1);
+      if (lane == 0) {
+        int* turns = p.dq_turns + (int64_t(batch) * heads_q + head) * m_blocks_all + m_block;
+        ptx::counter_wait_eq(turns, dq_turn<Cfg, kMask>(blockIdx.x, m_block, p.f));
+#pragma unroll
+        for (int wg = 0; wg < 2; ++wg)
+          ptx::bulk_reduce_add_f32(bwd90::dq_accum_part<Cfg>(p, batch, head, m_block, wg),
+                                   sm.dq + wg * Cfg::kDqBytes, Cfg::kDqBytes);
+        ptx::counter_release_increment(turns);  // once the adds are done
+      }
       __syncwarp();
-      if (it + 1 < walk.steps) ptx::named_barrier_arrive<160>(kDqEmpty + wg);
+      if (it + 1 < walk.steps) {
+        ptx::named_barrier_arrive<160>(kDqEmpty + 0);
+        ptx::named_barrier_arrive<160>(kDqEmpty + 1);
+      }
     }
   }
   if (lane == 0) ptx::bulk_wait_all();  // the staged dQ is read before the CTA's memory goes
@@ -574,7 +626,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* const smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const Smem<Cfg> sm(ptx::smem_addr(smem));
   const int n0 = blockIdx.x * Cfg::kBN, kv_head = blockIdx.y, batch = blockIdx.z;
-  const bwd::Walk walk = bwd::Walk::of<kMask, Cfg::kBN, Cfg::kBM>(n0, p.f);
+  const bwd::Walk walk = bwd::Walk::of<kMask, Cfg::kBN, Cfg::kBM>(
+      n0, p.f, p.dq_turns != nullptr ? walk_rotation<Cfg, kMask>(blockIdx.x, p.f) : 0);
   if (threadIdx.x == 0) {
     ptx::mbar_init(sm.kv_full(), 1);
 #pragma unroll
@@ -594,7 +647,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (warp == 0 && threadIdx.x == 0 && walk.steps > 0)
       produce<Cfg>(&map_q, &map_k, &map_v, &map_do, p, sm, walk, n0, kv_head, batch);
     else if (warp == 1)
-      write_dq<Cfg>(p, sm, walk, kv_head, batch, int(threadIdx.x) % 32);
+      write_dq<Cfg, kMask>(p, sm, walk, kv_head, batch, int(threadIdx.x) % 32);
   } else {
     ptx::registers_increase<kConsumerRegisters>();
     consume<T, Cfg, kMask>(p, smem, sm, walk, n0, kv_head, batch);

@@ -300,4 +300,33 @@ __device__ __forceinline__ void flag_acquire_wait(const int* flag) {
       : "memory");
 }
 
+// ---- a counter in global memory that orders CTAs' turns (deterministic reductions) ----
+
+// Spins until *counter == value (acquire, GPU scope), then orders the async proxy's later
+// global accesses (a bulk reduce-add) after it.
+__device__ __forceinline__ void counter_wait_eq(const int* counter, int value) {
+  asm volatile(
+      "{\n"
+      ".reg .pred ready;\n"
+      ".reg .b32 seen;\n"
+      "WAIT_%=:\n"
+      "ld.acquire.gpu.global.b32 seen, [%0];\n"
+      "setp.eq.s32 ready, seen, %1;\n"
+      "@!ready bra WAIT_%=;\n"
+      "fence.proxy.async.global;\n"
+      "}\n" ::"l"(counter),
+      "r"(value)
+      : "memory");
+}
+
+// Once this thread's bulk async-groups have completed (their global writes included),
+// *counter += 1 with release semantics (GPU scope): the next turn sees those writes.
+__device__ __forceinline__ void counter_release_increment(int* counter) {
+  asm volatile(
+      "cp.async.bulk.wait_group 0;\n"
+      "fence.proxy.async.global;\n"
+      "red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter)
+      : "memory");
+}
+
 }  // namespace gks::ptx
