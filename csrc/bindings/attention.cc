@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The attention family's entry points: flash_attention_fwd (and its path query),
-// flash_attention_bwd (and its path query), flash_attention_varlen_fwd, flash_attention_decode, merge_state(s).
+// flash_attention_bwd (and its path query), flash_attention_varlen_fwd and _bwd, flash_attention_decode,
+// merge_state(s).
 #include <tvm/ffi/optional.h>
 
 #include "common.h"
@@ -170,6 +171,49 @@ tvm::ffi::String flash_attention_varlen_fwd_configs() {
 
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(flash_attention_varlen_fwd, flash_attention_varlen_fwd);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(flash_attention_varlen_fwd_configs, flash_attention_varlen_fwd_configs);
+
+namespace {
+
+// (dq, dk, dv) = flash_attention_varlen_bwd(do, q, k, v, cu_seqlens_q, cu_seqlens_k, ...)
+// into dq [total_q, Hq, D], dk [total_k, Hkv, D] and dv [total_k, Hkv, Dv].
+void flash_attention_varlen_bwd(tvm::ffi::TensorView dout, tvm::ffi::TensorView q, tvm::ffi::TensorView k,
+                                tvm::ffi::TensorView v, tvm::ffi::TensorView cu_seqlens_q,
+                                tvm::ffi::TensorView cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
+                                tvm::ffi::TensorView o, tvm::ffi::TensorView lse, tvm::ffi::TensorView dq,
+                                tvm::ffi::TensorView dk, tvm::ffi::TensorView dv, bool causal,
+                                tvm::ffi::Optional<double> softmax_scale, int64_t window_left, int64_t window_right,
+                                double softcap, bool deterministic, int64_t config) {
+  using namespace gks::ffi;
+  translate_errors([&] {
+    constexpr const char* kOp = "gks.flash_attention_varlen_bwd";
+    gks::FlashAttentionVarlenBwdArgs args;
+    args.dout = to_ref(dout);
+    args.q = to_ref(q);
+    args.k = to_ref(k);
+    args.v = to_ref(v);
+    args.cu_seqlens_q = to_ref(cu_seqlens_q);
+    args.cu_seqlens_k = to_ref(cu_seqlens_k);
+    args.max_seqlen_q = max_seqlen_q;
+    args.max_seqlen_k = max_seqlen_k;
+    args.o = to_ref(o);
+    args.lse = to_ref(lse);
+    args.dq = to_ref(dq);
+    args.dk = to_ref(dk);
+    args.dv = to_ref(dv);
+    args.causal = causal;
+    if (softmax_scale.has_value()) args.softmax_scale = float32_arg(softmax_scale.value(), "softmax_scale", kOp);
+    args.window_left = window_left;
+    args.window_right = window_right;
+    args.softcap = softcap;
+    args.deterministic = deterministic;
+    args.config = config_arg(config, kOp);
+    gks::flash_attention_varlen_bwd(args, stream_for(args.q));
+  });
+}
+
+}  // namespace
+
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(flash_attention_varlen_bwd, flash_attention_varlen_bwd);
 
 namespace {
 

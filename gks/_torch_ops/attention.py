@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """The attention family's torch ops: gks::flash_attention_fwd, gks::flash_attention_bwd,
-gks::flash_attention_varlen_fwd, gks::flash_attention_decode, gks::merge_state (and its
+gks::flash_attention_varlen_fwd, gks::flash_attention_varlen_bwd, gks::flash_attention_decode, gks::merge_state (and its
 in-place form gks::merge_state_) and gks::merge_states (see gks._torch_ops for what every
 custom op guarantees)."""
 
@@ -14,8 +14,8 @@ from gks._torch_ops._fake import validate
 from gks.runtime.dims import attention_dims, varlen_attention_dims
 from gks.runtime.tables import resolve_config
 
-__all__ = ["flash_attention_bwd", "flash_attention_decode", "flash_attention_fwd", "flash_attention_varlen_fwd",
-           "merge_state", "merge_state_", "merge_states"]
+__all__ = ["flash_attention_bwd", "flash_attention_decode", "flash_attention_fwd", "flash_attention_varlen_bwd",
+           "flash_attention_varlen_fwd", "merge_state", "merge_state_", "merge_states"]
 
 
 def _aligned16(t: torch.Tensor, fake: bool) -> bool:
@@ -287,12 +287,104 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k
     key_dims = 3 if page_table is None else 4
     q = _kernel_input(q, fake=True, dims=3)
     k, v = (_kernel_input(t, fake=True, dims=key_dims) for t in (k, v))
-    hint = [max_seqlen_q, max_seqlen_k]
-    if not all(isinstance(n, int) for n in hint):  # symbolic: checked with its hint
-        hint = [int(getattr(getattr(n, "node", None), "hint", 0) or 0) for n in hint]
+    hint = _seqlen_hints(max_seqlen_q, max_seqlen_k)  # symbolic: checked with its hint
     validate(cuda.flash_attention_varlen_fwd_out, q, k, v, cu_seqlens_q, cu_seqlens_k, *hint, o, lse, seqused_k,
              page_table, causal, softmax_scale, window_size, softcap, config)
     return o, lse
+
+
+def _flash_attention_varlen_bwd(
+    do: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    o: torch.Tensor,
+    lse: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    causal: bool = False,
+    softmax_scale: float | None = None,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    deterministic: bool = False,
+    config: int = -1,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The backward of gks.flash_attention_varlen_fwd over packed keys: (dq, dk, dv) from do
+    [total_q, Hq, Dv] (the gradient of o), the forward's o and lse [Hq, total_q], and q, k,
+    v, the cu_seqlens and the options as the forward took them (no seqused_k, no page
+    table). Each sequence's gradients are gks.flash_attention_bwd's over its rows. Returns dq
+    [total_q, Hq, D], dk [total_k, Hkv, D], dv [total_k, Hkv, Dv] (q's dtype, contiguous;
+    rows in no sequence are 0). max_seqlen_q and max_seqlen_k size the grids (a longer
+    sequence is still computed whole; no host synchronization). Deterministic (the mma.sync
+    kernels). Runs on the current CUDA stream.
+    """
+    # Zeroed: the kernels write the rows of the sequences alone.
+    dq, dk, dv = (torch.zeros(t.shape, dtype=q.dtype, device=q.device) for t in (q, k, v))
+    cuda.flash_attention_varlen_bwd_out(
+        _kernel_input(do, dims=3), _kernel_input(q, dims=3), _kernel_input(k, dims=3), _kernel_input(v, dims=3),
+        cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, _kernel_input(o, dims=3), lse, dq, dk, dv, causal,
+        softmax_scale, window_size, softcap, deterministic, config,
+    )
+    return dq, dk, dv
+
+
+_VARLEN_BWD_SCHEMA = (
+    "(Tensor do, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
+    "SymInt max_seqlen_q, SymInt max_seqlen_k, bool causal=False, float? softmax_scale=None, "
+    "int[] window_size=[-1, -1], float softcap=0., bool deterministic=False, int config=-1) -> (Tensor, Tensor, Tensor)"
+)
+
+flash_attention_varlen_bwd = gks_op("flash_attention_varlen_bwd", _flash_attention_varlen_bwd,
+                                    schema=_VARLEN_BWD_SCHEMA)
+
+
+def _seqlen_hints(*values) -> list[int]:
+    """max_seqlen values as ints (a symbolic one by its hint), for the fake kernels' checks."""
+    if all(isinstance(n, int) for n in values):
+        return list(values)
+    return [int(getattr(getattr(n, "node", None), "hint", 0) or 0) for n in values]
+
+
+@flash_attention_varlen_bwd.op.register_fake
+def _(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False, softmax_scale=None,
+      window_size=(-1, -1), softcap=0.0, deterministic=False, config=-1):
+    dq, dk, dv = _bwd_outputs(q, k, v)
+    do, q, k, v, o = (_kernel_input(t, fake=True, dims=3) for t in (do, q, k, v, o))
+    validate(cuda.flash_attention_varlen_bwd_out, do, q, k, v, cu_seqlens_q, cu_seqlens_k,
+             *_seqlen_hints(max_seqlen_q, max_seqlen_k), o, lse, dq, dk, dv, causal, softmax_scale, window_size,
+             softcap, deterministic, config)
+    return dq, dk, dv
+
+
+# gks.flash_attention_varlen_fwd is differentiable in o over packed keys (no seqused_k, no
+# page table: a backward needs each key's gradient row): gks.flash_attention_varlen_bwd on
+# the saved q, k, v, o, lse and cu_seqlens.
+def _varlen_setup_context(ctx, inputs, output) -> None:
+    q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table = inputs[:9]
+    causal, softmax_scale, window_size, softcap = inputs[9:13]
+    o, lse = output
+    ctx.mark_non_differentiable(lse)
+    ctx.packed = seqused_k is None and page_table is None
+    ctx.save_for_backward(q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k)
+    ctx.lengths = (max_seqlen_q, max_seqlen_k)
+    ctx.options = (causal, softmax_scale, tuple(window_size), softcap)
+
+
+def _varlen_backward(ctx, do, _dlse):
+    if not ctx.packed:
+        raise ValueError("gks.flash_attention_varlen_fwd: the backward takes packed keys: pass neither 'seqused_k' "
+                         "nor 'page_table' to a forward you differentiate")
+    q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
+    if do.dim() == 3 and do.shape[-1] > 1 and do.stride(-1) != 1:
+        do = do.contiguous()
+    dq, dk, dv = flash_attention_varlen_bwd(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, *ctx.lengths,
+                                            *ctx.options)
+    return (dq, dk, dv) + (None,) * 11
+
+
+flash_attention_varlen_fwd.op.register_autograd(_varlen_backward, setup_context=_varlen_setup_context)
 
 
 def _decode_outputs(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -6,11 +6,11 @@ gks.cuda."""
 from __future__ import annotations
 
 from gks import _native
-from gks.specs.attention import (DECODE_OP, SOFTCAP_ERROR, VARLEN_OP, checked_max_seqlen, checked_num_splits,
-                                 window_pair)
+from gks.specs.attention import (DECODE_OP, SOFTCAP_ERROR, VARLEN_BWD_OP, VARLEN_OP, checked_max_seqlen,
+                                 checked_num_splits, window_pair)
 
 __all__ = ["flash_attention_bwd_out", "flash_attention_bwd_path", "flash_attention_decode_out", "flash_attention_fwd_out", "flash_attention_fwd_path",
-           "flash_attention_varlen_fwd_out", "merge_state_out", "merge_states_out"]
+           "flash_attention_varlen_bwd_out", "flash_attention_varlen_fwd_out", "merge_state_out", "merge_states_out"]
 
 _OP = "gks.flash_attention_fwd"
 _BWD_OP = "gks.flash_attention_bwd"
@@ -108,6 +108,25 @@ def flash_attention_varlen_fwd_out(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seql
     causal, scale, left, right, cap, config = _args(causal, softmax_scale, window_size, softcap, config, VARLEN_OP)
     _native.module().flash_attention_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, seqlen_q,
                                                 o, lse, causal, scale, left, right, cap, config)
+
+
+def flash_attention_varlen_bwd_out(do, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int,
+                                   o, lse, dq, dk, dv, causal: bool = False, softmax_scale=None,
+                                   window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0,
+                                   deterministic: bool = False, config: int = -1) -> None:
+    """(dq, dk, dv) = flash_attention_varlen_bwd(do, q, k, v, cu_seqlens_q, cu_seqlens_k, ...)
+    (see gks.flash_attention_varlen_bwd), written into dq ([total_q, Hq, D]), dk ([total_k,
+    Hkv, D]) and dv ([total_k, Hkv, Dv]), q's dtype, last dim contiguous, apart from the
+    inputs; their rows outside every sequence are left as they are. max_seqlen_q and
+    max_seqlen_k size the grids (a longer sequence is still computed whole). Every tensor
+    but lse and the cu_seqlens must be 16-byte aligned (base and every stride but the last).
+    One kernel family, config 0 "mma.sync" (deterministic whatever `deterministic` says)."""
+    seqlen_q = checked_max_seqlen(VARLEN_BWD_OP, "max_seqlen_q", max_seqlen_q)
+    seqlen_k = checked_max_seqlen(VARLEN_BWD_OP, "max_seqlen_k", max_seqlen_k)
+    causal, scale, left, right, cap, config = _args(causal, softmax_scale, window_size, softcap, config, VARLEN_BWD_OP)
+    _native.module().flash_attention_varlen_bwd(do, q, k, v, cu_seqlens_q, cu_seqlens_k, seqlen_q, seqlen_k, o, lse,
+                                                dq, dk, dv, causal, scale, left, right, cap, bool(deterministic),
+                                                config)
 
 
 def merge_state_out(v_a, s_a, v_b, s_b, v, s) -> None:

@@ -45,6 +45,7 @@ NO_CUDA_GRAPH: dict[str, str] = {
     "flash_attention_decode": "the split partials come from the stream-ordered pool",
     "rmsnorm_bwd": "dweight's per-block partial sums come from the stream-ordered pool",
     "flash_attention_bwd": "delta (and the wgmma kernel's fp32 dq) come from the stream-ordered pool",
+    "flash_attention_varlen_bwd": "delta comes from the stream-ordered pool",
 }
 
 

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The attention family as XLA custom calls: flash_attention_fwd, flash_attention_bwd,
-flash_attention_varlen_fwd, flash_attention_decode, merge_state, merge_states. See gks.jax.
+flash_attention_varlen_fwd, flash_attention_varlen_bwd, flash_attention_decode, merge_state,
+merge_states. See gks.jax.
 flash_attention_bwd is the backward as an op of its own; jax.grad of flash_attention_fwd is
 not wired to it yet."""
 
@@ -12,8 +13,8 @@ import numpy as np
 from gks.jax._ffi import call, like, tuned
 from gks.runtime.dims import attention_dims, varlen_attention_dims
 
-__all__ = ["flash_attention_bwd", "flash_attention_decode", "flash_attention_fwd", "flash_attention_varlen_fwd",
-           "merge_state", "merge_states"]
+__all__ = ["flash_attention_bwd", "flash_attention_decode", "flash_attention_fwd", "flash_attention_varlen_bwd",
+           "flash_attention_varlen_fwd", "merge_state", "merge_states"]
 
 
 def _default_scale(q) -> float:
@@ -69,6 +70,23 @@ def flash_attention_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
                 config=tuned("flash_attention_varlen_fwd", config, q.dtype,
                              varlen_attention_dims(q, k, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k, causal,
                                                    page_table)))
+
+
+def flash_attention_varlen_bwd(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int,
+                               max_seqlen_k: int, causal: bool = False, softmax_scale=None, window_size=(-1, -1),
+                               softcap: float = 0.0, deterministic: bool = False):
+    """(dq, dk, dv) in q's dtype, the packed shapes of q, k and v (see
+    gks.flash_attention_varlen_bwd); rows in no sequence are left unwritten (XLA's fresh
+    buffers: cu_seqlens covering every row, from 0 to the totals, leave none)."""
+    do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k = (
+        jnp.asarray(a) for a in (do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k))
+    scale = _default_scale(q) if softmax_scale is None else softmax_scale
+    return call("flash_attention_varlen_bwd",
+                {"do": do, "q": q, "k": k, "v": v, "o": o, "lse": lse, "cu_seqlens_q": cu_seqlens_q,
+                 "cu_seqlens_k": cu_seqlens_k, "max_seqlen_q": max_seqlen_q, "max_seqlen_k": max_seqlen_k,
+                 "causal": causal, "softmax_scale": scale, "window_size": window_size, "softcap": softcap,
+                 "deterministic": bool(deterministic)},
+                (like(q), like(k, q.dtype), like(v, q.dtype)))
 
 
 def merge_state(v_a, s_a, v_b, s_b):

@@ -29,7 +29,8 @@ if TYPE_CHECKING:  # annotations only: the module loads without torch
 # ---- the reference: the op's meaning in plain PyTorch (gks.reference.<op>). torch is
 # imported where it is used, so the registry loads without it.
 
-__all__ = ["flash_attention_bwd", "flash_attention_decode", "flash_attention_fwd", "flash_attention_varlen_fwd", "merge_state", "merge_states"]
+__all__ = ["flash_attention_bwd", "flash_attention_decode", "flash_attention_fwd", "flash_attention_varlen_bwd",
+           "flash_attention_varlen_fwd", "merge_state", "merge_states"]
 
 
 HEAD_DIMS = (32, 64, 96, 128, 192, 256)  # the q/k head dims every backend compiles
@@ -2214,5 +2215,263 @@ FLASH_ATTENTION_BWD = register(
             i.get("deterministic", False), **kw),
         outputs=("dq", "dk", "dv"),
         sass_kernels=(r"attention::(bwd_ws::)?flash_attention_bwd_(delta|dkdv|dq|wgmma|ws|dq_convert)_kernel<",),
+    )
+)
+
+
+# ---- flash_attention_varlen_bwd: the backward of flash_attention_varlen_fwd over packed keys
+# (a training step on packed sequences). A shape is the varlen forward's without its page:
+# (B, Hq, Hkv, Sq, Sk, D, causal[, Dv]), lengths mixed below 1024 as the forward's.
+
+VARLEN_BWD_OP = "gks.flash_attention_varlen_bwd"
+
+
+def flash_attention_varlen_bwd(
+    do: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    o: torch.Tensor,
+    lse: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    causal: bool = False,
+    softmax_scale: float | None = None,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    deterministic: bool = False,
+    *,
+    precise: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The gradients of flash_attention_varlen_fwd (packed keys) with respect to q, k, v.
+
+    do and o [total_q, Hq, Dv], lse [Hq, total_q] (float32, the forward's), q, k, v, the
+    cu_seqlens and the options as flash_attention_varlen_fwd takes them (no seqused_k, no
+    page table). Each sequence's gradients are flash_attention_bwd's over its rows and keys.
+    Returns dq [total_q, Hq, D], dk [total_k, Hkv, D], dv [total_k, Hkv, Dv] in q's dtype
+    (float64 when precise); rows in no sequence are 0. max_seqlen_q and max_seqlen_k size the
+    kernels' grids and deterministic picks among kernels; the meaning depends on neither.
+    """
+    import torch
+
+    del max_seqlen_q, max_seqlen_k, deterministic
+    out = torch.float64 if precise else q.dtype
+    dq, dk, dv = (torch.zeros(t.shape, dtype=out, device=q.device) for t in (q, k, v))
+    if cu_seqlens_q.device.type == "meta":
+        return dq, dk, dv
+    bounds = varlen_bounds(cu_seqlens_q, cu_seqlens_k, None, q.shape[0], k.shape[0])
+    for q0, q1, k0, k1 in bounds:
+        if q1 == q0 and k1 == k0:
+            continue
+        grads = flash_attention_bwd(_dense(do, q0, q1), _dense(q, q0, q1), _dense(k, k0, k1), _dense(v, k0, k1),
+                                    _dense(o, q0, q1), lse[None, :, q0:q1], causal, softmax_scale, window_size,
+                                    softcap, precise=precise)
+        for full, g, lo, hi in zip((dq, dk, dv), grads, (q0, k0, k0), (q1, k1, k1)):
+            full[lo:hi] = g[0].transpose(0, 1)
+    return dq, dk, dv
+
+
+def varlen_bwd_shape(shape) -> tuple[int, ...]:
+    """The varlen forward's shape (page 0) of a varlen backward shape."""
+    full = full_shape(shape)
+    return (*full[:7], 0, full[7])
+
+
+def make_varlen_bwd_inputs(shape, dtype, device, seed):
+    """The varlen forward's packed q, k, v and cu_seqlens (make_varlen_inputs), its o and lse
+    (the fp32 reference, o rounded to the dtype; rows in no sequence 0 and -inf), and dO ~
+    N(0, 1)."""
+    import torch
+
+    fwd = make_varlen_inputs(varlen_bwd_shape(shape), dtype, device, seed)
+    o, lse = flash_attention_varlen_fwd(fwd["q"], fwd["k"], fwd["v"], fwd["cu_seqlens_q"], fwd["cu_seqlens_k"],
+                                        fwd["max_seqlen_q"], fwd["max_seqlen_k"], causal=fwd["causal"])
+    gen = torch.Generator(device=device).manual_seed((seed + 0x9E3779B9) % (1 << 63))
+    do = torch.randn(o.shape, generator=gen, device=device, dtype=torch.float32).to(o.dtype)
+    return {"q": fwd["q"], "k": fwd["k"], "v": fwd["v"], "o": o, "lse": lse, "do": do,
+            "cu_seqlens_q": fwd["cu_seqlens_q"], "cu_seqlens_k": fwd["cu_seqlens_k"],
+            "max_seqlen_q": fwd["max_seqlen_q"], "max_seqlen_k": fwd["max_seqlen_k"],
+            "causal": fwd["causal"], "softmax_scale": None}
+
+
+def check_varlen_bwd_inputs(op: str, do, q, k, v, o, lse) -> None:
+    """What the Python backends check beyond check_varlen_inputs, in the C++ API's words: o
+    and do of q's dtype and shape [total_q, Hq, Dv] with a contiguous last dim, lse float32
+    [Hq, total_q]."""
+    import torch
+
+    for name, t in (("o", o), ("do", do)):
+        if t.dtype != q.dtype:
+            raise TypeError(f"{op}: argument '{name}' must have the dtype of 'q' ({q.dtype}), got {t.dtype}")
+    if lse.dtype != torch.float32:
+        raise TypeError(f"{op}: argument 'lse' must be float32, got {lse.dtype}")
+    want = [q.shape[0], q.shape[1], v.shape[-1]]
+    if list(o.shape) != want:
+        raise ValueError(f"{op}: argument 'o' must have shape {want} (q's first two dims and v's head dim), got "
+                         f"{list(o.shape)}")
+    if list(lse.shape) != [q.shape[1], q.shape[0]]:
+        raise ValueError(f"{op}: argument 'lse' must have shape {[q.shape[1], q.shape[0]]} (q's heads and rows), "
+                         f"got {list(lse.shape)}")
+    if list(do.shape) != want:
+        raise ValueError(f"{op}: argument 'do' must have shape {want} (o's shape), got {list(do.shape)}")
+    for name, t in (("o", o), ("do", do)):
+        if t.shape[-1] > 1 and t.stride(-1) != 1:
+            raise ValueError(f"{op}: argument '{name}' must be contiguous in its last dim (stride 1), got "
+                             f"stride {t.stride(-1)}")
+
+
+def check_varlen_bwd(out, ref, dtype, inputs, what: str = "flash_attention_varlen_bwd") -> None:
+    """check_bwd sequence by sequence (on each one's rows and keys), and 0 on the rows of dq,
+    dk and dv in no sequence."""
+    import torch
+
+    assert isinstance(out, (tuple, list)) and len(out) == 3, f"{what}: want (dq, dk, dv), got {type(out)}"
+    for name, g, r in zip(("dq", "dk", "dv"), out, ref):
+        assert tuple(g.shape) == tuple(r.shape) and g.dtype == getattr(torch, dtype), (
+            f"{what}: {name} {g.dtype} {tuple(g.shape)}, want {dtype} {tuple(r.shape)}")
+    q, k = inputs["q"], inputs["k"]
+    bounds = varlen_bounds(inputs["cu_seqlens_q"], inputs["cu_seqlens_k"], None, q.shape[0], k.shape[0])
+    covered_q = torch.zeros(q.shape[0], dtype=torch.bool)
+    covered_k = torch.zeros(k.shape[0], dtype=torch.bool)
+    for b, (q0, q1, k0, k1) in enumerate(bounds):
+        covered_q[q0:q1] = True
+        covered_k[k0:k1] = True
+        rows = lambda t, lo, hi: _dense(t, lo, hi)  # noqa: E731
+        seq_inputs = {"q": rows(q, q0, q1), "k": rows(k, k0, k1), "v": rows(inputs["v"], k0, k1),
+                      "o": rows(inputs["o"], q0, q1), "do": rows(inputs["do"], q0, q1),
+                      "lse": inputs["lse"][None, :, q0:q1], "causal": inputs.get("causal", False),
+                      "softmax_scale": inputs.get("softmax_scale"),
+                      "window_size": inputs.get("window_size", (-1, -1)), "softcap": inputs.get("softcap", 0.0)}
+        check_bwd(tuple(rows(t, lo, hi) for t, lo, hi in zip(out, (q0, k0, k0), (q1, k1, k1))),
+                  tuple(rows(t, lo, hi) for t, lo, hi in zip(ref, (q0, k0, k0), (q1, k1, k1))), dtype, seq_inputs,
+                  f"{what} (sequence {b}: {q1 - q0} rows, {k1 - k0} keys)")
+    for name, g, covered in zip(("dq", "dk", "dv"), out, (covered_q, covered_k, covered_k)):
+        outside = g.cpu()[~covered]
+        assert not outside.numel() or (outside == 0).all(), f"{what}: {name} is not 0 on rows in no sequence"
+
+
+def _varlen_bwd_bad_inputs() -> tuple[BadInput, ...]:
+    """What every backend refuses alike beyond the varlen forward's rules (which it shares):
+    o, do and lse of another dtype or shape, do strided in its last dim, max_seqlen_k below 0."""
+
+    def call(t, d, do=None, o=None, lse=None, dtype="float16", do_dtype=None, lse_dtype="float32",
+             strided_do=False, **extra):
+        dt = getattr(t, dtype)
+        args = {"q": t.randn(12, 4, 64, device=d).to(dt), "k": t.randn(20, 2, 64, device=d).to(dt),
+                "v": t.randn(20, 2, 64, device=d).to(dt),
+                "o": t.randn(o or (12, 4, 64), device=d).to(dt),
+                "lse": t.randn(lse or (4, 12), device=d).to(getattr(t, lse_dtype)),
+                "do": t.randn(do or (12, 4, 64), device=d).to(getattr(t, do_dtype or dtype)),
+                "cu_seqlens_q": t.tensor([0, 5, 12], dtype=t.int32, device=d),
+                "cu_seqlens_k": t.tensor([0, 8, 20], dtype=t.int32, device=d),
+                "max_seqlen_q": 7, "max_seqlen_k": 12}
+        if strided_do:
+            args["do"] = t.randn(12, 4, 128, device=d).to(dt)[..., ::2]
+        return {**args, **extra}
+
+    return (
+        BadInput("q-four-dims", lambda t, d: call(t, d, q=t.randn(1, 12, 4, 64, device=d).half()), ValueError,
+                 "argument 'q' must have 3 dims [total, heads, head_dim]"),
+        BadInput("do_dtype", lambda t, d: call(t, d, do_dtype="bfloat16"), TypeError,
+                 "argument 'do' must have the dtype of 'q'"),
+        BadInput("lse_float16", lambda t, d: call(t, d, lse_dtype="float16"), TypeError,
+                 "argument 'lse' must be float32, got"),
+        BadInput("o_rows", lambda t, d: call(t, d, o=(11, 4, 64)), ValueError,
+                 "argument 'o' must have shape [12, 4, 64] (q's first two dims and v's head dim), got [11, 4, 64]"),
+        BadInput("lse_transposed", lambda t, d: call(t, d, lse=(12, 4)), ValueError,
+                 "argument 'lse' must have shape [4, 12] (q's heads and rows), got [12, 4]"),
+        BadInput("do_heads", lambda t, d: call(t, d, do=(12, 2, 64)), ValueError,
+                 "argument 'do' must have shape [12, 4, 64] (o's shape), got [12, 2, 64]"),
+        BadInput("do_last_dim_strided", lambda t, d: call(t, d, strided_do=True), ValueError,
+                 "argument 'do' must be contiguous in its last dim (stride 1), got stride 2"),
+        BadInput("max_seqlen_k-negative", lambda t, d: call(t, d, max_seqlen_k=-1), ValueError,
+                 "argument 'max_seqlen_k' must be an int >= 0, got -1"),
+        BadInput("cu_seqlens_k-length", lambda t, d: call(
+            t, d, cu_seqlens_k=t.tensor([0, 8, 14, 20], dtype=t.int32, device=d)), ValueError,
+                 "argument 'cu_seqlens_k' must have shape [3] (cu_seqlens_q's), got [4]"),
+        BadInput("window_right_with_causal", lambda t, d: call(t, d, causal=True, window_size=(4, 1)), ValueError,
+                 CAUSAL_WINDOW_ERROR + "(4, 1)"),
+    )
+
+
+def _fa4_varlen_bwd():
+    """FA4's varlen backward timed alone: torch.autograd.grad of flash_attn_varlen_func's o,
+    the forward run once per input set (as _autograd_peer's)."""
+    import torch
+
+    forward = _fa4_varlen()
+    graphs = {}
+
+    def run(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
+            softmax_scale=None):
+        key = (id(q), id(k), id(v), bool(causal), softmax_scale)
+        entry = graphs.get(key)
+        if entry is None or entry[0] is not q or entry[1] is not k or entry[2] is not v:
+            leaves = tuple(t.detach().requires_grad_() for t in (q, k, v))
+            with torch.enable_grad():
+                out = forward(*leaves, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=causal,
+                              softmax_scale=softmax_scale)
+            out = out[0] if isinstance(out, tuple) else out
+            entry = graphs[key] = (q, k, v, leaves, out)
+        return torch.autograd.grad(entry[4], entry[3], do, retain_graph=True)
+
+    return run
+
+
+FLASH_ATTENTION_VARLEN_BWD = register(
+    OpSpec(
+        name="flash_attention_varlen_bwd",
+        family="attention",
+        summary=("FlashAttention backward over packed sequences (cu_seqlens): dq, dk, dv per sequence, causal/window "
+                 "bottom-right, softcap, GQA, CUDA-graph safe"),
+        signature=(
+            "flash_attention_varlen_bwd(do[total_q, Hq, Dv], q[total_q, Hq, D], k[total_k, Hkv, D], "
+            "v[total_k, Hkv, Dv], o[total_q, Hq, Dv], lse[Hq, total_q] fp32, cu_seqlens_q[B + 1] int32, "
+            "cu_seqlens_k[B + 1] int32, max_seqlen_q, max_seqlen_k, causal=False, softmax_scale=None, "
+            "window_size=(-1, -1), softcap=0.0) -> (dq[total_q, Hq, D], dk[total_k, Hkv, D], dv[total_k, Hkv, Dv])"
+        ),
+        **_DENSE_SHAPES,
+        make_inputs=make_varlen_bwd_inputs,
+        reference=flash_attention_varlen_bwd,
+        tolerance={"float16": (2e-3, 2e-3), "bfloat16": (1.6e-2, 1.6e-2)},
+        flops=bwd_flops,
+        bytes_moved=bwd_bytes_moved,
+        backends=(
+            # CUDA: the mma.sync kernels of flash_attention_bwd (kernels/attention/bwd_sm80.cuh,
+            # kVarlen: each CTA moves to its sequence's rows), every head dim and GPU; one
+            # kernel family, nothing to tune.
+            Backend("cuda", archs=("sm_80", "sm_90a")),
+            Backend("triton", archs=("sm_80", "sm_90"), interpreted=True),
+        ),
+        # Mixed lengths below 1024 (one full, one without queries); under the interpreters'
+        # size limit the first ones.
+        test_shapes=(
+            (1, 1, 1, 1, 1, 32, 0),
+            (3, 4, 2, 40, 70, 64, 0),        # GQA, one sequence without queries
+            (4, 2, 1, 33, 50, 64, 1),        # causal, MQA, mixed lengths
+            (3, 2, 2, 65, 30, 128, 1),       # causal, Sq > Sk in some sequences
+            (2, 2, 1, 17, 40, 256, 1),
+            (2, 2, 1, 20, 33, 192, 1, 128),  # DeepSeek's head dims
+            (3, 2, 2, 50, 64, 96, 0),
+            (4, 8, 2, 300, 517, 128, 1),     # GPU only under an interpreter's size limit
+        ),
+        bench_shapes=(
+            (8, 16, 16, 2048, 2048, 128, 1),
+            (4, 32, 8, 4096, 4096, 128, 1),
+            (8, 16, 16, 4096, 4096, 64, 0),
+        ),
+        compute="tensor",
+        peers=(Peer("FA4 varlen", _fa4_varlen_bwd, package="flash-attn-4"),),
+        check=check_varlen_bwd,
+        example_shape=(3, 4, 2, 40, 70, 64, 0),
+        bad_inputs=_varlen_bwd_bad_inputs(),
+        cuda_out=lambda cuda, i, o, **kw: cuda.flash_attention_varlen_bwd_out(
+            i["do"], i["q"], i["k"], i["v"], i["cu_seqlens_q"], i["cu_seqlens_k"], i["max_seqlen_q"],
+            i["max_seqlen_k"], i["o"], i["lse"], o[0], o[1], o[2], i.get("causal", False), i.get("softmax_scale"),
+            i.get("window_size", (-1, -1)), i.get("softcap", 0.0), i.get("deterministic", False), **kw),
+        outputs=("dq", "dk", "dv"),
+        sass_kernels=(r"attention::flash_attention_bwd_(delta|dkdv|dq)_kernel<.*, true>\(",),
     )
 )

@@ -24,7 +24,6 @@ import triton.language as tl
 
 from gks.specs.attention import (
     DECODE_OP,
-    VARLEN_OP,
     check_attention_shapes,
     check_bwd_shapes,
     check_decode_inputs,
@@ -32,6 +31,7 @@ from gks.specs.attention import (
     checked_softcap,
     checked_softmax_scale,
     checked_window,
+    check_varlen_bwd_inputs,
     check_varlen_inputs,
     decode_capacity,
     decode_num_splits,
@@ -50,7 +50,8 @@ from gks.triton._common import (
 )
 
 __all__ = ["flash_attention", "flash_attention_bwd", "flash_attention_decode", "flash_attention_fwd",
-           "flash_attention_fwd_config_names", "flash_attention_varlen_fwd", "merge_state", "merge_states"]
+           "flash_attention_fwd_config_names", "flash_attention_varlen_bwd", "flash_attention_varlen_fwd", "merge_state",
+           "merge_states"]
 
 LOG2E = 1.4426950408889634
 
@@ -855,29 +856,50 @@ def flash_attention_decode(
 # in the dK/dV program. Masks, bounds and head-dim padding are the forward's.
 
 @triton.jit
+def _bwd_sequence(cu_q_ptr, cu_k_ptr, batch, seqlen_q, seqlen_k, total_q, total_k, VARLEN: tl.constexpr):
+    """(q0, seqlen_q, k0, seqlen_k): where batch entry `batch` lies. Dense: rows from 0 (the
+    batch strides place it); varlen: sequence `batch` of the packed tensors, its bounds read
+    from cu_seqlens and clamped into them (as the CUDA kernels' sequence_rows)."""
+    if VARLEN:
+        q0 = _clamp(tl.load(cu_q_ptr + batch).to(tl.int64), 0, total_q)
+        q1 = _clamp(tl.load(cu_q_ptr + batch + 1).to(tl.int64), q0, total_q)
+        k0 = _clamp(tl.load(cu_k_ptr + batch).to(tl.int64), 0, total_k)
+        k1 = _clamp(tl.load(cu_k_ptr + batch + 1).to(tl.int64), k0, total_k)
+        return q0, (q1 - q0).to(tl.int32), k0, (k1 - k0).to(tl.int32)
+    return tl.zeros((), tl.int64), seqlen_q, tl.zeros((), tl.int64), seqlen_k
+
+
+# Every backward kernel: program (i, b * H + h) takes blocks i, i + grid, ... of batch entry
+# b (dense: its one block; varlen: sequence b's, so one longer than max_seqlen is still
+# computed whole). delta and lse2 are [B, Hq, Sq] contiguous, or varlen [Hq, total_q]
+# (st_sb, st_sh: their batch and head strides, st_sb 0 for varlen).
+@triton.jit
 def _bwd_preprocess_kernel(
-    o_ptr, do_ptr, lse_ptr, delta_ptr, lse2_ptr,
-    o_sb, o_sh, o_sm, do_sb, do_sh, do_sm, lse_sb, lse_sh, lse_sm,
-    heads_q, seqlen_q,
-    HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_M: tl.constexpr,
+    o_ptr, do_ptr, lse_ptr, delta_ptr, lse2_ptr, cu_q_ptr,
+    o_sb, o_sh, o_sm, do_sb, do_sh, do_sm, lse_sb, lse_sh, lse_sm, st_sb, st_sh,
+    heads_q, seqlen_q, total_q,
+    HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_M: tl.constexpr, VARLEN: tl.constexpr,
 ):
     bh = tl.program_id(1)
     batch = (bh // heads_q).to(tl.int64)
     head = (bh % heads_q).to(tl.int64)
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    q0, seqlen_q, _, _ = _bwd_sequence(cu_q_ptr, cu_q_ptr, batch, seqlen_q, 0, total_q, 0, VARLEN)
     offs_dv = tl.arange(0, BLOCK_DV)
-    row_ok = offs_m < seqlen_q
-    mask = row_ok[:, None] & (offs_dv[None, :] < HEAD_DIM_V)
-    rows = offs_m[:, None].to(tl.int64)
-    o = tl.load(o_ptr + batch * o_sb + head * o_sh + rows * o_sm + offs_dv[None, :], mask=mask, other=0.0)
-    do = tl.load(do_ptr + batch * do_sb + head * do_sh + rows * do_sm + offs_dv[None, :], mask=mask, other=0.0)
-    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
-    lse = tl.load(lse_ptr + batch * lse_sb + head * lse_sh + offs_m.to(tl.int64) * lse_sm, mask=row_ok, other=0.0)
-    # A row that saw no key (lse = -inf) has P = 0: +inf makes exp2(s - lse) 0 for it.
-    lse2 = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
-    at = bh.to(tl.int64) * seqlen_q + offs_m
-    tl.store(delta_ptr + at, delta, mask=row_ok)
-    tl.store(lse2_ptr + at, lse2, mask=row_ok)
+    for block in range(tl.program_id(0), tl.cdiv(seqlen_q, BLOCK_M), tl.num_programs(0)):
+        offs_m = block * BLOCK_M + tl.arange(0, BLOCK_M)
+        row_ok = offs_m < seqlen_q
+        mask = row_ok[:, None] & (offs_dv[None, :] < HEAD_DIM_V)
+        rows = q0 + offs_m[:, None].to(tl.int64)
+        o = tl.load(o_ptr + batch * o_sb + head * o_sh + rows * o_sm + offs_dv[None, :], mask=mask, other=0.0)
+        do = tl.load(do_ptr + batch * do_sb + head * do_sh + rows * do_sm + offs_dv[None, :], mask=mask, other=0.0)
+        delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
+        lse = tl.load(lse_ptr + batch * lse_sb + head * lse_sh + (q0 + offs_m.to(tl.int64)) * lse_sm, mask=row_ok,
+                      other=0.0)
+        # A row that saw no key (lse = -inf) has P = 0: +inf makes exp2(s - lse) 0 for it.
+        lse2 = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
+        at = batch * st_sb + head * st_sh + q0 + offs_m
+        tl.store(delta_ptr + at, delta, mask=row_ok)
+        tl.store(lse2_ptr + at, lse2, mask=row_ok)
 
 
 @triton.jit
@@ -905,148 +927,157 @@ def _bwd_scores(a, b, qk_log2, cap_in, cap_log2, SOFTCAP: tl.constexpr, UPCAST: 
 
 @triton.jit(do_not_specialize=["win_left", "win_right"])
 def _bwd_dkdv_kernel(
-    q_ptr, k_ptr, v_ptr, do_ptr, lse2_ptr, delta_ptr, dk_ptr, dv_ptr,
+    q_ptr, k_ptr, v_ptr, do_ptr, lse2_ptr, delta_ptr, dk_ptr, dv_ptr, cu_q_ptr, cu_k_ptr,
     q_sb, q_sh, q_sm, k_sb, k_sh, k_sn, v_sb, v_sh, v_sn, do_sb, do_sh, do_sm,
-    dk_sb, dk_sh, dk_sn, dv_sb, dv_sh, dv_sn,
-    heads_q, heads_kv, group, seqlen_q, seqlen_k, win_left, win_right, scale, qk_log2, cap_in, cap_log2,
+    dk_sb, dk_sh, dk_sn, dv_sb, dv_sh, dv_sn, st_sb, st_sh,
+    heads_q, heads_kv, group, seqlen_q, seqlen_k, total_q, total_k, win_left, win_right, scale, qk_log2, cap_in,
+    cap_log2,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LEFT: tl.constexpr, RIGHT: tl.constexpr,
-    SOFTCAP: tl.constexpr, UPCAST: tl.constexpr,
+    SOFTCAP: tl.constexpr, UPCAST: tl.constexpr, VARLEN: tl.constexpr,
 ):
     bh = tl.program_id(1)
     batch = (bh // heads_kv).to(tl.int64)
     kv_head = (bh % heads_kv).to(tl.int64)
-    n0 = tl.program_id(0) * BLOCK_N
-    offs_n = n0 + tl.arange(0, BLOCK_N)
+    q0, seqlen_q, k0, seqlen_k = _bwd_sequence(cu_q_ptr, cu_k_ptr, batch, seqlen_q, seqlen_k, total_q, total_k,
+                                               VARLEN)
     offs_m = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     offs_dv = tl.arange(0, BLOCK_DV)
     d_mask = offs_d < HEAD_DIM
     dv_mask = offs_dv < HEAD_DIM_V
-    key_ok = offs_n < seqlen_k
-    cols = offs_n[:, None].to(tl.int64)
-    k = tl.load(k_ptr + batch * k_sb + kv_head * k_sh + cols * k_sn + offs_d[None, :],
-                mask=key_ok[:, None] & d_mask[None, :], other=0.0)
-    v = tl.load(v_ptr + batch * v_sb + kv_head * v_sh + cols * v_sn + offs_dv[None, :],
-                mask=key_ok[:, None] & dv_mask[None, :], other=0.0)
-    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-    dv = tl.zeros([BLOCK_N, BLOCK_DV], dtype=tl.float32)
-
-    # Row i sees key j when i + diag - left <= j <= i + diag + right: the rows that see a key
-    # of this block are n0 - diag - right ... n0 + BLOCK_N - 1 - diag + left.
+    # Row i sees key j when i + diag - left <= j <= i + diag + right.
     diag = seqlen_k - seqlen_q
-    if RIGHT:
-        lo = tl.minimum(tl.maximum(n0 - diag - win_right, 0), seqlen_q) // BLOCK_M * BLOCK_M
-    else:
-        lo = 0
-    if LEFT:
-        hi = tl.minimum(tl.maximum(n0 + BLOCK_N - diag + win_left, 0), seqlen_q)
-    else:
-        hi = seqlen_q
     q_step = BLOCK_M * tl.cast(q_sm, tl.int64)
     do_step = BLOCK_M * tl.cast(do_sm, tl.int64)
-    for g in range(0, group):
-        head = kv_head * group + g
-        q_ptrs = q_ptr + batch * q_sb + head * q_sh + (lo + offs_m)[:, None].to(tl.int64) * q_sm + offs_d[None, :]
-        do_ptrs = (do_ptr + batch * do_sb + head * do_sh + (lo + offs_m)[:, None].to(tl.int64) * do_sm
-                   + offs_dv[None, :])
-        row_base = (batch * heads_q + head) * seqlen_q  # delta and lse2: [B, Hq, Sq], contiguous
-        for start_m in tl.range(lo, hi, BLOCK_M):
-            rows = start_m + offs_m
-            row_ok = rows < seqlen_q
-            q = tl.load(q_ptrs, mask=row_ok[:, None] & d_mask[None, :], other=0.0)
-            do = tl.load(do_ptrs, mask=row_ok[:, None] & dv_mask[None, :], other=0.0)
-            # Rows past Sq: lse2 = +inf, so P = 0 there.
-            lse2 = tl.load(lse2_ptr + row_base + rows, mask=row_ok, other=float("inf"))
-            delta = tl.load(delta_ptr + row_base + rows, mask=row_ok, other=0.0)
-            s_t, t_t = _bwd_scores(k, q, qk_log2, cap_in, cap_log2, SOFTCAP=SOFTCAP, UPCAST=UPCAST)
-            # Only the tiles that cross a bound of the window pay for its mask (keys past Sk
-            # need none: their rows of dK, dV are never stored).
-            if RIGHT:
-                if n0 + BLOCK_N > start_m + diag + win_right + 1:
-                    s_t = tl.where(offs_n[:, None] <= rows[None, :] + diag + win_right, s_t, float("-inf"))
-            if LEFT:
-                if n0 < start_m + BLOCK_M - 1 + diag - win_left:
-                    s_t = tl.where(offs_n[:, None] >= rows[None, :] + diag - win_left, s_t, float("-inf"))
-            p_t = tl.math.exp2(s_t - lse2[None, :])
-            dv = _dot_acc(_rounded(p_t, do.dtype, UPCAST), do, dv, UPCAST)
-            ds_t = p_t * (_dot(v, tl.trans(do), UPCAST) - delta[None, :])
-            if SOFTCAP:
-                ds_t = ds_t * (1.0 - t_t * t_t)
-            dk = _dot_acc(_rounded(ds_t, q.dtype, UPCAST), q, dk, UPCAST)
-            q_ptrs += q_step
-            do_ptrs += do_step
-    out_rows = offs_n[:, None].to(tl.int64)
-    dk_ty: tl.constexpr = dk_ptr.dtype.element_ty
-    dv_ty: tl.constexpr = dv_ptr.dtype.element_ty
-    tl.store(dk_ptr + batch * dk_sb + kv_head * dk_sh + out_rows * dk_sn + offs_d[None, :],
-             _rounded(dk * scale, dk_ty, UPCAST).to(dk_ty), mask=key_ok[:, None] & d_mask[None, :])
-    tl.store(dv_ptr + batch * dv_sb + kv_head * dv_sh + out_rows * dv_sn + offs_dv[None, :],
-             _rounded(dv, dv_ty, UPCAST).to(dv_ty), mask=key_ok[:, None] & dv_mask[None, :])
+    for n_block in range(tl.program_id(0), tl.cdiv(seqlen_k, BLOCK_N), tl.num_programs(0)):
+        n0 = n_block * BLOCK_N
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        key_ok = offs_n < seqlen_k
+        cols = k0 + offs_n[:, None].to(tl.int64)
+        k = tl.load(k_ptr + batch * k_sb + kv_head * k_sh + cols * k_sn + offs_d[None, :],
+                    mask=key_ok[:, None] & d_mask[None, :], other=0.0)
+        v = tl.load(v_ptr + batch * v_sb + kv_head * v_sh + cols * v_sn + offs_dv[None, :],
+                    mask=key_ok[:, None] & dv_mask[None, :], other=0.0)
+        dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+        dv = tl.zeros([BLOCK_N, BLOCK_DV], dtype=tl.float32)
+        # The rows that see a key of this block: n0 - diag - right ... n0 + BLOCK_N - 1 - diag + left.
+        if RIGHT:
+            lo = tl.minimum(tl.maximum(n0 - diag - win_right, 0), seqlen_q) // BLOCK_M * BLOCK_M
+        else:
+            lo = 0
+        if LEFT:
+            hi = tl.minimum(tl.maximum(n0 + BLOCK_N - diag + win_left, 0), seqlen_q)
+        else:
+            hi = seqlen_q
+        for g in range(0, group):
+            head = kv_head * group + g
+            q_rows = (q0 + lo + offs_m)[:, None].to(tl.int64)
+            q_ptrs = q_ptr + batch * q_sb + head * q_sh + q_rows * q_sm + offs_d[None, :]
+            do_ptrs = do_ptr + batch * do_sb + head * do_sh + q_rows * do_sm + offs_dv[None, :]
+            row_base = batch * st_sb + head * st_sh + q0
+            for start_m in tl.range(lo, hi, BLOCK_M):
+                rows = start_m + offs_m
+                row_ok = rows < seqlen_q
+                q = tl.load(q_ptrs, mask=row_ok[:, None] & d_mask[None, :], other=0.0)
+                do = tl.load(do_ptrs, mask=row_ok[:, None] & dv_mask[None, :], other=0.0)
+                # Rows past Sq: lse2 = +inf, so P = 0 there.
+                lse2 = tl.load(lse2_ptr + row_base + rows, mask=row_ok, other=float("inf"))
+                delta = tl.load(delta_ptr + row_base + rows, mask=row_ok, other=0.0)
+                s_t, t_t = _bwd_scores(k, q, qk_log2, cap_in, cap_log2, SOFTCAP=SOFTCAP, UPCAST=UPCAST)
+                # Only the tiles that cross a bound of the window pay for its mask (keys past Sk
+                # need none: their rows of dK, dV are never stored).
+                if RIGHT:
+                    if n0 + BLOCK_N > start_m + diag + win_right + 1:
+                        s_t = tl.where(offs_n[:, None] <= rows[None, :] + diag + win_right, s_t, float("-inf"))
+                if LEFT:
+                    if n0 < start_m + BLOCK_M - 1 + diag - win_left:
+                        s_t = tl.where(offs_n[:, None] >= rows[None, :] + diag - win_left, s_t, float("-inf"))
+                p_t = tl.math.exp2(s_t - lse2[None, :])
+                dv = _dot_acc(_rounded(p_t, do.dtype, UPCAST), do, dv, UPCAST)
+                ds_t = p_t * (_dot(v, tl.trans(do), UPCAST) - delta[None, :])
+                if SOFTCAP:
+                    ds_t = ds_t * (1.0 - t_t * t_t)
+                dk = _dot_acc(_rounded(ds_t, q.dtype, UPCAST), q, dk, UPCAST)
+                q_ptrs += q_step
+                do_ptrs += do_step
+        dk_ty: tl.constexpr = dk_ptr.dtype.element_ty
+        dv_ty: tl.constexpr = dv_ptr.dtype.element_ty
+        tl.store(dk_ptr + batch * dk_sb + kv_head * dk_sh + cols * dk_sn + offs_d[None, :],
+                 _rounded(dk * scale, dk_ty, UPCAST).to(dk_ty), mask=key_ok[:, None] & d_mask[None, :])
+        tl.store(dv_ptr + batch * dv_sb + kv_head * dv_sh + cols * dv_sn + offs_dv[None, :],
+                 _rounded(dv, dv_ty, UPCAST).to(dv_ty), mask=key_ok[:, None] & dv_mask[None, :])
 
 
 @triton.jit(do_not_specialize=["win_left", "win_right"])
 def _bwd_dq_kernel(
-    q_ptr, k_ptr, v_ptr, do_ptr, lse2_ptr, delta_ptr, dq_ptr,
-    q_sb, q_sh, q_sm, k_sb, k_sh, k_sn, v_sb, v_sh, v_sn, do_sb, do_sh, do_sm, dq_sb, dq_sh, dq_sm,
-    heads_q, group, seqlen_q, seqlen_k, win_left, win_right, scale, qk_log2, cap_in, cap_log2,
+    q_ptr, k_ptr, v_ptr, do_ptr, lse2_ptr, delta_ptr, dq_ptr, cu_q_ptr, cu_k_ptr,
+    q_sb, q_sh, q_sm, k_sb, k_sh, k_sn, v_sb, v_sh, v_sn, do_sb, do_sh, do_sm, dq_sb, dq_sh, dq_sm, st_sb, st_sh,
+    heads_q, group, seqlen_q, seqlen_k, total_q, total_k, win_left, win_right, scale, qk_log2, cap_in, cap_log2,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LEFT: tl.constexpr, RIGHT: tl.constexpr,
-    SOFTCAP: tl.constexpr, BOUNDS: tl.constexpr, UPCAST: tl.constexpr,
+    SOFTCAP: tl.constexpr, BOUNDS: tl.constexpr, UPCAST: tl.constexpr, VARLEN: tl.constexpr,
 ):
     bh = tl.program_id(1)
     batch = (bh // heads_q).to(tl.int64)
     head = (bh % heads_q).to(tl.int64)
     kv_head = head // group
-    m0 = _first_block(LEFT, RIGHT) * BLOCK_M
-    offs_m = m0 + tl.arange(0, BLOCK_M)
+    q0, seqlen_q, k0, seqlen_k = _bwd_sequence(cu_q_ptr, cu_k_ptr, batch, seqlen_q, seqlen_k, total_q, total_k,
+                                               VARLEN)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     offs_dv = tl.arange(0, BLOCK_DV)
     d_mask = offs_d < HEAD_DIM
     dv_mask = offs_dv < HEAD_DIM_V
-    row_ok = offs_m < seqlen_q
-    rows = offs_m[:, None].to(tl.int64)
-    q = tl.load(q_ptr + batch * q_sb + head * q_sh + rows * q_sm + offs_d[None, :],
-                mask=row_ok[:, None] & d_mask[None, :], other=0.0)
-    do = tl.load(do_ptr + batch * do_sb + head * do_sh + rows * do_sm + offs_dv[None, :],
-                 mask=row_ok[:, None] & dv_mask[None, :], other=0.0)
-    row_base = bh.to(tl.int64) * seqlen_q
-    lse2 = tl.load(lse2_ptr + row_base + offs_m, mask=row_ok, other=float("inf"))
-    delta = tl.load(delta_ptr + row_base + offs_m, mask=row_ok, other=0.0)
-    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-
-    # The forward's walk.
-    diag, lo, hi = _key_walk(m0, seqlen_q, seqlen_k, win_left, win_right, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
-                             LEFT=LEFT, RIGHT=RIGHT)
-    k_ptrs = k_ptr + batch * k_sb + kv_head * k_sh + (lo + offs_n)[:, None].to(tl.int64) * k_sn + offs_d[None, :]
-    v_ptrs = v_ptr + batch * v_sb + kv_head * v_sh + (lo + offs_n)[:, None].to(tl.int64) * v_sn + offs_dv[None, :]
     k_step = BLOCK_N * tl.cast(k_sn, tl.int64)
     v_step = BLOCK_N * tl.cast(v_sn, tl.int64)
-    for start_n in tl.range(lo, hi, BLOCK_N):
-        cols = start_n + offs_n
-        key_ok = cols < seqlen_k
-        k = tl.load(k_ptrs, mask=key_ok[:, None] & d_mask[None, :], other=0.0)
-        v = tl.load(v_ptrs, mask=key_ok[:, None] & dv_mask[None, :], other=0.0)
-        s, t = _bwd_scores(q, k, qk_log2, cap_in, cap_log2, SOFTCAP=SOFTCAP, UPCAST=UPCAST)
-        if BOUNDS:  # keys past Sk: P = 0 (their zero rows of k would still give P > 0)
-            s = tl.where(key_ok[None, :], s, float("-inf"))
-        if RIGHT:
-            if start_n + BLOCK_N > m0 + diag + win_right + 1:
-                s = tl.where(cols[None, :] <= offs_m[:, None] + diag + win_right, s, float("-inf"))
-        if LEFT:
-            if start_n < m0 + BLOCK_M - 1 + diag - win_left:
-                s = tl.where(cols[None, :] >= offs_m[:, None] + diag - win_left, s, float("-inf"))
-        p = tl.math.exp2(s - lse2[:, None])
-        ds = p * (_dot(do, tl.trans(v), UPCAST) - delta[:, None])
-        if SOFTCAP:
-            ds = ds * (1.0 - t * t)
-        dq = _dot_acc(_rounded(ds, k.dtype, UPCAST), k, dq, UPCAST)
-        k_ptrs += k_step
-        v_ptrs += v_step
-    dq_ty: tl.constexpr = dq_ptr.dtype.element_ty
-    tl.store(dq_ptr + batch * dq_sb + head * dq_sh + offs_m[:, None].to(tl.int64) * dq_sm + offs_d[None, :],
-             _rounded(dq * scale, dq_ty, UPCAST).to(dq_ty), mask=row_ok[:, None] & d_mask[None, :])
+    row_base = batch * st_sb + head * st_sh + q0
+    if VARLEN:
+        first = tl.program_id(0)
+    else:
+        first = _first_block(LEFT, RIGHT)
+    for m_block in range(first, tl.cdiv(seqlen_q, BLOCK_M), tl.num_programs(0)):
+        m0 = m_block * BLOCK_M
+        offs_m = m0 + tl.arange(0, BLOCK_M)
+        row_ok = offs_m < seqlen_q
+        rows = q0 + offs_m[:, None].to(tl.int64)
+        q = tl.load(q_ptr + batch * q_sb + head * q_sh + rows * q_sm + offs_d[None, :],
+                    mask=row_ok[:, None] & d_mask[None, :], other=0.0)
+        do = tl.load(do_ptr + batch * do_sb + head * do_sh + rows * do_sm + offs_dv[None, :],
+                     mask=row_ok[:, None] & dv_mask[None, :], other=0.0)
+        lse2 = tl.load(lse2_ptr + row_base + offs_m, mask=row_ok, other=float("inf"))
+        delta = tl.load(delta_ptr + row_base + offs_m, mask=row_ok, other=0.0)
+        dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+        # The forward's walk.
+        diag, lo, hi = _key_walk(m0, seqlen_q, seqlen_k, win_left, win_right, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
+                                 LEFT=LEFT, RIGHT=RIGHT)
+        key_rows = (k0 + lo + offs_n)[:, None].to(tl.int64)
+        k_ptrs = k_ptr + batch * k_sb + kv_head * k_sh + key_rows * k_sn + offs_d[None, :]
+        v_ptrs = v_ptr + batch * v_sb + kv_head * v_sh + key_rows * v_sn + offs_dv[None, :]
+        for start_n in tl.range(lo, hi, BLOCK_N):
+            cols = start_n + offs_n
+            key_ok = cols < seqlen_k
+            k = tl.load(k_ptrs, mask=key_ok[:, None] & d_mask[None, :], other=0.0)
+            v = tl.load(v_ptrs, mask=key_ok[:, None] & dv_mask[None, :], other=0.0)
+            s, t = _bwd_scores(q, k, qk_log2, cap_in, cap_log2, SOFTCAP=SOFTCAP, UPCAST=UPCAST)
+            if BOUNDS:  # keys past Sk: P = 0 (their zero rows of k would still give P > 0)
+                s = tl.where(key_ok[None, :], s, float("-inf"))
+            if RIGHT:
+                if start_n + BLOCK_N > m0 + diag + win_right + 1:
+                    s = tl.where(cols[None, :] <= offs_m[:, None] + diag + win_right, s, float("-inf"))
+            if LEFT:
+                if start_n < m0 + BLOCK_M - 1 + diag - win_left:
+                    s = tl.where(cols[None, :] >= offs_m[:, None] + diag - win_left, s, float("-inf"))
+            p = tl.math.exp2(s - lse2[:, None])
+            ds = p * (_dot(do, tl.trans(v), UPCAST) - delta[:, None])
+            if SOFTCAP:
+                ds = ds * (1.0 - t * t)
+            dq = _dot_acc(_rounded(ds, k.dtype, UPCAST), k, dq, UPCAST)
+            k_ptrs += k_step
+            v_ptrs += v_step
+        dq_ty: tl.constexpr = dq_ptr.dtype.element_ty
+        tl.store(dq_ptr + batch * dq_sb + head * dq_sh + rows * dq_sm + offs_d[None, :],
+                 _rounded(dq * scale, dq_ty, UPCAST).to(dq_ty), mask=row_ok[:, None] & d_mask[None, :])
 
 
 # Tiles per padded head dim (the larger of q/k's and v's): (BLOCK_M, BLOCK_N, warps, stages)
@@ -1124,29 +1155,105 @@ def flash_attention_bwd(
     if batch * heads_q > 65535:
         raise ValueError(f"{op}: at most 65535 (batch x query heads) are supported, got {batch * heads_q}")
     left, right = kernel_window(left, right, seqlen_q, seqlen_k)
-    delta = torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device)
+    st = (heads_q * seqlen_q, seqlen_q)  # delta, lse2 [B, Hq, Sq]
+    _launch_bwd((do, q, k, v, o, lse, dq, dk, dv), tuple(t.stride()[:3] for t in (do, q, k, v, o, dq, dk, dv)),
+                lse.stride(), st, (batch, heads_q, heads_kv, seqlen_q, seqlen_k), None, (left, right, scale, cap))
+    return dq, dk, dv
+
+
+def _launch_bwd(tensors, strides, lse_strides, st, dims, varlen, options) -> None:
+    """The three kernels over tensors (do, q, k, v, o, lse, dq, dk, dv) with the (batch, head,
+    row) strides of the others (varlen: batch 0), lse's and delta's (st: batch, head);
+    dims (batch, Hq, Hkv, rows_q, rows_k): the grid (varlen: sequences, max_seqlen); varlen:
+    None or (cu_seqlens_q, cu_seqlens_k, total_q, total_k)."""
+    do, q, k, v, o, lse, dq, dk, dv = tensors
+    s_do, s_q, s_k, s_v, s_o, s_dq, s_dk, s_dv = strides
+    batch, heads_q, heads_kv, rows_q, rows_k = dims
+    left, right, scale, cap = options
+    head_dim, head_dim_v = q.shape[-1], v.shape[-1]
+    cu_q, cu_k, total_q, total_k = varlen if varlen is not None else (q, q, 0, 0)  # q: an unread placeholder
+    stats = batch * st[0] if varlen is None else heads_q * total_q
+    delta = torch.empty(max(stats, 1), dtype=torch.float32, device=q.device)
     lse2 = torch.empty_like(delta)
     bd, bdv = next_pow2(head_dim), next_pow2(head_dim_v)
     upcast = q.dtype == torch.bfloat16 and interpreter_variant()
-    _bwd_preprocess_kernel[(triton.cdiv(seqlen_q, BWD_PRE_BLOCK_M), batch * heads_q)](
-        o, do, lse, delta, lse2, *o.stride()[:3], *do.stride()[:3], *lse.stride(),
-        heads_q, seqlen_q, HEAD_DIM_V=head_dim_v, BLOCK_DV=bdv, BLOCK_M=BWD_PRE_BLOCK_M, num_warps=4,
+    is_varlen = varlen is not None
+    _bwd_preprocess_kernel[(triton.cdiv(rows_q, BWD_PRE_BLOCK_M), batch * heads_q)](
+        o, do, lse, delta, lse2, cu_q, *s_o, *s_do, *lse_strides, *st, heads_q, rows_q, total_q,
+        HEAD_DIM_V=head_dim_v, BLOCK_DV=bdv, BLOCK_M=BWD_PRE_BLOCK_M, VARLEN=is_varlen, num_warps=4,
     )
     (m1, n1, w1, s1), (m2, n2, w2, s2) = _bwd_config(head_dim, head_dim_v)
     # With a cap the scale goes into the tanh's argument (cap_in), the cap out of it.
     scalars = (max(left, 0), max(right, 0), scale, scale * LOG2E, scale / cap if cap else 1.0, cap * LOG2E)
     flags = dict(HEAD_DIM=head_dim, BLOCK_D=bd, HEAD_DIM_V=head_dim_v, BLOCK_DV=bdv, LEFT=left >= 0,
-                 RIGHT=right >= 0, SOFTCAP=cap > 0, UPCAST=upcast)
-    _bwd_dkdv_kernel[(triton.cdiv(seqlen_k, n1), batch * heads_kv)](
-        q, k, v, do, lse2, delta, dk, dv, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
-        *dk.stride()[:3], *dv.stride()[:3], heads_q, heads_kv, heads_q // heads_kv, seqlen_q, seqlen_k, *scalars,
+                 RIGHT=right >= 0, SOFTCAP=cap > 0, UPCAST=upcast, VARLEN=is_varlen)
+    _bwd_dkdv_kernel[(triton.cdiv(rows_k, n1), batch * heads_kv)](
+        q, k, v, do, lse2, delta, dk, dv, cu_q, cu_k, *s_q, *s_k, *s_v, *s_do, *s_dk, *s_dv, *st,
+        heads_q, heads_kv, heads_q // heads_kv, rows_q, rows_k, total_q, total_k, *scalars,
         BLOCK_M=m1, BLOCK_N=n1, num_warps=w1, num_stages=s1, **flags,
     )
-    _bwd_dq_kernel[(triton.cdiv(seqlen_q, m2), batch * heads_q)](
-        q, k, v, do, lse2, delta, dq, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
-        *dq.stride()[:3], heads_q, heads_q // heads_kv, seqlen_q, seqlen_k, *scalars,
-        BLOCK_M=m2, BLOCK_N=n2, BOUNDS=seqlen_k % n2 != 0, num_warps=w2, num_stages=s2, **flags,
+    _bwd_dq_kernel[(triton.cdiv(rows_q, m2), batch * heads_q)](
+        q, k, v, do, lse2, delta, dq, cu_q, cu_k, *s_q, *s_k, *s_v, *s_do, *s_dq, *st,
+        heads_q, heads_q // heads_kv, rows_q, rows_k, total_q, total_k, *scalars,
+        BLOCK_M=m2, BLOCK_N=n2, BOUNDS=is_varlen or rows_k % n2 != 0, num_warps=w2, num_stages=s2, **flags,
     )
+
+
+def _packed_strides(t: torch.Tensor) -> tuple[int, int, int]:
+    """A packed [total, H, D] tensor's (batch, head, row) strides: batch 0 (the kernels move
+    to a sequence's rows themselves)."""
+    return 0, t.stride(1), t.stride(0)
+
+
+@on_tensor_device
+def flash_attention_varlen_bwd(
+    do: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    o: torch.Tensor,
+    lse: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    causal: bool = False,
+    softmax_scale: float | None = None,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    deterministic: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The backward of flash_attention_varlen_fwd over packed keys; the meaning of
+    gks.reference.flash_attention_varlen_bwd. do, o [total_q, Hq, Dv] (last dim contiguous),
+    lse [Hq, total_q] float32, and q, k, v, the cu_seqlens and the options as the forward
+    takes them (no seqused_k, no page table). Returns dq, dk, dv in q's, k's and v's packed
+    shapes (q's dtype, contiguous; rows in no sequence 0). Deterministic whatever
+    `deterministic` says. The lengths are read by the kernels; max_seqlen_q and max_seqlen_k
+    size the grids (a longer sequence is still computed whole).
+    """
+    op = "gks.triton.flash_attention_varlen_bwd"
+    check_device(q, op, "q")
+    for name, t in (("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        check_same_device(q, "q", t, name, op)
+    check_varlen_inputs(op, q, k, v, cu_seqlens_q, cu_seqlens_k, None, max_seqlen_q, max_seqlen_k)
+    check_varlen_bwd_inputs(op, do, q, k, v, o, lse)
+    total_q, heads_q, head_dim = q.shape
+    total_k, heads_kv = k.shape[0], k.shape[1]
+    scale = checked_softmax_scale(op, softmax_scale, head_dim)
+    left, right = checked_window(op, window_size, causal)
+    cap = checked_softcap(op, softcap, scale)
+    batch = cu_seqlens_q.shape[0] - 1
+    dq, dk, dv = (torch.zeros(t.shape, dtype=q.dtype, device=q.device) for t in (q, k, v))
+    if batch == 0 or heads_q == 0 or (total_q == 0 and total_k == 0):
+        return dq, dk, dv
+    if batch * heads_q > 65535:
+        raise ValueError(f"{op}: at most 65535 (sequences x query heads) are supported, got {batch * heads_q}")
+    left, right = kernel_window(left, right, total_q, total_k)
+    rows_q = min(max(int(max_seqlen_q), 1), max(total_q, 1))
+    rows_k = min(max(int(max_seqlen_k), 1), max(total_k, 1))
+    _launch_bwd((do, q, k, v, o, lse, dq, dk, dv), tuple(_packed_strides(t) for t in (do, q, k, v, o, dq, dk, dv)),
+                (0, lse.stride(0), lse.stride(1)), (0, total_q), (batch, heads_q, heads_kv, rows_q, rows_k),
+                (cu_seqlens_q, cu_seqlens_k, total_q, total_k), (left, right, scale, cap))
     return dq, dk, dv
 
 

@@ -699,3 +699,79 @@ TEST(FlashAttentionVarlenFwd, NoSequencesOrRowsLaunchNothing) {
   a.q.shape[0] = a.o.shape[0] = a.lse.shape[1] = 0;
   EXPECT_NO_THROW(gks::flash_attention_varlen_fwd(a, nullptr));
 }
+
+// ---- flash_attention_varlen_bwd: the varlen forward's checks, then do and the gradients ----
+
+namespace {
+
+gks::FlashAttentionVarlenBwdArgs varlen_bwd_args(int64_t head_dim = 64) {
+  const auto f = varlen_args(false, head_dim);
+  gks::FlashAttentionVarlenBwdArgs a;
+  const auto f16 = gks::DType::kFloat16;
+  a.q = f.q, a.k = f.k, a.v = f.v, a.o = f.o, a.lse = f.lse;
+  a.cu_seqlens_q = f.cu_seqlens_q, a.cu_seqlens_k = f.cu_seqlens_k;
+  a.max_seqlen_q = 30, a.max_seqlen_k = 40;
+  a.dout = gks::TensorRef::make(gks_test::fake_address(10), f16, {50, 8, head_dim}, kGpu);
+  a.dq = gks::TensorRef::make(gks_test::fake_address(11), f16, {50, 8, head_dim}, kGpu);
+  a.dk = gks::TensorRef::make(gks_test::fake_address(12), f16, {70, 2, head_dim}, kGpu);
+  a.dv = gks::TensorRef::make(gks_test::fake_address(13), f16, {70, 2, head_dim}, kGpu);
+  return a;
+}
+
+void validate_varlen_bwd(const gks::FlashAttentionVarlenBwdArgs& a) {
+  const gks::ValidateOnly scope;
+  gks::flash_attention_varlen_bwd(a, nullptr);
+}
+
+}  // namespace
+
+TEST(FlashAttentionVarlenBwd, AcceptsValidArguments) {
+  for (int64_t d : {32, 64, 96, 128, 192, 256}) EXPECT_NO_THROW(validate_varlen_bwd(varlen_bwd_args(d)));
+  auto a = varlen_bwd_args();
+  a.causal = true;
+  a.window_left = 10;
+  a.softcap = 30.0;
+  a.deterministic = true;
+  a.config = 0;
+  a.max_seqlen_q = a.max_seqlen_k = 0;  // hints only
+  EXPECT_NO_THROW(validate_varlen_bwd(a));
+}
+
+TEST(FlashAttentionVarlenBwd, RejectsBadArguments) {
+  using Edit = void (*)(gks::FlashAttentionVarlenBwdArgs&);
+  struct Case {
+    Edit edit;
+    const char* message;
+    gks::ErrorKind kind = gks::ErrorKind::kInvalidArgument;
+  };
+  constexpr auto kDtype = gks::ErrorKind::kUnsupportedDtype;
+  const Case cases[] = {
+      // The forward's checks, in this op's name.
+      {[](auto& a) { a.v.dtype = gks::DType::kBFloat16; },
+       "gks.flash_attention_varlen_bwd: argument 'v' must have the dtype of 'q' (float16), got bfloat16", kDtype},
+      {[](auto& a) { a.lse = gks::TensorRef::make(a.lse.data, a.lse.dtype, {50, 8}, kGpu); },
+       "argument 'lse' must have shape [8, 50] (q's heads and rows), got [50, 8]"},
+      {[](auto& a) { a.cu_seqlens_k.shape[0] = 5; }, "argument 'cu_seqlens_k' must have shape [4] (cu_seqlens_q's), got [5]"},
+      // Its own.
+      {[](auto& a) { a.dout.dtype = gks::DType::kBFloat16; },
+       "argument 'do' must have the dtype of 'q' (float16), got bfloat16", kDtype},
+      {[](auto& a) { a.dout.shape[1] = 2; }, "argument 'do' must have shape [50, 8, 64] (o's shape), got [50, 2, 64]"},
+      {[](auto& a) { a.dout.strides[2] = 2; }, "argument 'do' must be contiguous in its last dim (stride 1), got stride 2"},
+      {[](auto& a) { a.dk.shape[0] = 69; }, "argument 'dk' must have shape [70, 2, 64] (k's shape), got [69, 2, 64]"},
+      {[](auto& a) { a.dq.data = a.dout.data; }, "argument 'dq' must not share memory with argument 'do'"},
+      {[](auto& a) { a.max_seqlen_k = -1; }, "argument 'max_seqlen_k' must be an int >= 0, got -1"},
+      {[](auto& a) { a.config = 1; }, "gks.flash_attention_varlen_bwd: argument 'config' must be -1"},
+      {[](auto& a) { a.dv.strides[0] = 2 * 64 + 4; }, "argument 'dv' must be 16-byte aligned"},
+  };
+  for (const Case& c : cases) {
+    auto a = varlen_bwd_args();
+    c.edit(a);
+    expect_error([&] { validate_varlen_bwd(a); }, c.kind, c.message);
+  }
+}
+
+TEST(FlashAttentionVarlenBwd, NoSequencesLaunchNothing) {
+  auto a = varlen_bwd_args();
+  a.cu_seqlens_q.shape[0] = a.cu_seqlens_k.shape[0] = 1;  // B = 0
+  EXPECT_NO_THROW(gks::flash_attention_varlen_bwd(a, nullptr));
+}

@@ -180,6 +180,40 @@ inline constexpr FlashAttentionFwdConfig kFlashAttentionVarlenFwdConfigs[] = {
 // be 16-byte aligned (base and every stride but the last a multiple of 8 elements).
 void flash_attention_varlen_fwd(const FlashAttentionVarlenFwdArgs& args, cudaStream_t stream);
 
+// The backward of flash_attention_varlen_fwd (packed keys, no page table): per sequence,
+// flash_attention_bwd's gradients, with dq in q's packed layout and dk, dv in k's and v's.
+// Rows of dq, dk and dv outside every sequence are left as they are. max_seqlen_q and
+// max_seqlen_k size the grids only (a longer sequence is still computed whole). One kernel
+// family: the mma.sync kernels of flash_attention_bwd (deterministic, every head dim).
+struct FlashAttentionVarlenBwdArgs {
+  TensorRef dout;          // dO [total_q, Hq, Dv], q's dtype, last dim contiguous ('do' in messages)
+  TensorRef q;             // [total_q, Hq, D], as flash_attention_varlen_fwd takes it
+  TensorRef k;             // [total_k, Hkv, D]
+  TensorRef v;             // [total_k, Hkv, Dv]
+  TensorRef cu_seqlens_q;  // [B + 1], int32, on q's device
+  TensorRef cu_seqlens_k;  // [B + 1], int32
+  int64_t max_seqlen_q = 0;  // >= 0: the longest sequence of q, as a hint
+  int64_t max_seqlen_k = 0;  // >= 0: the longest of k
+  TensorRef o;             // [total_q, Hq, Dv], the forward's
+  TensorRef lse;           // [Hq, total_q], float32, the forward's
+  TensorRef dq;            // [total_q, Hq, D], q's dtype, last dim contiguous (written)
+  TensorRef dk;            // [total_k, Hkv, D] (written)
+  TensorRef dv;            // [total_k, Hkv, Dv] (written)
+  bool causal = false;
+  std::optional<float> softmax_scale;
+  int64_t window_left = -1;
+  int64_t window_right = -1;
+  double softcap = 0.0;
+  bool deterministic = false;  // the mma.sync kernels are deterministic whatever it says
+  int config = -1;             // -1 or 0 ("mma.sync", kFlashAttentionVarlenBwdConfigs)
+};
+inline constexpr FlashAttentionBwdConfig kFlashAttentionVarlenBwdConfigs[] = {
+    {"mma.sync", FlashAttentionBwdConfig::Kernel::kMmaSync},
+};
+// Validates the arguments (throws gks::Error) and launches on `stream`. Every tensor but lse
+// and the cu_seqlens must be 16-byte aligned (base and every stride but the last).
+void flash_attention_varlen_bwd(const FlashAttentionVarlenBwdArgs& args, cudaStream_t stream);
+
 // ---- merging partial attention states (split-KV decode, cascade attention) ----
 // A state (v, s) is the attention output of a row over some of its keys and the lse of
 // those scores (natural log, fp32, as flash_attention_fwd writes them). Merged:

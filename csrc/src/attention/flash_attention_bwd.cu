@@ -6,8 +6,10 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <array>
 #include <optional>
 #include <string>
+#include <tuple>
 
 #include "attention/checks.h"
 #include "attention/launch.h"
@@ -38,11 +40,12 @@ std::string dims_string(std::initializer_list<int64_t> dims) {
   return out + "]";
 }
 
-void check_shape(const TensorRef& t, std::initializer_list<int64_t> want, const char* arg, const char* what) {
+void check_shape(const TensorRef& t, std::initializer_list<int64_t> want, const char* arg, const char* what,
+                 const char* op = kBwdOp) {
   bool same = t.ndim == int(want.size());
   int d = 0;
   for (int64_t w : want) same = same && t.shape[d++] == w;
-  GKS_CHECK(same, kInvalidArgument) << kBwdOp << ": argument '" << arg << "' must have shape " << dims_string(want)
+  GKS_CHECK(same, kInvalidArgument) << op << ": argument '" << arg << "' must have shape " << dims_string(want)
                                     << " (" << what << "), got " << t.shape_string();
 }
 
@@ -83,6 +86,51 @@ float validate(const FlashAttentionBwdArgs& args) {
   return scale;
 }
 
+constexpr const char* kVarlenBwdOp = "gks.flash_attention_varlen_bwd";
+
+// A varlen backward's forward arguments: the checks of q, k, v, o, lse, the cu_seqlens and
+// the options are the forward's.
+FlashAttentionVarlenFwdArgs forward_args(const FlashAttentionVarlenBwdArgs& a) {
+  FlashAttentionVarlenFwdArgs f;
+  f.q = a.q, f.k = a.k, f.v = a.v, f.o = a.o, f.lse = a.lse;
+  f.cu_seqlens_q = a.cu_seqlens_q, f.cu_seqlens_k = a.cu_seqlens_k;
+  f.max_seqlen_q = a.max_seqlen_q;
+  f.causal = a.causal, f.softmax_scale = a.softmax_scale;
+  f.window_left = a.window_left, f.window_right = a.window_right, f.softcap = a.softcap;
+  return f;
+}
+
+// The forward's checks, then do, dq, dk and dv (q's device and dtype, packed shapes, last
+// dim contiguous, the gradients apart from every input) and max_seqlen_k; returns the
+// softmax scale.
+float validate_varlen_bwd(const FlashAttentionVarlenBwdArgs& args) {
+  constexpr const char* op = kVarlenBwdOp;
+  const float scale = validate_varlen(forward_args(args), op);
+  const TensorRef &q = args.q, &k = args.k, &v = args.v;
+  const int64_t total_q = q.shape[0], heads_q = q.shape[1], head_dim = q.shape[2];
+  const int64_t total_k = k.shape[0], heads_kv = k.shape[1], head_dim_v = v.shape[2];
+  for (const auto& [t, name, want, what] :
+       {std::tuple{&args.dout, "do", std::array{total_q, heads_q, head_dim_v}, "o's shape"},
+        std::tuple{&args.dq, "dq", std::array{total_q, heads_q, head_dim}, "q's shape"},
+        std::tuple{&args.dk, "dk", std::array{total_k, heads_kv, head_dim}, "k's shape"},
+        std::tuple{&args.dv, "dv", std::array{total_k, heads_kv, head_dim_v}, "v's shape"}}) {
+    check_same_device(q, "q", *t, name, op);
+    check_same_dtype(q, "q", *t, name, op);
+    check_shape(*t, {want[0], want[1], want[2]}, name, what, op);
+    GKS_CHECK(t->strides[2] == 1 || t->shape[2] <= 1, kInvalidArgument)
+        << op << ": argument '" << name << "' must be contiguous in its last dim (stride 1), got stride "
+        << t->strides[2];
+  }
+  check_outputs({{&args.dq, "dq"}, {&args.dk, "dk"}, {&args.dv, "dv"}},
+                {{&args.dout, "do"}, {&q, "q"}, {&k, "k"}, {&v, "v"}, {&args.o, "o"}, {&args.lse, "lse"},
+                 {&args.cu_seqlens_q, "cu_seqlens_q"}, {&args.cu_seqlens_k, "cu_seqlens_k"}},
+                op);
+  GKS_CHECK(args.max_seqlen_k >= 0, kInvalidArgument)
+      << op << ": argument 'max_seqlen_k' must be an int >= 0, got " << args.max_seqlen_k;
+  check_listed_config(args.config, kFlashAttentionVarlenBwdConfigs, op, "the mma.sync kernel");
+  return scale;
+}
+
 using BwdKernel = FlashAttentionBwdConfig::Kernel;
 
 // The kernel a call runs: the forced config or the first that can run in the order
@@ -117,13 +165,22 @@ void launch_kernel(dim3 grid, int threads, int smem, const ka::BwdParams& p, int
   kKernel<<<grid, threads, size_t(smem), stream>>>(p);
 }
 
-// delta = rowsum(dO * o) into p.delta: one warp a row, 8 a block.
-template <typename T>
-void launch_delta(const ka::BwdParams& p, int64_t head_dim_v, int64_t batch, int64_t heads_q, int device,
-                  cudaStream_t stream) {
-  const dim3 grid(unsigned(ceil_div(p.stats_rows, 8)), unsigned(heads_q), unsigned(batch));
+// The mma.sync kernels' grids: (rows / block rows, heads, batch). Dense: rows_q = Sq (the
+// delta kernel's p.stats_rows), rows_k = Sk; varlen: max_seqlen_q and max_seqlen_k (capped
+// at the totals), batch the sequences.
+struct BwdGrid {
+  int64_t rows_q, rows_k, heads_q, heads_kv, batch;
+};
+
+// delta = rowsum(dO * o) into p.delta: one warp a row, 8 a block; `rows`: p.stats_rows, or
+// varlen's grid rows.
+template <typename T, bool kVarlen = false>
+void launch_delta(const ka::BwdParams& p, int64_t head_dim_v, int64_t rows, int64_t batch, int64_t heads_q,
+                  int device, cudaStream_t stream) {
+  const dim3 grid(unsigned(ceil_div(rows, 8)), unsigned(heads_q), unsigned(batch));
   const auto go = [&](auto dv) {
-    launch_kernel<ka::flash_attention_bwd_delta_kernel<T, decltype(dv)::value>>(grid, 256, 0, p, device, stream);
+    launch_kernel<ka::flash_attention_bwd_delta_kernel<T, decltype(dv)::value, kVarlen>>(grid, 256, 0, p, device,
+                                                                                        stream);
   };
   using std::integral_constant;
   switch (head_dim_v) {
@@ -137,37 +194,37 @@ void launch_delta(const ka::BwdParams& p, int64_t head_dim_v, int64_t batch, int
 }
 
 // The kernels of one dtype, head dims and mask, in stream order.
-template <typename T, int kD, int kDv, ka::Mask kMask>
-void launch_all(const ka::BwdParams& p, int64_t batch, int64_t heads_q, int64_t heads_kv, int device,
-                cudaStream_t stream) {
+template <typename T, int kD, int kDv, ka::Mask kMask, bool kVarlen>
+void launch_all(const ka::BwdParams& p, const BwdGrid& g, int device, cudaStream_t stream) {
   using Tile = ka::FlashBwdTile<kD, kDv>;
-  const int64_t seqlen_q = p.f.seqlen_q, seqlen_k = p.f.seqlen_k;
-  const unsigned hq = unsigned(heads_q), hkv = unsigned(heads_kv), b = unsigned(batch);
-  if (seqlen_q > 0) launch_delta<T>(p, kDv, batch, heads_q, device, stream);
-  if (seqlen_k > 0) {
-    const dim3 grid(unsigned(ceil_div(seqlen_k, Tile::kRows)), hkv, b);
+  const unsigned hq = unsigned(g.heads_q), hkv = unsigned(g.heads_kv), b = unsigned(g.batch);
+  if (g.rows_q > 0) launch_delta<T, kVarlen>(p, kDv, g.rows_q, g.batch, g.heads_q, device, stream);
+  if (g.rows_k > 0) {
+    const dim3 grid(unsigned(ceil_div(g.rows_k, Tile::kRows)), hkv, b);
+    const auto dkdv = [&](auto which) {
+      launch_kernel<ka::flash_attention_bwd_dkdv_kernel<T, Tile, kMask, decltype(which)::value, kVarlen>>(
+          grid, Tile::kThreads, Tile::kSmemBytes, p, device, stream);
+    };
+    using std::integral_constant;
     if constexpr (Tile::kSplitPasses) {
-      launch_kernel<ka::flash_attention_bwd_dkdv_kernel<T, Tile, kMask, ka::DkDv::kOnlyDv>>(
-          grid, Tile::kThreads, Tile::kSmemBytes, p, device, stream);
-      launch_kernel<ka::flash_attention_bwd_dkdv_kernel<T, Tile, kMask, ka::DkDv::kOnlyDk>>(
-          grid, Tile::kThreads, Tile::kSmemBytes, p, device, stream);
+      dkdv(integral_constant<ka::DkDv, ka::DkDv::kOnlyDv>{});
+      dkdv(integral_constant<ka::DkDv, ka::DkDv::kOnlyDk>{});
     } else {
-      launch_kernel<ka::flash_attention_bwd_dkdv_kernel<T, Tile, kMask, ka::DkDv::kBoth>>(
-          grid, Tile::kThreads, Tile::kSmemBytes, p, device, stream);
+      dkdv(integral_constant<ka::DkDv, ka::DkDv::kBoth>{});
     }
   }
-  if (seqlen_q > 0)
-    launch_kernel<ka::flash_attention_bwd_dq_kernel<T, Tile, kMask>>(
-        dim3(unsigned(ceil_div(seqlen_q, Tile::kRows)), hq, b), Tile::kThreads, Tile::kSmemBytes, p, device, stream);
+  if (g.rows_q > 0)
+    launch_kernel<ka::flash_attention_bwd_dq_kernel<T, Tile, kMask, kVarlen>>(
+        dim3(unsigned(ceil_div(g.rows_q, Tile::kRows)), hq, b), Tile::kThreads, Tile::kSmemBytes, p, device, stream);
 }
 
-template <typename T>
-void launch_for_type(ka::Mask mask, int64_t head_dim, int64_t head_dim_v, const ka::BwdParams& p, int64_t batch,
-                     int64_t heads_q, int64_t heads_kv, int device, cudaStream_t stream) {
+template <typename T, bool kVarlen = false>
+void launch_for_type(ka::Mask mask, int64_t head_dim, int64_t head_dim_v, const ka::BwdParams& p, const BwdGrid& g,
+                     int device, cudaStream_t stream) {
   with_mask(mask, [&](auto m) {
     constexpr ka::Mask kMask = decltype(m)::value;
     const auto go = [&](auto d, auto dv) {
-      launch_all<T, decltype(d)::value, decltype(dv)::value, kMask>(p, batch, heads_q, heads_kv, device, stream);
+      launch_all<T, decltype(d)::value, decltype(dv)::value, kMask, kVarlen>(p, g, device, stream);
     };
     using std::integral_constant;
     switch (head_dim) {
@@ -250,7 +307,7 @@ void flash_attention_bwd(const FlashAttentionBwdArgs& args, cudaStream_t stream)
       const auto launch_delta = q.dtype == DType::kFloat16
                                     ? &detail::launch_delta<__half>
                                     : &detail::launch_delta<__nv_bfloat16>;
-      launch_delta(p, head_dim_v, batch, heads_q, q.device.index, stream);
+      launch_delta(p, head_dim_v, p.stats_rows, batch, heads_q, q.device.index, stream);
     }
     detail::launch_flash_attention_bwd_wgmma(q.dtype == DType::kBFloat16, ws, args.deterministic, head_dim, mask, p,
                                              {q, k, v, dout}, {batch, heads_q, heads_kv, seqlen_q, seqlen_k},
@@ -259,12 +316,57 @@ void flash_attention_bwd(const FlashAttentionBwdArgs& args, cudaStream_t stream)
     return;
   }
 #endif
+  const detail::BwdGrid grid{seqlen_q, seqlen_k, heads_q, heads_kv, batch};
   if (q.dtype == DType::kFloat16)
-    detail::launch_for_type<__half>(mask, head_dim, head_dim_v, p, batch, heads_q, heads_kv, q.device.index, stream);
+    detail::launch_for_type<__half>(mask, head_dim, head_dim_v, p, grid, q.device.index, stream);
   else
-    detail::launch_for_type<__nv_bfloat16>(mask, head_dim, head_dim_v, p, batch, heads_q, heads_kv, q.device.index,
-                                           stream);
+    detail::launch_for_type<__nv_bfloat16>(mask, head_dim, head_dim_v, p, grid, q.device.index, stream);
   detail::check_launch(kBwdOp);
+}
+
+void flash_attention_varlen_bwd(const FlashAttentionVarlenBwdArgs& args, cudaStream_t stream) {
+  using detail::kVarlenBwdOp;
+  const float scale = detail::validate_varlen_bwd(args);
+  const TensorRef &q = args.q, &k = args.k, &v = args.v, &dout = args.dout;
+  const int64_t total_q = q.shape[0], heads_q = q.shape[1], head_dim = q.shape[2];
+  const int64_t total_k = k.shape[0], heads_kv = k.shape[1], head_dim_v = v.shape[2];
+  const int64_t batch = args.cu_seqlens_q.shape[0] - 1;
+  if (batch == 0 || heads_q == 0 || (total_q == 0 && total_k == 0)) return;  // nothing to write
+  for (const auto& [t, name] : {std::pair{&q, "q"}, std::pair{&args.o, "o"}, std::pair{&dout, "do"},
+                                std::pair{&args.dq, "dq"}, std::pair{&k, "k"}, std::pair{&v, "v"},
+                                std::pair{&args.dk, "dk"}, std::pair{&args.dv, "dv"}})
+    if (t->numel() > 0) detail::check_aligned16(*t, kVarlenBwdOp, name);
+  if (validating_only()) return;
+
+  kernels::attention::BwdParams p{};
+  kernels::attention::Mask mask;
+  p.f = detail::varlen_params(detail::forward_args(args), scale, mask);
+  // Batch strides 0, as the forward's: each CTA moves the bases to its sequence.
+  p.dout = dout.data;
+  p.do_head = dout.strides[1], p.do_row = dout.strides[0];
+  p.dq = args.dq.data;
+  p.dq_head = args.dq.strides[1], p.dq_row = args.dq.strides[0];
+  p.dk = args.dk.data;
+  p.dk_head = args.dk.strides[1], p.dk_row = args.dk.strides[0];
+  p.dv = args.dv.data;
+  p.dv_head = args.dv.strides[1], p.dv_row = args.dv.strides[0];
+  p.softmax_scale = scale;
+  p.stats_rows = total_q;  // delta [Hq, total_q]
+
+  const detail::DeviceGuard guard(q.device.index);
+  const detail::StreamBuffer delta(size_t(std::max<int64_t>(1, heads_q * total_q)) * 4, q.device.index, stream,
+                                   kVarlenBwdOp, "delta (rowsum(dO * o))");
+  p.delta = delta.get<float>();
+  // Past the totals no sequence has a block; every kernel runs (a sequence with keys and no
+  // rows still gets dk = dv = 0).
+  const auto rows = [](int64_t hint, int64_t total) { return std::min(std::max<int64_t>(hint, 1), std::max<int64_t>(total, 1)); };
+  const detail::BwdGrid grid{rows(args.max_seqlen_q, total_q), rows(args.max_seqlen_k, total_k), heads_q, heads_kv,
+                             batch};
+  if (q.dtype == DType::kFloat16)
+    detail::launch_for_type<__half, true>(mask, head_dim, head_dim_v, p, grid, q.device.index, stream);
+  else
+    detail::launch_for_type<__nv_bfloat16, true>(mask, head_dim, head_dim_v, p, grid, q.device.index, stream);
+  detail::check_launch(kVarlenBwdOp);
 }
 
 }  // namespace gks

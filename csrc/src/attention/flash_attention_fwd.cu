@@ -178,17 +178,16 @@ ka::FwdParams data_params(const TensorRef& q, const TensorRef& k, const TensorRe
 
 constexpr const char* kVarlenOp = "gks.flash_attention_varlen_fwd";
 
-void check_cu_seqlens(const TensorRef& cu, const TensorRef& q, const char* arg) {
-  check_same_device(q, "q", cu, arg, kVarlenOp);
-  check_dtype(cu, DType::kInt32, kVarlenOp, arg);
+void check_cu_seqlens(const TensorRef& cu, const TensorRef& q, const char* arg, const char* op) {
+  check_same_device(q, "q", cu, arg, op);
+  check_dtype(cu, DType::kInt32, op, arg);
   GKS_CHECK(cu.ndim == 1 && cu.shape[0] >= 1, kInvalidArgument)
-      << kVarlenOp << ": argument '" << arg << "' must have shape [B + 1] (B >= 0 sequences), got "
-      << cu.shape_string();
+      << op << ": argument '" << arg << "' must have shape [B + 1] (B >= 0 sequences), got " << cu.shape_string();
 }
 
-// Every check but the alignment; returns the softmax scale.
-float validate_varlen(const FlashAttentionVarlenFwdArgs& args) {
-  constexpr const char* op = kVarlenOp;
+}  // namespace
+
+float validate_varlen(const FlashAttentionVarlenFwdArgs& args, const char* op) {
   const TensorRef &q = args.q, &k = args.k, &v = args.v, &o = args.o, &lse = args.lse;
   check_devices_and_dtypes(q, k, v, o, lse, op);
   // Packed keys [total_k, Hkv, D], or a paged cache [num_pages, page_size, Hkv, D].
@@ -234,8 +233,8 @@ float validate_varlen(const FlashAttentionVarlenFwdArgs& args) {
   GKS_CHECK(lse.ndim == 2 && lse.shape[0] == heads_q && lse.shape[1] == total_q, kInvalidArgument)
       << op << ": argument 'lse' must have shape [" << heads_q << ", " << total_q
       << "] (q's heads and rows), got " << lse.shape_string();
-  check_cu_seqlens(args.cu_seqlens_q, q, "cu_seqlens_q");
-  check_cu_seqlens(args.cu_seqlens_k, q, "cu_seqlens_k");
+  check_cu_seqlens(args.cu_seqlens_q, q, "cu_seqlens_q", op);
+  check_cu_seqlens(args.cu_seqlens_k, q, "cu_seqlens_k", op);
   const int64_t batch = args.cu_seqlens_q.shape[0] - 1;
   GKS_CHECK(args.cu_seqlens_k.shape[0] == batch + 1, kInvalidArgument)
       << op << ": argument 'cu_seqlens_k' must have shape [" << batch + 1 << "] (cu_seqlens_q's), got "
@@ -281,8 +280,6 @@ float validate_varlen(const FlashAttentionVarlenFwdArgs& args) {
   return scale;
 }
 
-}  // namespace
-
 // The kernels' mask and window bounds for the arguments: a bound no row can reach is
 // dropped (causal with Sq = 1 sees every key), and the others are clamped to where they
 // stop mattering, so that the kernels' 32-bit window fields hold them.
@@ -322,6 +319,43 @@ ka::FwdParams dense_params(const TensorRef& q, const TensorRef& k, const TensorR
   p.seqlen_q = static_cast<int>(q.shape[2]);
   p.seqlen_k = static_cast<int>(k.shape[2]);
   p.group = static_cast<int>(q.shape[1] / k.shape[1]);
+  return p;
+}
+
+ka::FwdParams varlen_params(const FlashAttentionVarlenFwdArgs& args, float scale, ka::Mask& mask) {
+  const TensorRef &q = args.q, &k = args.k, &v = args.v, &o = args.o, &lse = args.lse;
+  const int64_t total_q = q.shape[0], heads_q = q.shape[1];
+  const bool paged = args.page_table.has_value();
+  const int64_t total_k = k.shape[0], heads_kv = k.shape[paged ? 2 : 1];
+  // Batch strides 0: each CTA moves the base pointers to its sequence (sequence_params).
+  ka::FwdParams p = data_params(q, k, v, o, lse);
+  p.q_head = q.strides[1], p.q_row = q.strides[0];
+  if (paged) {
+    const TensorRef& table = *args.page_table;
+    p.k_page = k.strides[0], p.k_row = k.strides[1], p.k_head = k.strides[2];
+    p.v_page = v.strides[0], p.v_row = v.strides[1], p.v_head = v.strides[2];
+    p.page_table = static_cast<const int*>(table.data);
+    p.page_table_stride = table.strides[0];
+    p.page_size = static_cast<int>(k.shape[1]);
+    p.num_pages = static_cast<int>(k.shape[0]);
+    p.pages_per_seq = static_cast<int>(table.shape[1]);
+  } else {
+    p.k_head = k.strides[1], p.k_row = k.strides[0];
+    p.v_head = v.strides[1], p.v_row = v.strides[0];
+  }
+  p.o_head = o.strides[1], p.o_row = o.strides[0];
+  p.lse_head = lse.strides[0], p.lse_row = lse.strides[1];
+  p.cu_seqlens_q = static_cast<const int*>(args.cu_seqlens_q.data);
+  p.cu_seqlens_k = static_cast<const int*>(args.cu_seqlens_k.data);
+  p.seqused_k = args.seqused_k.has_value() ? static_cast<const int*>(args.seqused_k->data) : nullptr;
+  p.total_q = total_q;
+  p.total_k = total_k;
+  p.group = static_cast<int>(heads_q / heads_kv);
+  scale_params(scale, args.softcap, p);
+  // No sequence is longer than the packed totals (or a paged sequence than its pages): the
+  // masks and clamps hold for every one.
+  const int64_t longest_k = paged ? args.page_table->shape[1] * k.shape[1] : total_k;
+  mask = window_params(args.causal, args.window_left, args.window_right, total_q, longest_k, p);
   return p;
 }
 
@@ -374,7 +408,7 @@ void flash_attention_fwd(const FlashAttentionFwdArgs& args, cudaStream_t stream)
 
 void flash_attention_varlen_fwd(const FlashAttentionVarlenFwdArgs& args, cudaStream_t stream) {
   constexpr const char* kOp = detail::kVarlenOp;
-  const float scale = detail::validate_varlen(args);
+  const float scale = detail::validate_varlen(args, kOp);
   const TensorRef &q = args.q, &k = args.k, &v = args.v, &o = args.o, &lse = args.lse;
   const int64_t total_q = q.shape[0], heads_q = q.shape[1], head_dim = q.shape[2];
   const bool paged = args.page_table.has_value();
@@ -384,36 +418,8 @@ void flash_attention_varlen_fwd(const FlashAttentionVarlenFwdArgs& args, cudaStr
   if (batch == 0 || heads_q == 0 || total_q == 0) return;  // nothing to write
   if (!detail::aligned_to_launch(q, k, v, o, kOp)) return;
 
-  // Batch strides 0: each CTA moves the base pointers to its sequence (sequence_params).
-  kernels::attention::FwdParams p = detail::data_params(q, k, v, o, lse);
-  p.q_head = q.strides[1], p.q_row = q.strides[0];
-  if (paged) {
-    const TensorRef& table = *args.page_table;
-    p.k_page = k.strides[0], p.k_row = k.strides[1], p.k_head = k.strides[2];
-    p.v_page = v.strides[0], p.v_row = v.strides[1], p.v_head = v.strides[2];
-    p.page_table = static_cast<const int*>(table.data);
-    p.page_table_stride = table.strides[0];
-    p.page_size = static_cast<int>(k.shape[1]);
-    p.num_pages = static_cast<int>(k.shape[0]);
-    p.pages_per_seq = static_cast<int>(table.shape[1]);
-  } else {
-    p.k_head = k.strides[1], p.k_row = k.strides[0];
-    p.v_head = v.strides[1], p.v_row = v.strides[0];
-  }
-  p.o_head = o.strides[1], p.o_row = o.strides[0];
-  p.lse_head = lse.strides[0], p.lse_row = lse.strides[1];
-  p.cu_seqlens_q = static_cast<const int*>(args.cu_seqlens_q.data);
-  p.cu_seqlens_k = static_cast<const int*>(args.cu_seqlens_k.data);
-  p.seqused_k = args.seqused_k.has_value() ? static_cast<const int*>(args.seqused_k->data) : nullptr;
-  p.total_q = total_q;
-  p.total_k = total_k;
-  p.group = static_cast<int>(heads_q / heads_kv);
-  detail::scale_params(scale, args.softcap, p);
-  // No sequence is longer than the packed totals (or a paged sequence than its pages): the
-  // masks and clamps hold for every one.
-  const int64_t longest_k = paged ? args.page_table->shape[1] * k.shape[1] : total_k;
-  const kernels::attention::Mask mask =
-      detail::window_params(args.causal, args.window_left, args.window_right, total_q, longest_k, p);
+  kernels::attention::Mask mask;
+  const kernels::attention::FwdParams p = detail::varlen_params(args, scale, mask);
   // Past total_q rows no sequence has a block.
   const detail::AttentionGrid grid{std::min(std::max<int64_t>(args.max_seqlen_q, 1), total_q), heads_q, batch};
   const detail::DeviceGuard guard(q.device.index);

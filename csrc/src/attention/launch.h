@@ -19,6 +19,10 @@ namespace gks::kernels::attention {
 struct BwdParams;  // bwd_sm80.cuh
 }  // namespace gks::kernels::attention
 
+namespace gks {
+struct FlashAttentionVarlenFwdArgs;  // gks/attention.h
+}  // namespace gks
+
 namespace gks::detail {
 
 // f(std::integral_constant<Mask, M>{}) for the runtime mask: the one place a mask becomes
@@ -46,6 +50,16 @@ void scale_params(float scale, double softcap, kernels::attention::FwdParams& p)
 // scale_params' and window_params'.
 kernels::attention::FwdParams dense_params(const TensorRef& q, const TensorRef& k, const TensorRef& v,
                                            const TensorRef& o, const TensorRef& lse);
+
+// Every check of a varlen call but the alignment, in op's words (flash_attention_varlen_fwd's;
+// its backward's on the same arguments); returns the softmax scale.
+float validate_varlen(const FlashAttentionVarlenFwdArgs& args, const char* op);
+
+// The parameters of a varlen call (validated): batch strides 0, cu_seqlens and the totals
+// (each CTA moves the base pointers to its sequence: sequence_params), the GQA group, the
+// options; `mask`: the kernels' mask (window_params over the longest a sequence can be).
+kernels::attention::FwdParams varlen_params(const FlashAttentionVarlenFwdArgs& args, float scale,
+                                            kernels::attention::Mask& mask);
 
 // The tensors the warp-specialized kernel's tensor maps are made over.
 struct AttentionTensors {

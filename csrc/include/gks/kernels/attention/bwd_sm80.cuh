@@ -39,10 +39,12 @@ struct BwdParams {
   FwdParams f;
   const void* dout;  // dO [B, Hq, Sq, Dv]
   int64_t do_batch, do_head, do_row;
-  float* delta;      // [B, Hq, stats_rows] contiguous (the library's workspace)
+  float* delta;      // [B, Hq, stats_rows] contiguous (the library's workspace); varlen
+                     // [Hq, total_q] (stats_rows = total_q)
   float* lse2;       // lse in log2 units, delta's layout; written only when not null (for
                      // the warp-specialized kernel's bulk copies; the others read lse)
-  int stats_rows;    // Sq, or Sq rounded up to whole query blocks (delta 0, lse2 +inf past Sq)
+  int64_t stats_rows;  // delta's rows a head: Sq, or Sq rounded up to whole query blocks
+                       // (delta 0, lse2 +inf past Sq), or varlen total_q
   float* dq_accum;   // the wgmma kernels' fp32 dQ (bwd_sm90.cuh; the library's workspace)
   int* dq_turns;     // the warp-specialized kernel, deterministic: [B, Hq, query blocks], zeroed
                      // (how many key blocks have added into each dQ block); null otherwise
@@ -57,6 +59,39 @@ struct BwdParams {
 
 // Which accumulators a dK/dV kernel keeps.
 enum class DkDv { kBoth, kOnlyDv, kOnlyDk };
+
+// A varlen call's sequence b (p.f.cu_seqlens_q set, batch strides 0) as a one-sequence
+// BwdParams: every tensor's base at the sequence's rows (sequence_rows' clamps).
+template <typename T>
+__device__ __forceinline__ BwdParams sequence_bwd_params(const BwdParams& in, int b) {
+  const SequenceRows r = sequence_rows(in.f, b);
+  BwdParams p = in;
+  p.f = sequence_params<T>(in.f, b, r);
+  p.dout = static_cast<const T*>(in.dout) + r.q0 * in.do_row;
+  p.delta = in.delta + r.q0;
+  if (in.lse2 != nullptr) p.lse2 = in.lse2 + r.q0;
+  p.dq = static_cast<T*>(in.dq) + r.q0 * in.dq_row;
+  p.dk = static_cast<T*>(in.dk) + r.k0 * in.dk_row;
+  p.dv = static_cast<T*>(in.dv) + r.k0 * in.dv_row;
+  return p;
+}
+
+// The blocks a backward CTA computes, body(p, block, batch) each: dense, its one block
+// (blockIdx.x) of batch blockIdx.z; varlen, its sequence's (blockIdx.z) blocks blockIdx.x,
+// + gridDim.x, ... while block * kRows < rows(sequence's p) (so a sequence longer than the
+// grid's max_seqlen is still computed whole), with batch 0 (the sequence's p is at its rows).
+template <typename T, bool kVarlen, int kRows, class Rows, class Body>
+__device__ __forceinline__ void for_each_bwd_block(const BwdParams& params, Rows&& rows, Body&& body) {
+  if constexpr (!kVarlen) {
+    body(params, int(blockIdx.x), int(blockIdx.z));
+  } else {
+    const BwdParams p = sequence_bwd_params<T>(params, int(blockIdx.z));
+    for (int block = blockIdx.x; int64_t(block) * kRows < rows(p); block += gridDim.x) {
+      body(p, block, 0);
+      __syncthreads();  // the next block's copies overwrite the tiles this one read
+    }
+  }
+}
 
 // The tile shapes (the host reads the same numbers): 4 warps of 16 rows; kBlockM query rows
 // a step of the dK/dV kernel, kBlockN keys a step of the dQ kernel.
@@ -226,39 +261,45 @@ __device__ __forceinline__ void zero(float (&c)[kN][4]) {
 }  // namespace bwd
 
 // delta[row] = sum_d dO[row, d] * o[row, d] in fp32 (and lse2, when asked for): one warp a
-// row of [B * Hq * stats_rows] (grid x: rows / warps a block, y: heads, z: batch).
-template <typename T, int kHeadDimV>
-__global__ void __launch_bounds__(256) flash_attention_bwd_delta_kernel(const BwdParams p) {
-  const int row = blockIdx.x * 8 + threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int head = blockIdx.y, batch = blockIdx.z;
-  const FwdParams& f = p.f;
-  if (row >= p.stats_rows) return;
-  const int64_t at = (int64_t(batch) * gridDim.y + head) * p.stats_rows + row;
-  if (row >= f.seqlen_q) {  // a padding row: adds nothing (P = exp2(-inf) = 0)
-    if (lane == 0) {
-      p.delta[at] = 0.f;
-      if (p.lse2 != nullptr) p.lse2[at] = INFINITY;
+// row, 8 a block (grid x: row blocks, y: heads, z: batch or sequences); dense, every row of
+// [B * Hq * stats_rows] (padding rows past Sq: delta 0, lse2 +inf).
+template <typename T, int kHeadDimV, bool kVarlen = false>
+__global__ void __launch_bounds__(256) flash_attention_bwd_delta_kernel(const BwdParams params) {
+  const int lane = threadIdx.x % 32, head = blockIdx.y;
+  const auto rows = [](const BwdParams& p) { return int64_t(p.f.seqlen_q); };
+  for_each_bwd_block<T, kVarlen, 8>(params, rows, [&](const BwdParams& p, int block, int batch) {
+    const FwdParams& f = p.f;
+    const int row = block * 8 + threadIdx.x / 32;
+    if (row >= (kVarlen ? int64_t(f.seqlen_q) : p.stats_rows)) return;
+    const int64_t at = (int64_t(batch) * gridDim.y + head) * p.stats_rows + row;
+    if (row >= f.seqlen_q) {  // a padding row: adds nothing (P = exp2(-inf) = 0)
+      if (lane == 0) {
+        p.delta[at] = 0.f;
+        if (p.lse2 != nullptr) p.lse2[at] = INFINITY;
+      }
+      return;
     }
-    return;
-  }
-  const T* o = static_cast<const T*>(f.o) + batch * f.o_batch + head * f.o_head + int64_t(row) * f.o_row;
-  const T* dout = static_cast<const T*>(p.dout) + batch * p.do_batch + head * p.do_head + int64_t(row) * p.do_row;
-  float sum = 0.f;
+    const T* o = static_cast<const T*>(f.o) + batch * f.o_batch + head * f.o_head + int64_t(row) * f.o_row;
+    const T* dout = static_cast<const T*>(p.dout) + batch * p.do_batch + head * p.do_head + int64_t(row) * p.do_row;
+    float sum = 0.f;
 #pragma unroll
-  for (int d = lane; d < kHeadDimV; d += 32) sum += float(o[d]) * float(dout[d]);
+    for (int d = lane; d < kHeadDimV; d += 32) sum += float(o[d]) * float(dout[d]);
 #pragma unroll
-  for (int s = 16; s >= 1; s /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, s);
-  if (lane == 0) {
-    p.delta[at] = sum;
-    if (p.lse2 != nullptr)
-      p.lse2[at] = bwd::lse_log2(f.lse[batch * f.lse_batch + head * f.lse_head + int64_t(row) * f.lse_row]);
-  }
+    for (int s = 16; s >= 1; s /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, s);
+    if (lane == 0) {
+      p.delta[at] = sum;
+      if (p.lse2 != nullptr)
+        p.lse2[at] = bwd::lse_log2(f.lse[batch * f.lse_batch + head * f.lse_head + int64_t(row) * f.lse_row]);
+    }
+  });
 }
 
-// dK and dV of kRows keys of one K/V head (grid: (ceil(Sk / kRows), Hkv, B)), summed over
-// the query heads of its group and every query block that sees one of its keys.
+namespace bwd {
+
+// dK and dV of key block n_block (kRows keys) of K/V head blockIdx.y, summed over the query
+// heads of its group and every query block that sees one of its keys.
 template <typename T, typename Tile, Mask kMask, DkDv kWhich>
-__global__ void __launch_bounds__(Tile::kThreads) flash_attention_bwd_dkdv_kernel(const BwdParams p) {
+__device__ __forceinline__ void dkdv_block(const BwdParams& p, int n_block, int batch) {
   constexpr int kD = Tile::kHeadDim, kDv = Tile::kHeadDimV, kRows = Tile::kRows, kStep = Tile::kStep;
   constexpr int kChunks = Tile::kChunks, kChunksV = Tile::kChunksV, kThreads = Tile::kThreads;
   constexpr int kQTiles = kStep / 8;  // 8-query column tiles of S^T
@@ -275,7 +316,7 @@ __global__ void __launch_bounds__(Tile::kThreads) flash_attention_bwd_dkdv_kerne
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
-  const int n0 = blockIdx.x * kRows, kv_head = blockIdx.y, batch = blockIdx.z;
+  const int n0 = n_block * kRows, kv_head = blockIdx.y;
   const T* k = static_cast<const T*>(f.k) + batch * f.k_batch + kv_head * f.k_head;
   const T* v = static_cast<const T*>(f.v) + batch * f.v_batch + kv_head * f.v_head;
 
@@ -378,10 +419,23 @@ __global__ void __launch_bounds__(Tile::kThreads) flash_attention_bwd_dkdv_kerne
   }
 }
 
-// dQ of kRows query rows of one query head (grid: (ceil(Sq / kRows), Hq, B)) over the key
-// blocks its rows see.
+}  // namespace bwd
+
+// Grid: (ceil(Sk / kRows), Hkv, B); varlen (ceil(max_seqlen_k / kRows), Hkv, sequences).
+template <typename T, typename Tile, Mask kMask, DkDv kWhich, bool kVarlen = false>
+__global__ void __launch_bounds__(Tile::kThreads) flash_attention_bwd_dkdv_kernel(const BwdParams params) {
+  const auto rows = [](const BwdParams& p) { return int64_t(p.f.seqlen_k); };
+  for_each_bwd_block<T, kVarlen, Tile::kRows>(params, rows, [](const BwdParams& p, int block, int batch) {
+    bwd::dkdv_block<T, Tile, kMask, kWhich>(p, block, batch);
+  });
+}
+
+namespace bwd {
+
+// dQ of query block m_block (kRows rows) of query head blockIdx.y over the key blocks its
+// rows see.
 template <typename T, typename Tile, Mask kMask>
-__global__ void __launch_bounds__(Tile::kThreads) flash_attention_bwd_dq_kernel(const BwdParams p) {
+__device__ __forceinline__ void dq_block(const BwdParams& p, int m_block, int batch) {
   constexpr int kD = Tile::kHeadDim, kDv = Tile::kHeadDimV, kRows = Tile::kRows, kStep = Tile::kStep;
   constexpr int kChunks = Tile::kChunks, kChunksV = Tile::kChunksV, kThreads = Tile::kThreads;
   constexpr int kKTiles = kStep / 8;  // 8-key column tiles of S
@@ -395,7 +449,7 @@ __global__ void __launch_bounds__(Tile::kThreads) flash_attention_bwd_dq_kernel(
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
-  const int m0 = blockIdx.x * kRows, head = blockIdx.y, batch = blockIdx.z;
+  const int m0 = m_block * kRows, head = blockIdx.y;
   const int kv_head = head / f.group;
   const T* q = static_cast<const T*>(f.q) + batch * f.q_batch + head * f.q_head;
   const T* dout = static_cast<const T*>(p.dout) + batch * p.do_batch + head * p.do_head;
@@ -477,6 +531,17 @@ __global__ void __launch_bounds__(Tile::kThreads) flash_attention_bwd_dq_kernel(
   ptx::cp_async_wait<0>();  // a CTA with no step still has its Q/dO copies in flight
   T* dq = static_cast<T*>(p.dq) + batch * p.dq_batch + head * p.dq_head;
   bwd::store_rows<T, kD / 8>(acc_dq, dq, p.dq_row, m0 + warp_row0, f.seqlen_q, p.softmax_scale, lane);
+}
+
+}  // namespace bwd
+
+// Grid: (ceil(Sq / kRows), Hq, B); varlen (ceil(max_seqlen_q / kRows), Hq, sequences).
+template <typename T, typename Tile, Mask kMask, bool kVarlen = false>
+__global__ void __launch_bounds__(Tile::kThreads) flash_attention_bwd_dq_kernel(const BwdParams params) {
+  const auto rows = [](const BwdParams& p) { return int64_t(p.f.seqlen_q); };
+  for_each_bwd_block<T, kVarlen, Tile::kRows>(params, rows, [](const BwdParams& p, int block, int batch) {
+    bwd::dq_block<T, Tile, kMask>(p, block, batch);
+  });
 }
 
 }  // namespace gks::kernels::attention

@@ -62,35 +62,53 @@ struct FwdParams {
   int64_t k_page, v_page;
 };
 
-// A varlen call's sequence b as a one-sequence FwdParams (its rows at the base pointers, its
-// lengths as seqlen_q / seqlen_k), read once by the CTA. Every bound is clamped into the
-// packed tensors, so cu_seqlens that decrease or pass the totals shorten or empty a
-// sequence and never reach outside q, k, v, o or lse.
-template <typename T>
-__device__ __forceinline__ FwdParams sequence_params(const FwdParams& in, int b) {
+// Where a varlen call's sequence b lies in the packed tensors: rows [q0, q0 + seqlen_q) of
+// q, o and lse and, without a page table, keys [k0, k0 + seqlen_k) of k and v. Every bound
+// is clamped into the packed tensors, so cu_seqlens that decrease or pass the totals
+// shorten or empty a sequence and never reach outside them.
+struct SequenceRows {
+  int64_t q0, seqlen_q, k0, seqlen_k;
+};
+__device__ __forceinline__ SequenceRows sequence_rows(const FwdParams& in, int b) {
   const auto clamp = [](int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : (x > hi ? hi : x); };
-  const int64_t q0 = clamp(in.cu_seqlens_q[b], 0, in.total_q);
-  const int64_t q1 = clamp(in.cu_seqlens_q[b + 1], q0, in.total_q);
-  FwdParams p = in;
-  p.q = static_cast<const T*>(in.q) + q0 * in.q_row;
-  p.o = static_cast<T*>(in.o) + q0 * in.o_row;
-  p.lse = in.lse + q0 * in.lse_row;
-  p.seqlen_q = static_cast<int>(q1 - q0);
+  SequenceRows r;
+  r.q0 = clamp(in.cu_seqlens_q[b], 0, in.total_q);
+  r.seqlen_q = clamp(in.cu_seqlens_q[b + 1], r.q0, in.total_q) - r.q0;
   if (in.page_table != nullptr) {  // keys through the sequence's row of the page table
     const int64_t capacity = int64_t(in.pages_per_seq) * in.page_size;
     const int64_t listed = in.cu_seqlens_k == nullptr ? capacity
                                                        : int64_t(in.cu_seqlens_k[b + 1]) - in.cu_seqlens_k[b];
-    p.seqlen_k = static_cast<int>(clamp(in.seqused_k != nullptr ? in.seqused_k[b] : listed, 0, capacity));
-    p.page_table = in.page_table + int64_t(b) * in.page_table_stride;
-    return p;
+    r.k0 = 0;
+    r.seqlen_k = clamp(in.seqused_k != nullptr ? in.seqused_k[b] : listed, 0, capacity);
+    return r;
   }
-  const int64_t k0 = clamp(in.cu_seqlens_k[b], 0, in.total_k);
-  int64_t keys = clamp(in.cu_seqlens_k[b + 1], k0, in.total_k) - k0;
-  if (in.seqused_k != nullptr) keys = clamp(in.seqused_k[b], 0, keys);
-  p.k = static_cast<const T*>(in.k) + k0 * in.k_row;
-  p.v = static_cast<const T*>(in.v) + k0 * in.v_row;
-  p.seqlen_k = static_cast<int>(keys);
+  r.k0 = clamp(in.cu_seqlens_k[b], 0, in.total_k);
+  r.seqlen_k = clamp(in.cu_seqlens_k[b + 1], r.k0, in.total_k) - r.k0;
+  if (in.seqused_k != nullptr) r.seqlen_k = clamp(in.seqused_k[b], 0, r.seqlen_k);
+  return r;
+}
+
+// A varlen call's sequence b as a one-sequence FwdParams (its rows at the base pointers, its
+// lengths as seqlen_q / seqlen_k), read once by the CTA.
+template <typename T>
+__device__ __forceinline__ FwdParams sequence_params(const FwdParams& in, int b, const SequenceRows& r) {
+  FwdParams p = in;
+  p.q = static_cast<const T*>(in.q) + r.q0 * in.q_row;
+  p.o = static_cast<T*>(in.o) + r.q0 * in.o_row;
+  p.lse = in.lse + r.q0 * in.lse_row;
+  p.seqlen_q = static_cast<int>(r.seqlen_q);
+  p.seqlen_k = static_cast<int>(r.seqlen_k);
+  if (in.page_table != nullptr) {
+    p.page_table = in.page_table + int64_t(b) * in.page_table_stride;
+  } else {
+    p.k = static_cast<const T*>(in.k) + r.k0 * in.k_row;
+    p.v = static_cast<const T*>(in.v) + r.k0 * in.v_row;
+  }
   return p;
+}
+template <typename T>
+__device__ __forceinline__ FwdParams sequence_params(const FwdParams& in, int b) {
+  return sequence_params<T>(in, b, sequence_rows(in, b));
 }
 
 // Which key bounds a kernel instance applies, beyond Sk: none; a right bound only (causal,
