@@ -469,6 +469,10 @@ FORMULAS = {
     # each), k, dk [2,2,5,16] (320 each), v, dv [2,2,5,8] (160 each), lse.
     ("flash_attention_bwd", (2, 4, 2, 3, 5, 16, 0, 8), F16): (2 * 8 * 64 * 15,
                                                              2 * (2 * 384 + 2 * 192 + 2 * 320 + 2 * 160) + 4 * 24),
+    # The varlen backward's shape is the dense one's with every sequence full: the same work.
+    ("flash_attention_varlen_bwd", (2, 4, 2, 3, 5, 8, 0), F16): (2 * 8 * 40 * 15, 2 * (4 * 192 + 4 * 160) + 4 * 24),
+    ("flash_attention_varlen_bwd", (2, 4, 2, 3, 5, 8, 1), BF16): (2 * 8 * 40 * 12,
+                                                                 2 * (4 * 192 + 4 * 160) + 4 * 24),
 }
 
 

@@ -217,14 +217,20 @@ KERNELS = {
          f"({A}Mask)1>(CUtensorMap_st, CUtensorMap_st, {A}FwdParams, {A}ws::Schedule)",
     ],
     "flash_attention_bwd": [
-        f"void {A}flash_attention_bwd_delta_kernel<__half, 64>({A}BwdParams)",
+        f"void {A}flash_attention_bwd_delta_kernel<__half, 64, false>({A}BwdParams)",
         f"void {A}flash_attention_bwd_dkdv_kernel<__nv_bfloat16, {A}FlashBwdTile<128, 128>, ({A}Mask)1, "
-         f"({A}DkDv)0>({A}BwdParams)",
-        f"void {A}flash_attention_bwd_dq_kernel<__half, {A}FlashBwdTile<192, 128>, ({A}Mask)2>({A}BwdParams)",
+         f"({A}DkDv)0, false>({A}BwdParams)",
+        f"void {A}flash_attention_bwd_dq_kernel<__half, {A}FlashBwdTile<192, 128>, ({A}Mask)2, false>({A}BwdParams)",
         f"void {A}flash_attention_bwd_wgmma_kernel<__nv_bfloat16, {A}FlashBwdWgmmaTile<128>, ({A}Mask)1>({A}BwdParams)",
         f"void {A}flash_attention_bwd_dq_convert_kernel<__half, {A}FlashBwdWgmmaTile<64> >({A}BwdParams)",
         f"void {A}bwd_ws::flash_attention_bwd_ws_kernel<__nv_bfloat16, {A}bwd_ws::Tile<128>, ({A}Mask)2>"
          f"(CUtensorMap_st, CUtensorMap_st, CUtensorMap_st, CUtensorMap_st, {A}BwdParams)",
+    ],
+    "flash_attention_varlen_bwd": [
+        f"void {A}flash_attention_bwd_delta_kernel<__nv_bfloat16, 128, true>({A}BwdParams)",
+        f"void {A}flash_attention_bwd_dkdv_kernel<__half, {A}FlashBwdTile<256, 256>, ({A}Mask)0, "
+         f"({A}DkDv)2, true>({A}BwdParams)",
+        f"void {A}flash_attention_bwd_dq_kernel<__nv_bfloat16, {A}FlashBwdTile<64, 64>, ({A}Mask)1, true>({A}BwdParams)",
     ],
     "flash_attention_varlen_fwd": [
         f"void {A}flash_attention_fwd_kernel<__half, {A}FlashFwdTile<128, 128, 64, 4, "
