@@ -216,6 +216,13 @@ def _varlen_outputs(q: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, tor
                                                                              device=q.device)
 
 
+def _seqlen_hints(*values) -> list[int]:
+    """max_seqlen values as ints (a symbolic one by its hint), for the fake kernels' checks."""
+    if all(isinstance(n, int) for n in values):
+        return list(values)
+    return [int(getattr(getattr(n, "node", None), "hint", 0) or 0) for n in values]
+
+
 def _flash_attention_varlen_fwd(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -338,13 +345,6 @@ _VARLEN_BWD_SCHEMA = (
 
 flash_attention_varlen_bwd = gks_op("flash_attention_varlen_bwd", _flash_attention_varlen_bwd,
                                     schema=_VARLEN_BWD_SCHEMA)
-
-
-def _seqlen_hints(*values) -> list[int]:
-    """max_seqlen values as ints (a symbolic one by its hint), for the fake kernels' checks."""
-    if all(isinstance(n, int) for n in values):
-        return list(values)
-    return [int(getattr(getattr(n, "node", None), "hint", 0) or 0) for n in values]
 
 
 @flash_attention_varlen_bwd.op.register_fake

@@ -1890,15 +1890,21 @@ def attention_grads_autograd(do, q, k, v, causal, softmax_scale, dtype: torch.dt
 def make_bwd_inputs(shape, dtype, device, seed):
     """The forward's q, k, v (make_inputs), its o and lse (the fp32 reference, o rounded to
     the dtype), and dO ~ N(0, 1)."""
-    import torch
-
     fwd = make_inputs(shape, dtype, device, seed)
     o, lse = flash_attention_fwd(fwd["q"], fwd["k"], fwd["v"], fwd["causal"], fwd["softmax_scale"])
-    gen = torch.Generator(device=device).manual_seed((seed + 0x9E3779B9) % (1 << 63))
-    do = torch.randn(o.shape, generator=gen, device=device, dtype=torch.float32).to(o.dtype)
+    do = random_grad(o, seed)
     # q first: the argument the others' devices and dtypes are named against.
     return {"q": fwd["q"], "k": fwd["k"], "v": fwd["v"], "o": o, "lse": lse, "do": do,
             "causal": fwd["causal"], "softmax_scale": None}
+
+
+def random_grad(o, seed: int):
+    """dO ~ N(0, 1) in o's shape, dtype and device, from a seed of its own (the inputs'
+    seed, offset)."""
+    import torch
+
+    gen = torch.Generator(device=o.device).manual_seed((seed + 0x9E3779B9) % (1 << 63))
+    return torch.randn(o.shape, generator=gen, device=o.device, dtype=torch.float32).to(o.dtype)
 
 
 def bwd_flops(shape) -> float:
@@ -2285,13 +2291,10 @@ def make_varlen_bwd_inputs(shape, dtype, device, seed):
     """The varlen forward's packed q, k, v and cu_seqlens (make_varlen_inputs), its o and lse
     (the fp32 reference, o rounded to the dtype; rows in no sequence 0 and -inf), and dO ~
     N(0, 1)."""
-    import torch
-
     fwd = make_varlen_inputs(varlen_bwd_shape(shape), dtype, device, seed)
     o, lse = flash_attention_varlen_fwd(fwd["q"], fwd["k"], fwd["v"], fwd["cu_seqlens_q"], fwd["cu_seqlens_k"],
                                         fwd["max_seqlen_q"], fwd["max_seqlen_k"], causal=fwd["causal"])
-    gen = torch.Generator(device=device).manual_seed((seed + 0x9E3779B9) % (1 << 63))
-    do = torch.randn(o.shape, generator=gen, device=device, dtype=torch.float32).to(o.dtype)
+    do = random_grad(o, seed)
     return {"q": fwd["q"], "k": fwd["k"], "v": fwd["v"], "o": o, "lse": lse, "do": do,
             "cu_seqlens_q": fwd["cu_seqlens_q"], "cu_seqlens_k": fwd["cu_seqlens_k"],
             "max_seqlen_q": fwd["max_seqlen_q"], "max_seqlen_k": fwd["max_seqlen_k"],
@@ -2340,14 +2343,13 @@ def check_varlen_bwd(out, ref, dtype, inputs, what: str = "flash_attention_varle
     for b, (q0, q1, k0, k1) in enumerate(bounds):
         covered_q[q0:q1] = True
         covered_k[k0:k1] = True
-        rows = lambda t, lo, hi: _dense(t, lo, hi)  # noqa: E731
-        seq_inputs = {"q": rows(q, q0, q1), "k": rows(k, k0, k1), "v": rows(inputs["v"], k0, k1),
-                      "o": rows(inputs["o"], q0, q1), "do": rows(inputs["do"], q0, q1),
+        seq_inputs = {"q": _dense(q, q0, q1), "k": _dense(k, k0, k1), "v": _dense(inputs["v"], k0, k1),
+                      "o": _dense(inputs["o"], q0, q1), "do": _dense(inputs["do"], q0, q1),
                       "lse": inputs["lse"][None, :, q0:q1], "causal": inputs.get("causal", False),
                       "softmax_scale": inputs.get("softmax_scale"),
                       "window_size": inputs.get("window_size", (-1, -1)), "softcap": inputs.get("softcap", 0.0)}
-        check_bwd(tuple(rows(t, lo, hi) for t, lo, hi in zip(out, (q0, k0, k0), (q1, k1, k1))),
-                  tuple(rows(t, lo, hi) for t, lo, hi in zip(ref, (q0, k0, k0), (q1, k1, k1))), dtype, seq_inputs,
+        check_bwd(tuple(_dense(t, lo, hi) for t, lo, hi in zip(out, (q0, k0, k0), (q1, k1, k1))),
+                  tuple(_dense(t, lo, hi) for t, lo, hi in zip(ref, (q0, k0, k0), (q1, k1, k1))), dtype, seq_inputs,
                   f"{what} (sequence {b}: {q1 - q0} rows, {k1 - k0} keys)")
     for name, g, covered in zip(("dq", "dk", "dv"), out, (covered_q, covered_k, covered_k)):
         outside = g.cpu()[~covered]

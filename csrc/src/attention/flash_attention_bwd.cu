@@ -131,6 +131,16 @@ float validate_varlen_bwd(const FlashAttentionVarlenBwdArgs& args) {
   return scale;
 }
 
+// The 16-byte alignment of a backward call's tensors (the dense or the varlen Args), checked
+// only for tensors with elements (one without may have no storage).
+template <class Args>
+void check_bwd_aligned(const Args& a, const char* op) {
+  for (const auto& [t, name] : {std::pair{&a.q, "q"}, std::pair{&a.o, "o"}, std::pair{&a.dout, "do"},
+                                std::pair{&a.dq, "dq"}, std::pair{&a.k, "k"}, std::pair{&a.v, "v"},
+                                std::pair{&a.dk, "dk"}, std::pair{&a.dv, "dv"}})
+    if (t->numel() > 0) check_aligned16(*t, op, name);
+}
+
 using BwdKernel = FlashAttentionBwdConfig::Kernel;
 
 // The kernel a call runs: the forced config or the first that can run in the order
@@ -258,11 +268,7 @@ void flash_attention_bwd(const FlashAttentionBwdArgs& args, cudaStream_t stream)
   const int64_t batch = q.shape[0], heads_q = q.shape[1], seqlen_q = q.shape[2], head_dim = q.shape[3];
   const int64_t heads_kv = k.shape[1], seqlen_k = k.shape[2], head_dim_v = v.shape[3];
   if (batch == 0 || heads_q == 0 || (seqlen_q == 0 && seqlen_k == 0)) return;  // nothing to write
-  // Tensors with no elements may have no storage: only those with some are checked.
-  for (const auto& [t, name] : {std::pair{&q, "q"}, std::pair{&o, "o"}, std::pair{&dout, "do"},
-                                std::pair{&args.dq, "dq"}, std::pair{&k, "k"}, std::pair{&v, "v"},
-                                std::pair{&args.dk, "dk"}, std::pair{&args.dv, "dv"}})
-    if (t->numel() > 0) detail::check_aligned16(*t, kBwdOp, name);
+  detail::check_bwd_aligned(args, kBwdOp);
   if (validating_only()) return;
 
   kernels::attention::BwdParams p{};
@@ -332,10 +338,7 @@ void flash_attention_varlen_bwd(const FlashAttentionVarlenBwdArgs& args, cudaStr
   const int64_t total_k = k.shape[0], heads_kv = k.shape[1], head_dim_v = v.shape[2];
   const int64_t batch = args.cu_seqlens_q.shape[0] - 1;
   if (batch == 0 || heads_q == 0 || (total_q == 0 && total_k == 0)) return;  // nothing to write
-  for (const auto& [t, name] : {std::pair{&q, "q"}, std::pair{&args.o, "o"}, std::pair{&dout, "do"},
-                                std::pair{&args.dq, "dq"}, std::pair{&k, "k"}, std::pair{&v, "v"},
-                                std::pair{&args.dk, "dk"}, std::pair{&args.dv, "dv"}})
-    if (t->numel() > 0) detail::check_aligned16(*t, kVarlenBwdOp, name);
+  detail::check_bwd_aligned(args, kVarlenBwdOp);
   if (validating_only()) return;
 
   kernels::attention::BwdParams p{};

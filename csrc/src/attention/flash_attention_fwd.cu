@@ -409,11 +409,8 @@ void flash_attention_fwd(const FlashAttentionFwdArgs& args, cudaStream_t stream)
 void flash_attention_varlen_fwd(const FlashAttentionVarlenFwdArgs& args, cudaStream_t stream) {
   constexpr const char* kOp = detail::kVarlenOp;
   const float scale = detail::validate_varlen(args, kOp);
-  const TensorRef &q = args.q, &k = args.k, &v = args.v, &o = args.o, &lse = args.lse;
-  const int64_t total_q = q.shape[0], heads_q = q.shape[1], head_dim = q.shape[2];
-  const bool paged = args.page_table.has_value();
-  const int key_dims = paged ? 4 : 3;
-  const int64_t total_k = k.shape[0], heads_kv = k.shape[key_dims - 2], head_dim_v = v.shape[key_dims - 1];
+  const TensorRef &q = args.q, &k = args.k, &v = args.v, &o = args.o;
+  const int64_t total_q = q.shape[0], heads_q = q.shape[1], head_dim = q.shape[2], head_dim_v = v.shape[v.ndim - 1];
   const int64_t batch = args.cu_seqlens_q.shape[0] - 1;
   if (batch == 0 || heads_q == 0 || total_q == 0) return;  // nothing to write
   if (!detail::aligned_to_launch(q, k, v, o, kOp)) return;
