@@ -67,7 +67,8 @@ def flash_attention_bwd_out(do, q, k, v, o, lse, dq, dk, dv, causal: bool = Fals
     way where it cannot run: wgmma.ws to wgmma, wgmma to mma.sync). The wgmma kernels add dQ
     in fp32 (atomics, or the L2's bulk reduce-adds), so its last bits vary from run to run;
     deterministic=True gives the same bits run after run: wgmma.ws adding dQ in a fixed
-    order of key blocks (where ceil(Sk / 128) <= the SM count), else mma.sync.
+    order of key blocks (with a causal or window mask, or where ceil(Sk / 128) <= the SM
+    count), else mma.sync.
     flash_attention_bwd_path tells which runs. delta = rowsum(do * o) (and the wgmma
     kernels' fp32 dQ and lse2) go through stream-ordered temporaries."""
     _native.module().flash_attention_bwd(do, q, k, v, o, lse, dq, dk, dv,

@@ -478,7 +478,8 @@ def test_pallas_grad_of_empty_sequences():
 
 
 # Causal GQA; no mask (D = 64, Sq > Sk: the rotated walks); a sliding window with GQA;
-# causal over more key blocks (160) than an H100 or H200 has SMs (mma.sync).
+# causal over more key blocks (160) than an H100 or H200 has SMs (the grid launched last key
+# block first).
 DETERMINISM_CASES = [((2, 16, 4, 1000, 1000, 128, 1), (-1, -1)), ((1, 8, 8, 1500, 700, 64, 0), (-1, -1)),
                      ((1, 8, 2, 900, 1300, 128, 0), (200, 50)), ((1, 2, 1, 300, 20480, 64, 1), (-1, -1))]
 
@@ -551,10 +552,9 @@ def test_cuda_path_says_which_kernel_runs():
                                               (2, True, ws)):
             path = cuda.flash_attention_bwd_path(*args, deterministic=deterministic, config=config)
             assert path == expect, (head_dim, config, deterministic, path)
-    # Deterministic over more key blocks than SMs (a key block may wait on any other of its
-    # head's, so all must fit): mma.sync.
+    # Deterministic over more key blocks than SMs: ordered adds with a mask, mma.sync without.
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    for causal, expect in ((1, "mma.sync"), (0, "mma.sync")):
+    for causal, expect in ((1, "wgmma.ws" if sm90 else "mma.sync"), (0, "mma.sync")):
         i = _inputs((1, 2, 1, 8, 128 * (sms + 1), 64, causal), "float16", 0)
         outs = [torch.empty_like(i[n]) for n in ("q", "k", "v")]
         path = cuda.flash_attention_bwd_path(i["do"], i["q"], i["k"], i["v"], i["o"], i["lse"], *outs,

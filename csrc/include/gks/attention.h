@@ -94,9 +94,10 @@ const char* flash_attention_fwd_path(const FlashAttentionFwdArgs& args);
 //  2 "wgmma.ws": the same products warp-specialized (TMA loads, a dQ writer warp adding with
 //    bulk reduce-adds); also Sq, Sk > 0 and tensors TMA can address. Forced where it cannot
 //    run it gives way to wgmma, then mma.sync. The default where it runs. Deterministic
-//    too (each query block's dQ added by one key block at a time, in a fixed order) where
-//    a head's ceil(Sk / 128) key blocks are at most the GPU's SM count (a block may wait
-//    for another's turn, so all must be able to run at once); beyond, mma.sync runs.
+//    too (each query block's dQ added by one key block at a time, in a fixed order): with
+//    a causal or window mask always (a key block waits only on blocks started before it),
+//    without one where a head's ceil(Sk / 128) key blocks are at most the GPU's SM count
+//    (any may wait on any other, so all must run at once); beyond, mma.sync runs.
 struct FlashAttentionBwdConfig {
   enum class Kernel { kMmaSync, kWgmma, kWgmmaWs };
   const char* name;  // stable: the autotuner's tables key on the names

@@ -147,9 +147,10 @@ using BwdKernel = FlashAttentionBwdConfig::Kernel;
 // wgmma.ws, wgmma, mma.sync. The Hopper kernels need an sm_90a build, a compute-capability
 // 9.0 GPU and head dims 64 or 128; the warp-specialized one also Sq, Sk > 0 and tensors
 // TMA can address (`check_layouts`; its launch gives way to wgmma where the maps cannot be
-// made). Deterministic: wgmma.ws with dQ added in a fixed order where all of a head's key
-// blocks fit on the GPU at once (a key block may wait for a later one's turn), else
-// mma.sync; a forced wgmma gives way to mma.sync.
+// made). Deterministic: wgmma.ws with dQ added in a fixed order of key blocks, where a
+// block waits only on blocks launched before it (with a mask), or where all of a head's
+// key blocks fit on the GPU at once (without: any may wait on any other); else mma.sync; a
+// forced wgmma gives way to mma.sync.
 BwdKernel kernel_for(const FlashAttentionBwdArgs& args, bool check_layouts) {
 #if defined(GKS_WITH_SM90A)
   const BwdKernel wanted = args.config < 0 ? BwdKernel::kWgmmaWs : kFlashAttentionBwdConfigs[args.config].kernel;
@@ -157,8 +158,11 @@ BwdKernel kernel_for(const FlashAttentionBwdArgs& args, bool check_layouts) {
       !wgmma_flash_head_dims(args.q.shape[3], args.v.shape[3]))
     return BwdKernel::kMmaSync;
   const int64_t seqlen_q = args.q.shape[2], seqlen_k = args.k.shape[2];
-  const bool ws = wanted == BwdKernel::kWgmmaWs && seqlen_q > 0 && seqlen_k > 0 &&
-                  (!args.deterministic || ceil_div(seqlen_k, 128) <= device_limits(args.q.device.index).sms) &&
+  ka::FwdParams scratch{};
+  const bool masked = window_params(args.causal, args.window_left, args.window_right, seqlen_q, seqlen_k, scratch) !=
+                      ka::Mask::kNone;
+  const bool ordered = masked || ceil_div(seqlen_k, 128) <= device_limits(args.q.device.index).sms;
+  const bool ws = wanted == BwdKernel::kWgmmaWs && seqlen_q > 0 && seqlen_k > 0 && (!args.deterministic || ordered) &&
                   (!check_layouts || attention_tma_addressable({&args.q, &args.k, &args.v, &args.dout}));
   if (ws) return BwdKernel::kWgmmaWs;
   return args.deterministic ? BwdKernel::kMmaSync : BwdKernel::kWgmma;

@@ -415,7 +415,14 @@ struct Smem {
 // blocks, M query blocks: the rotation), so query block m is reached first by the last
 // key block starting at or before it, then by the ones before that, cyclically. With a mask
 // a later key block's walk starts later and ends later, so it reaches m first: the order is
-// descending, and key block n's turn is the number of later key blocks that see m.
+// descending, and key block n's turn is the number of later key blocks that see m; the grid
+// then runs the last key block first (owned_key_block), so a key block waits only on CTAs
+// that started before it, and any grid size makes progress. Without a mask a key block may
+// wait on any other of its head's, which must all fit on the GPU at once (the host's check).
+template <Mask kMask>
+__device__ __forceinline__ int owned_key_block(const BwdParams& p) {
+  return kMask != Mask::kNone && p.dq_turns != nullptr ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x);
+}
 template <class Cfg, Mask kMask>
 __device__ __forceinline__ int walk_rotation(int n, const FwdParams& f) {
   if constexpr (kMask != Mask::kNone) return 0;
@@ -508,7 +515,7 @@ __device__ __forceinline__ void write_dq(const BwdParams& p, const Smem<Cfg>& sm
       ptx::named_barrier_sync<160>(kDqFull + 1);
       if (lane == 0) {
         int* turns = p.dq_turns + (int64_t(batch) * heads_q + head) * m_blocks_all + m_block;
-        ptx::counter_wait_eq(turns, dq_turn<Cfg, kMask>(blockIdx.x, m_block, p.f));
+        ptx::counter_wait_eq(turns, dq_turn<Cfg, kMask>(owned_key_block<kMask>(p), m_block, p.f));
 #pragma unroll
         for (int wg = 0; wg < 2; ++wg)
           ptx::bulk_reduce_add_f32(bwd90::dq_accum_part<Cfg>(p, batch, head, m_block, wg),
@@ -543,11 +550,9 @@ __device__ __forceinline__ void consume(const BwdParams& p, uint8_t* smem, const
   float acc_dk[kD / 2], acc_dv[kD / 2];
 #pragma unroll
   for (int i = 0; i < kD / 2; ++i) acc_dk[i] = acc_dv[i] = 0.f;
-  // The lanes' reads of a slot come before lane 0's arrival for the warp.
-  const auto release = [&](uint32_t empty) {
-    __syncwarp();
-    ptx::mbar_arrive_if(empty, lane == 0);
-  };
+  // Every consumer thread arrives once its own reads of the slot are done (racecheck sees
+  // no ordering through a warp's single arrival after __syncwarp).
+  const auto release = [&](uint32_t empty) { ptx::mbar_arrive_if(empty, true); };
 
   if (walk.steps > 0) ptx::mbar_wait(sm.kv_full(), 0);
 
@@ -625,17 +630,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ uint8_t smem_raw[];
   uint8_t* const smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const Smem<Cfg> sm(ptx::smem_addr(smem));
-  const int n0 = blockIdx.x * Cfg::kBN, kv_head = blockIdx.y, batch = blockIdx.z;
+  const int n_block = owned_key_block<kMask>(p), n0 = n_block * Cfg::kBN, kv_head = blockIdx.y, batch = blockIdx.z;
   const bwd::Walk walk = bwd::Walk::of<kMask, Cfg::kBN, Cfg::kBM>(
-      n0, p.f, p.dq_turns != nullptr ? walk_rotation<Cfg, kMask>(blockIdx.x, p.f) : 0);
+      n0, p.f, p.dq_turns != nullptr ? walk_rotation<Cfg, kMask>(n_block, p.f) : 0);
   if (threadIdx.x == 0) {
     ptx::mbar_init(sm.kv_full(), 1);
 #pragma unroll
     for (int slot = 0; slot < 2; ++slot) {
       ptx::mbar_init(sm.q_full(slot), 1);
-      ptx::mbar_init(sm.q_empty(slot), 8);  // every consumer warp
+      ptx::mbar_init(sm.q_empty(slot), 256);  // every consumer thread
       ptx::mbar_init(sm.do_full(slot), 1);
-      ptx::mbar_init(sm.do_empty(slot), 8);
+      ptx::mbar_init(sm.do_empty(slot), 256);
     }
     ptx::fence_barrier_init();
   }
