@@ -33,6 +33,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "gks/kernels/attention/bwd_sm80.cuh"
 #include "gks/kernels/attention/common.cuh"
@@ -96,56 +97,91 @@ __device__ __forceinline__ void issue_scores(float (&acc)[Tile::kBM / 2], uint32
   }
 }
 
+// The query rows [lo, hi] each of a thread's two keys (key0, key0 + 8) sees, for a step that
+// needs the per-element mask: the mask's window, rows past Sq cut, empty for a key past Sk;
+// clamped to int, so that an element's test is two compares (no branch, no 64-bit math).
+struct KeyRows {
+  int lo[2], hi[2];
+};
+template <Mask kMask>
+__device__ __forceinline__ KeyRows key_rows(int key0, const FwdParams& f) {
+  KeyRows r;
+  const int64_t off = int64_t(f.seqlen_k) - f.seqlen_q;  // the diagonal: key = query + off
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t key = key0 + 8 * h;
+    int64_t lo = 0, hi = int64_t(f.seqlen_q) - 1;
+    if constexpr (kMask != Mask::kNone) lo = max(lo, key - off - f.window_right);
+    if constexpr (kMask == Mask::kLocal) hi = min(hi, key - off + f.window_left);
+    if (key >= f.seqlen_k) lo = 1, hi = 0;
+    r.lo[h] = int(min(lo, int64_t(INT32_MAX)));
+    r.hi[h] = int(max(hi, int64_t(-1)));
+  }
+  return r;
+}
+
 // With S^T and dP^T committed in that order: P^T in place of S^T and dS^T = P^T (dP^T -
 // delta) (* 1 - tanh^2 under a softcap) in place of dP^T, waiting for each product as late
 // as it can (P^T's exponentials run under dP^T's product); element (key g + 8h, query
-// 8j + 2t + e&1) is register 4j + e. lse2 and delta: the step's kBM rows.
+// 8j + 2t + e&1) is register 4j + e. lse2 and delta: the step's kBM rows, in shared memory.
+// A step that needs no mask runs code without any test (one branch a step, not one an
+// element: per-element branches keep ptxas from interleaving the exponentials).
 template <typename Tile, Mask kMask>
 __device__ __forceinline__ void scores_to_grads(float (&s)[Tile::kBM / 2], float (&dp)[Tile::kBM / 2],
                                                 const float* lse2, const float* delta, int m0, int n0, int key_mine,
                                                 int t, const FwdParams& f) {
   constexpr int kSTiles = Tile::kBM / 8;  // 8-query column groups of S^T
-  const bool masked = needs_mask<kMask, Tile::kBM, Tile::kBN>(m0, n0, f);
-  const auto seen = [&](int j, int e) {
-    return !masked || bwd::visible<kMask>(key_mine + 8 * (e >> 1), m0 + 8 * j + 2 * t + (e & 1), f);
+  const auto grads = [&](auto masked_c) {
+    constexpr bool kMasked = decltype(masked_c)::value;
+    KeyRows rows{};
+    if constexpr (kMasked) rows = key_rows<kMask>(key_mine, f);
+    const auto seen = [&](int j, int e) {
+      if constexpr (!kMasked) return true;
+      const int query = m0 + 8 * j + 2 * t + (e & 1);
+      return bool((query >= rows.lo[e >> 1]) & (query <= rows.hi[e >> 1]));
+    };
+    if (f.softcap != 0.f) {  // the factor is used as soon as it is made (no array of them)
+      ptx::wgmma_wait<0>();
+      ptx::fence_registers(s);
+      ptx::fence_registers(dp);
+#pragma unroll
+      for (int j = 0; j < kSTiles; ++j) {
+        const float2 l2 = *reinterpret_cast<const float2*>(lse2 + 8 * j + 2 * t);
+        const float2 dl = *reinterpret_cast<const float2*>(delta + 8 * j + 2 * t);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float factor;
+          const float pr = bwd::score_p(s[4 * j + e], (e & 1) ? l2.y : l2.x, seen(j, e), f, factor);
+          s[4 * j + e] = pr;
+          dp[4 * j + e] = pr * (dp[4 * j + e] - ((e & 1) ? dl.y : dl.x)) * factor;
+        }
+      }
+    } else {
+      ptx::wgmma_wait<1>();
+      ptx::fence_registers(s);
+#pragma unroll
+      for (int j = 0; j < kSTiles; ++j) {
+        const float2 l2 = *reinterpret_cast<const float2*>(lse2 + 8 * j + 2 * t);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float z = fmaf(s[4 * j + e], f.scale_log2, -((e & 1) ? l2.y : l2.x));
+          s[4 * j + e] = seen(j, e) ? ptx::ex2_approx_ftz(z) : 0.f;
+        }
+      }
+      ptx::wgmma_wait<0>();
+      ptx::fence_registers(dp);
+#pragma unroll
+      for (int j = 0; j < kSTiles; ++j) {
+        const float2 dl = *reinterpret_cast<const float2*>(delta + 8 * j + 2 * t);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dp[4 * j + e] = s[4 * j + e] * (dp[4 * j + e] - ((e & 1) ? dl.y : dl.x));
+      }
+    }
   };
-  if (f.softcap != 0.f) {  // the factor is used as soon as it is made (no array of them)
-    ptx::wgmma_wait<0>();
-    ptx::fence_registers(s);
-    ptx::fence_registers(dp);
-#pragma unroll
-    for (int j = 0; j < kSTiles; ++j) {
-      const float2 l2 = *reinterpret_cast<const float2*>(lse2 + 8 * j + 2 * t);
-      const float2 dl = *reinterpret_cast<const float2*>(delta + 8 * j + 2 * t);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float factor;
-        const float pr = bwd::score_p(s[4 * j + e], (e & 1) ? l2.y : l2.x, seen(j, e), f, factor);
-        s[4 * j + e] = pr;
-        dp[4 * j + e] = pr * (dp[4 * j + e] - ((e & 1) ? dl.y : dl.x)) * factor;
-      }
-    }
-  } else {
-    ptx::wgmma_wait<1>();
-    ptx::fence_registers(s);
-#pragma unroll
-    for (int j = 0; j < kSTiles; ++j) {
-      const float2 l2 = *reinterpret_cast<const float2*>(lse2 + 8 * j + 2 * t);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float z = fmaf(s[4 * j + e], f.scale_log2, -((e & 1) ? l2.y : l2.x));
-        s[4 * j + e] = seen(j, e) ? ptx::ex2_approx_ftz(z) : 0.f;
-      }
-    }
-    ptx::wgmma_wait<0>();
-    ptx::fence_registers(dp);
-#pragma unroll
-    for (int j = 0; j < kSTiles; ++j) {
-      const float2 dl = *reinterpret_cast<const float2*>(delta + 8 * j + 2 * t);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) dp[4 * j + e] = s[4 * j + e] * (dp[4 * j + e] - ((e & 1) ? dl.y : dl.x));
-    }
-  }
+  if (needs_mask<kMask, Tile::kBM, Tile::kBN>(m0, n0, f))
+    grads(std::true_type{});
+  else
+    grads(std::false_type{});
 }
 
 // P^T or dS^T as A fragments (16-bit pairs) of the next products: k-step kk is the
@@ -236,7 +272,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_attention_bwd_wgmma_k
   const FwdParams& f = p.f;
 
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* const smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* const smem = ptx::align_smem<1024>(smem_raw);
   // Layout: K, V, dS^T, Q and dO of stage 0, of stage 1, then the stats (every tile a
   // multiple of 1024 bytes, so each starts a swizzle atom).
   const uint32_t sK = ptx::smem_addr(smem);
@@ -628,7 +664,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                                   const __grid_constant__ CUtensorMap map_v,
                                   const __grid_constant__ CUtensorMap map_do, const __grid_constant__ BwdParams p) {
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* const smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* const smem = ptx::align_smem<1024>(smem_raw);
   const Smem<Cfg> sm(ptx::smem_addr(smem));
   const int n_block = owned_key_block<kMask>(p), n0 = n_block * Cfg::kBN, kv_head = blockIdx.y, batch = blockIdx.z;
   const bwd::Walk walk = bwd::Walk::of<kMask, Cfg::kBN, Cfg::kBM>(

@@ -13,6 +13,16 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// `raw` (dynamic shared memory) advanced to the next kAlign-byte boundary of the shared window.
+// Pointer arithmetic on `raw` itself, not a round trip through an integer: the compiler then
+// still knows the result points to shared memory and emits LDS / STS for accesses through
+// it (through an integer it emits generic LD / ST, slower on the same addresses).
+template <int kAlign>
+__device__ __forceinline__ uint8_t* align_smem(uint8_t* raw) {
+  static_assert((kAlign & (kAlign - 1)) == 0, "a power of two");
+  return raw + ((kAlign - (smem_addr(raw) & (kAlign - 1))) & (kAlign - 1));
+}
+
 // 2^x on the SFU, one MUFU.EX2 (relative error ~2^-22; ex2(-inf) = 0). ftz flushes results
 // below 2^-126 to 0. Not volatile: the compiler may schedule, merge and drop it as a pure
 // function. (exp2f would add a subnormal fix-up: 3 more instructions a value.)
