@@ -549,20 +549,23 @@ __device__ __forceinline__ void write_dq(const BwdParams& p, const Smem<Cfg>& sm
     } else {
       ptx::named_barrier_sync<160>(kDqFull + 0);
       ptx::named_barrier_sync<160>(kDqFull + 1);
+      int* const turns = p.dq_turns + (int64_t(batch) * heads_q + head) * m_blocks_all + m_block;
       if (lane == 0) {
-        int* turns = p.dq_turns + (int64_t(batch) * heads_q + head) * m_blocks_all + m_block;
         ptx::counter_wait_eq(turns, dq_turn<Cfg, kMask>(owned_key_block<kMask>(p), m_block, p.f));
 #pragma unroll
         for (int wg = 0; wg < 2; ++wg)
           ptx::bulk_reduce_add_f32(bwd90::dq_accum_part<Cfg>(p, batch, head, m_block, wg),
                                    sm.dq + wg * Cfg::kDqBytes, Cfg::kDqBytes);
-        ptx::counter_release_increment(turns);  // once the adds are done
       }
+      ptx::bulk_wait_read_if<0>(lane == 0);
       __syncwarp();
+      // The consumers may stage the next dQ once the adds have read this one; the next key
+      // block's turn waits for the adds themselves.
       if (it + 1 < walk.steps) {
         ptx::named_barrier_arrive<160>(kDqEmpty + 0);
         ptx::named_barrier_arrive<160>(kDqEmpty + 1);
       }
+      if (lane == 0) ptx::counter_release_increment(turns);  // once the adds are done
     }
   }
   if (lane == 0) ptx::bulk_wait_all();  // the staged dQ is read before the CTA's memory goes
