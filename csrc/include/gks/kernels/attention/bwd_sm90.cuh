@@ -701,30 +701,38 @@ __global__ void __launch_bounds__(kThreads, 1)
 }  // namespace bwd_ws
 
 // dQ = softmax_scale * dq_accum in rows (grid: (ceil(Sq / kBM), Hq, B), 256 threads): each
-// thread reads the eight float4s it would have added (the fragment order above) and writes
-// its elements' pairs.
+// thread reads the eight float4s it would have added (the fragment order above) and puts its
+// elements' pairs into a shared [kBM x D] tile (rows padded by 16 bytes: the pairs of a warp's
+// store land in distinct banks); the block then writes whole rows in 16-byte vectors (dq's
+// rows are 16-byte aligned: the entry point checks).
 template <typename T, typename Tile>
 __global__ void __launch_bounds__(Tile::kThreads) flash_attention_bwd_dq_convert_kernel(const BwdParams p) {
-  constexpr int kBM = Tile::kBM, kD = Tile::kD;
+  constexpr int kBM = Tile::kBM, kD = Tile::kD, kPitch = kD + 8;  // elements a shared row
+  __shared__ alignas(16) T tile[kBM * kPitch];
   const int tid = threadIdx.x, wg = tid / 128, tid_wg = tid % 128, warp = tid_wg / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
   const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
   const float* acc = p.dq_accum + ((int64_t(batch) * gridDim.y + head) * gridDim.x + m_block) * (kBM * kD) +
                      wg * Tile::kDqPart;
-  const int row0 = m_block * kBM + (Tile::kSplitRows ? wg * 64 : 0) + warp * 16 + g;
+  const int row0 = (Tile::kSplitRows ? wg * 64 : 0) + warp * 16 + g;
   const int col0 = (Tile::kSplitRows ? 0 : wg * 64) + 2 * t;
-  T* dq = static_cast<T*>(p.dq) + batch * p.dq_batch + head * p.dq_head;
 #pragma unroll
   for (int i4 = 0; i4 < 8; ++i4) {  // i4: the 8-column group j of the m64n64 accumulator
     const float4 a = reinterpret_cast<const float4*>(acc)[i4 * 128 + tid_wg];
-    const float pair[2][2] = {{a.x, a.y}, {a.z, a.w}};
+    *reinterpret_cast<uint32_t*>(tile + row0 * kPitch + col0 + 8 * i4) =
+        pack2<T>(a.x * p.softmax_scale, a.y * p.softmax_scale);
+    *reinterpret_cast<uint32_t*>(tile + (row0 + 8) * kPitch + col0 + 8 * i4) =
+        pack2<T>(a.z * p.softmax_scale, a.w * p.softmax_scale);
+  }
+  __syncthreads();
+  constexpr int kChunks = kD / 8;  // 16-byte vectors a row
+  T* dq = static_cast<T*>(p.dq) + batch * p.dq_batch + head * p.dq_head;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = row0 + 8 * h;
-      if (row < p.f.seqlen_q)
-        *reinterpret_cast<uint32_t*>(dq + int64_t(row) * p.dq_row + col0 + 8 * i4) =
-            pack2<T>(pair[h][0] * p.softmax_scale, pair[h][1] * p.softmax_scale);
-    }
+  for (int i = tid; i < kBM * kChunks; i += Tile::kThreads) {
+    const int r = i / kChunks, c = i % kChunks, row = m_block * kBM + r;
+    if (row < p.f.seqlen_q)
+      *reinterpret_cast<uint4*>(dq + int64_t(row) * p.dq_row + 8 * c) =
+          *reinterpret_cast<const uint4*>(tile + r * kPitch + 8 * c);
   }
 }
 
