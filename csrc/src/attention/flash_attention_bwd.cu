@@ -186,13 +186,14 @@ struct BwdGrid {
   int64_t rows_q, rows_k, heads_q, heads_kv, batch;
 };
 
-// delta = rowsum(dO * o) into p.delta: one warp a row, 8 a block; `rows`: p.stats_rows, or
-// varlen's grid rows.
+// delta = rowsum(dO * o) into p.delta (BwdDeltaTile's rows a block); `rows`: p.stats_rows,
+// or varlen's grid rows.
 template <typename T, bool kVarlen = false>
 void launch_delta(const ka::BwdParams& p, int64_t head_dim_v, int64_t rows, int64_t batch, int64_t heads_q,
                   int device, cudaStream_t stream) {
-  const dim3 grid(unsigned(ceil_div(rows, 8)), unsigned(heads_q), unsigned(batch));
   const auto go = [&](auto dv) {
+    const dim3 grid(unsigned(ceil_div(rows, ka::BwdDeltaTile<decltype(dv)::value>::kRows)), unsigned(heads_q),
+                    unsigned(batch));
     launch_kernel<ka::flash_attention_bwd_delta_kernel<T, decltype(dv)::value, kVarlen>>(grid, 256, 0, p, device,
                                                                                         stream);
   };

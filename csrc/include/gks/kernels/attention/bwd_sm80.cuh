@@ -260,33 +260,52 @@ __device__ __forceinline__ void zero(float (&c)[kN][4]) {
 
 }  // namespace bwd
 
-// delta[row] = sum_d dO[row, d] * o[row, d] in fp32 (and lse2, when asked for): one warp a
-// row, 8 a block (grid x: row blocks, y: heads, z: batch or sequences); dense, every row of
-// [B * Hq * stats_rows] (padding rows past Sq: delta 0, lse2 +inf).
+// delta[row] = sum_d dO[row, d] * o[row, d] in fp32 (and lse2, when asked for): kLanes
+// lanes a row, each one 16-byte vector of o and of dO (rows are 16-byte aligned: the entry
+// point checks), kRows rows a 256-thread block (grid x: row blocks, y: heads, z: batch or
+// sequences); dense, every row of [B * Hq * stats_rows] (padding rows past Sq: delta 0,
+// lse2 +inf). The host sizes the grid from the same numbers.
+template <int kHeadDimV>
+struct BwdDeltaTile {
+  static constexpr int kChunks = kHeadDimV / 8;  // 16-byte vectors a row
+  static constexpr int kLanes = kChunks <= 4 ? 4 : kChunks <= 8 ? 8 : kChunks <= 16 ? 16 : 32;
+  static_assert(kChunks <= 32, "head dims up to 256");
+  static constexpr int kRows = 256 / kLanes;
+};
+
 template <typename T, int kHeadDimV, bool kVarlen = false>
 __global__ void __launch_bounds__(256) flash_attention_bwd_delta_kernel(const BwdParams params) {
-  const int lane = threadIdx.x % 32, head = blockIdx.y;
+  using Tile = BwdDeltaTile<kHeadDimV>;
+  const int chunk = threadIdx.x % Tile::kLanes, head = blockIdx.y;
   const auto rows = [](const BwdParams& p) { return int64_t(p.f.seqlen_q); };
-  for_each_bwd_block<T, kVarlen, 8>(params, rows, [&](const BwdParams& p, int block, int batch) {
+  for_each_bwd_block<T, kVarlen, Tile::kRows>(params, rows, [&](const BwdParams& p, int block, int batch) {
     const FwdParams& f = p.f;
-    const int row = block * 8 + threadIdx.x / 32;
+    const int row = block * Tile::kRows + threadIdx.x / Tile::kLanes;
+    // Whole groups of kLanes lanes return together: the shuffles below stay within a group.
     if (row >= (kVarlen ? int64_t(f.seqlen_q) : p.stats_rows)) return;
     const int64_t at = (int64_t(batch) * gridDim.y + head) * p.stats_rows + row;
     if (row >= f.seqlen_q) {  // a padding row: adds nothing (P = exp2(-inf) = 0)
-      if (lane == 0) {
+      if (chunk == 0) {
         p.delta[at] = 0.f;
         if (p.lse2 != nullptr) p.lse2[at] = INFINITY;
       }
       return;
     }
-    const T* o = static_cast<const T*>(f.o) + batch * f.o_batch + head * f.o_head + int64_t(row) * f.o_row;
-    const T* dout = static_cast<const T*>(p.dout) + batch * p.do_batch + head * p.do_head + int64_t(row) * p.do_row;
     float sum = 0.f;
+    if (chunk < Tile::kChunks) {
+      using V = Vec<T, 8>;
+      const V o = reinterpret_cast<const V*>(static_cast<const T*>(f.o) + batch * f.o_batch + head * f.o_head +
+                                             int64_t(row) * f.o_row)[chunk];
+      const V d = reinterpret_cast<const V*>(static_cast<const T*>(p.dout) + batch * p.do_batch +
+                                             head * p.do_head + int64_t(row) * p.do_row)[chunk];
 #pragma unroll
-    for (int d = lane; d < kHeadDimV; d += 32) sum += float(o[d]) * float(dout[d]);
+      for (int e = 0; e < 8; ++e) sum = fmaf(float(o.v[e]), float(d.v[e]), sum);
+    }
+    const unsigned group = Tile::kLanes == 32 ? 0xffffffffu
+                                              : ((1u << Tile::kLanes) - 1u) << (threadIdx.x % 32 / Tile::kLanes * Tile::kLanes);
 #pragma unroll
-    for (int s = 16; s >= 1; s /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, s);
-    if (lane == 0) {
+    for (int s = Tile::kLanes / 2; s >= 1; s /= 2) sum += __shfl_xor_sync(group, sum, s);
+    if (chunk == 0) {
       p.delta[at] = sum;
       if (p.lse2 != nullptr)
         p.lse2[at] = bwd::lse_log2(f.lse[batch * f.lse_batch + head * f.lse_head + int64_t(row) * f.lse_row]);
