@@ -2,7 +2,7 @@
 """Summarises the CUDA kernels in the built gks library from their SASS: per kernel and
 architecture, registers, shared memory, stack and local memory (spills), and counts of the
 instructions that matter (HMMA/HGMMA/IMMA/IGMMA, LDGSTS, UTMALDG/UTMASTG (TMA loads and
-stores), LDSM/STSM, LDS/STS and LDG/STG by width, SHFL). GMMA_BATCHED counts the wgmmas
+stores), LDSM/STSM, LDS/STS and LDG/STG by width, generic LD/ST (LDST_GENERIC), SHFL). GMMA_BATCHED counts the wgmmas
 (HGMMA/IGMMA) issued without a scoreboard of their own, i.e. straight after one another;
 a kernel with wgmmas but none batched has had them serialized by ptxas (every one waits for
 the last: ptxas info C7520 or C7515), which costs the Hopper GEMM about a tenth of its
@@ -143,10 +143,18 @@ def parse_sass(text: str) -> dict[tuple[str, str], collections.Counter]:
                 c[op] += 1
             if op in ("HGMMA", "IGMMA") and "gsb0" not in line:
                 c["GMMA_BATCHED"] += 1
+            if op in ("LD", "ST"):  # generic: the compiler could not tell shared from global
+                c["LDST_GENERIC"] += 1
             if op in WIDTHS:
                 width = next((w for w in ("128", "64", "U16", "16", "U8", "8") if f".{w}" in mods), "32")
                 c[f"{op}.{width}"] += 1
     return counts
+
+
+def generic_accesses(counts: collections.Counter) -> int:
+    """Generic LD / ST: through a pointer whose address space the compiler lost (shared memory
+    aligned through an integer, say); to shared memory they are slower than LDS / STS."""
+    return counts["LDST_GENERIC"]
 
 
 def serialized_wgmma(counts: collections.Counter) -> bool:
@@ -231,7 +239,7 @@ def main(argv=None) -> int:
         (arch, func), _ = item
         return names.get(func, func).removeprefix("void "), arch
 
-    rows, serialized = [], []
+    rows, serialized, generic = [], [], []
     for (arch, func), c in sorted(counts.items(), key=order):
         if (args.kernel and func not in selected) or (args.arch and arch != args.arch):
             continue
@@ -241,12 +249,18 @@ def main(argv=None) -> int:
         instr = " ".join(f"{k}={v}" for k, v in sorted(c.items()))
         if serialized_wgmma(c):
             serialized.append(short)
+        if generic_accesses(c):
+            generic.append(short)
         rows.append(f"{arch:<8} REG={r.get('REG', '?'):<4} SMEM={r.get('SHARED', '?'):<6} "
                     f"STACK={r.get('STACK', '?'):<4} LOCAL={r.get('LOCAL', '?'):<4} {short}\n          {instr}")
     print("\n".join(rows) if rows else "dump_sass: no kernels matched")
     spills = [row for row in rows if "LOCAL=0 " not in row and "LOCAL=? " not in row]
     if spills:
         print(f"\n{len(spills)} kernel(s) use local memory (spills or local arrays): see LOCAL= above")
+    if generic:
+        print(f"\n{len(generic)} kernel(s) with generic loads / stores (LDST_GENERIC: pointers whose "
+              "address space the compiler lost; to shared memory slower than LDS / STS, see "
+              "ptx::align_smem)")
     if serialized:
         print(f"\n{len(serialized)} kernel(s) with serialized wgmmas (none issued back to back; "
               "ptxas -v says why, C7520/C7515):\n  " + "\n  ".join(serialized))
