@@ -2,11 +2,11 @@
 """Summarises the CUDA kernels in the built gks library from their SASS: per kernel and
 architecture, registers, shared memory, stack and local memory (spills), and counts of the
 instructions that matter (HMMA/HGMMA/IMMA/IGMMA, LDGSTS, UTMALDG/UTMASTG (TMA loads and
-stores), LDSM/STSM, LDS/STS and LDG/STG by width, generic LD/ST (LDST_GENERIC), SHFL). GMMA_BATCHED counts the wgmmas
-(HGMMA/IGMMA) issued without a scoreboard of their own, i.e. straight after one another;
-a kernel with wgmmas but none batched has had them serialized by ptxas (every one waits for
-the last: ptxas info C7520 or C7515), which costs the Hopper GEMM about a tenth of its
-speed, and is reported last.
+stores), LDSM/STSM, LDS/STS and LDG/STG by width, generic LD/ST (LDST_GENERIC), SHFL).
+GMMA_BATCHED counts the wgmmas (HGMMA/IGMMA) issued without a scoreboard of their own, i.e.
+straight after one another; a kernel with wgmmas but none batched has had them serialized
+by ptxas (every one waits for the last: ptxas info C7520 or C7515), which costs the Hopper
+GEMM about a tenth of its speed, and is reported last.
 
     python tools/dump_sass.py [--lib build/libgks_tvm_ffi.so] [--kernel rmsnorm] [--sass-out DIR]
 

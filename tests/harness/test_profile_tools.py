@@ -249,19 +249,14 @@ def test_dump_sass_counts_generic_loads_and_stores():
 
 
 @functools.lru_cache(maxsize=1)
-def _built_wgmma_counts() -> tuple:
-    """The built library's sm_90a kernels with wgmmas, (mangled name, instruction counts)
-    pairs (none without a library); one SASS dump, about a minute, for the guards below."""
-    from gks import _native
-
+def _wgmma_counts(lib: Path) -> dict:
+    """The sm_90a kernels of `lib` with wgmmas: mangled name -> instruction counts; one SASS
+    dump (about a minute) for the guards below."""
     dump_sass = _dump_sass_module()
-    lib = _native.library_path()
-    if lib is None or not lib.is_file():
-        return ()
     sass = subprocess.run([dump_sass.find_cuobjdump(), "--dump-sass", "--gpu-architecture", "sm_90a", str(lib)],
                           capture_output=True, text=True)
     counts = dump_sass.parse_sass(sass.stdout)
-    return tuple((f, c) for (arch, f), c in counts.items() if c["HGMMA"] + c["IGMMA"] > 0)
+    return {f: c for (arch, f), c in counts.items() if c["HGMMA"] + c["IGMMA"] > 0}
 
 
 def _built_wgmma_kernels() -> dict:
@@ -270,7 +265,7 @@ def _built_wgmma_kernels() -> dict:
     lib = _native.library_path()
     if lib is None or not lib.is_file():
         pytest.skip("the gks CUDA library is not built")
-    kernels = dict(_built_wgmma_counts())
+    kernels = _wgmma_counts(lib)
     if not kernels:
         pytest.skip("the library was built without sm_90a")
     return kernels

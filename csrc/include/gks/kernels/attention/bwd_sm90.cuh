@@ -589,9 +589,6 @@ __device__ __forceinline__ void consume(const BwdParams& p, uint8_t* smem, const
   float acc_dk[kD / 2], acc_dv[kD / 2];
 #pragma unroll
   for (int i = 0; i < kD / 2; ++i) acc_dk[i] = acc_dv[i] = 0.f;
-  // Every consumer thread arrives once its own reads of the slot are done (racecheck sees
-  // no ordering through a warp's single arrival after __syncwarp).
-  const auto release = [&](uint32_t empty) { ptx::mbar_arrive_if(empty, true); };
 
   if (walk.steps > 0) ptx::mbar_wait(sm.kv_full(), 0);
 
@@ -641,7 +638,9 @@ __device__ __forceinline__ void consume(const BwdParams& p, uint8_t* smem, const
     ptx::wgmma_wait<1>();  // dV and dQ are done: dO is read
     ws::keep_registers(p_frag);
     ptx::fence_registers(dq);
-    release(sm.do_empty(slot));
+    // Every consumer thread arrives once its own reads of the slot are done (racecheck sees
+    // no ordering through a warp's single arrival after __syncwarp).
+    ptx::mbar_arrive_if(sm.do_empty(slot), true);
     ptx::named_barrier_sync<160>(kDqEmpty + wg);
 #pragma unroll
     for (int i4 = 0; i4 < 8; ++i4)  // the accumulator's fragment order
@@ -652,7 +651,7 @@ __device__ __forceinline__ void consume(const BwdParams& p, uint8_t* smem, const
     ws::keep_registers(ds_frag);
     ptx::fence_registers(acc_dv);
     ptx::fence_registers(acc_dk);
-    release(sm.q_empty(slot));
+    ptx::mbar_arrive_if(sm.q_empty(slot), true);
   }
   bwd90::store_dk_dv<T, Cfg>(p, acc_dk, acc_dv, n0 + wg_key0 + warp * 16, kv_head, batch, g, t);
 }
